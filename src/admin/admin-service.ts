@@ -1,0 +1,333 @@
+/**
+ * Administration operations, shared by the HTTP API (/admin/v1) and the CLI (`umbra-coordinator admin`):
+ * one validation, one set of answers. Inputs are untrusted JSON; outputs are JSON-ready snake_case
+ * objects. Money in micro-USD, prices in micro-USD per million tokens, times in Unix seconds.
+ *
+ * Errors: 400 with `param` for bad values, 404 for unknown ids, 409 for id collisions. Every operation
+ * validates everything before its first write, and multi-row writes are single store transactions.
+ */
+import { issueSecret, newId, API_KEY_PREFIX, PROVIDER_TOKEN_PREFIX } from "../auth/secrets.ts";
+import { Errors } from "../errors/api-error.ts";
+import type { Account, ApiKeyRecord, ModelBuild, PriceRow, ProviderTokenRecord, Store } from "../store/types.ts";
+import { DuplicateError } from "../store/types.ts";
+import {
+  MODEL_ID,
+  objectBody,
+  optionalBool,
+  optionalInt,
+  optionalString,
+  optionalStringArray,
+  requiredInt,
+  requiredString,
+} from "../validation/fields.ts";
+
+const MAX_MONEY = Number.MAX_SAFE_INTEGER;
+/** One million USD per million tokens: far above any real rate, small enough to keep products exact. */
+const MAX_PRICE = 1_000_000_000_000;
+const seconds = (ms: number) => Math.floor(ms / 1000);
+const SUBJECT = { max: 256 };
+
+export function accountJson(a: Account) {
+  return {
+    id: a.id,
+    object: "account" as const,
+    name: a.name,
+    jwt_subject: a.jwtSubject,
+    created: seconds(a.createdAt),
+    balance_micro_usd: a.balance,
+    reserved_micro_usd: a.reserved,
+  };
+}
+
+export function keyJson(k: ApiKeyRecord) {
+  return {
+    id: k.id,
+    object: "api_key" as const,
+    account_id: k.accountId,
+    name: k.name,
+    hint: `${API_KEY_PREFIX}...${k.hint}`,
+    allowed_models: k.allowedModels === null ? null : [...k.allowedModels],
+    spend_cap_micro_usd: k.spendCap,
+    spent_micro_usd: k.spent,
+    rpm: k.rpm,
+    tpm: k.tpm,
+    self_route_only: k.selfRouteOnly,
+    created: seconds(k.createdAt),
+    revoked_at: k.revokedAt === null ? null : seconds(k.revokedAt),
+  };
+}
+
+export function providerTokenJson(t: ProviderTokenRecord) {
+  return {
+    id: t.id,
+    object: "provider_token" as const,
+    account_id: t.accountId,
+    hint: `${PROVIDER_TOKEN_PREFIX}...${t.hint}`,
+    created: seconds(t.createdAt),
+    revoked_at: t.revokedAt === null ? null : seconds(t.revokedAt),
+  };
+}
+
+export function buildJson(b: ModelBuild) {
+  return {
+    id: b.id,
+    object: "model_build" as const,
+    created: b.created,
+    owned_by: b.ownedBy,
+    model_type: b.modelType,
+    name: b.name,
+    display_name: b.displayName,
+    hugging_face_id: b.huggingFaceId,
+    description: b.description,
+    quantization: b.quantization,
+    deprecation_date: b.deprecationDate,
+    input_modalities: b.inputModalities,
+    output_modalities: b.outputModalities,
+    supported_sampling_parameters: b.supportedSamplingParameters,
+    supported_features: b.supportedFeatures,
+    context_length: b.contextLength,
+    max_output_length: b.maxOutputLength,
+  };
+}
+
+function priceJson(p: PriceRow) {
+  return {
+    model: p.model,
+    object: "price" as const,
+    input_price: p.inputPrice,
+    output_price: p.outputPrice,
+    cache_read_price: p.cacheReadPrice,
+  };
+}
+
+const BUILD_FIELDS = [
+  "created",
+  "owned_by",
+  "model_type",
+  "name",
+  "display_name",
+  "hugging_face_id",
+  "description",
+  "quantization",
+  "deprecation_date",
+  "input_modalities",
+  "output_modalities",
+  "supported_sampling_parameters",
+  "supported_features",
+  "context_length",
+  "max_output_length",
+] as const;
+
+const LABEL = { max: 128, pattern: /^[\x21-\x7e]+$/, patternHint: "must be printable ASCII without spaces" };
+
+export class AdminService {
+  constructor(
+    private readonly store: Store,
+    private readonly now: () => number,
+  ) {}
+
+  private async account(id: string, param = "account_id"): Promise<Account> {
+    const account = await this.store.accounts.get(id);
+    if (!account) throw Errors.notFound(`no account '${id.slice(0, 64)}'`, param);
+    return account;
+  }
+
+  private modelId(id: string, param: string): string {
+    return requiredString({ [param]: id }, param, MODEL_ID);
+  }
+
+  async createAccount(body: unknown) {
+    const o = objectBody(body, ["name", "jwt_subject"]);
+    const name = requiredString(o, "name", { max: 200 });
+    const jwtSubject = optionalString(o, "jwt_subject", SUBJECT) ?? null;
+    try {
+      return accountJson(await this.store.accounts.create({ id: newId("acct"), name, jwtSubject, at: this.now() }));
+    } catch (e) {
+      if (e instanceof DuplicateError) throw Errors.conflict("another account already has this jwt_subject", "jwt_subject");
+      throw e;
+    }
+  }
+
+  async listAccounts() {
+    return { object: "list" as const, data: (await this.store.accounts.list()).map(accountJson) };
+  }
+
+  async getAccount(id: string) {
+    return accountJson(await this.account(id, "id"));
+  }
+
+  async creditAccount(id: string, body: unknown) {
+    const o = objectBody(body, ["amount_micro_usd"]);
+    const amount = requiredInt(o, "amount_micro_usd", 1, MAX_MONEY);
+    const account = await this.account(id, "id");
+    if (account.balance + amount > MAX_MONEY) {
+      throw Errors.invalidValue("the resulting balance would exceed the largest supported amount", "amount_micro_usd");
+    }
+    const updated = await this.store.accounts.credit({ accountId: id, amount, at: this.now() });
+    if (!updated) throw Errors.notFound(`no account '${id.slice(0, 64)}'`, "id");
+    return accountJson(updated);
+  }
+
+  async createKey(body: unknown) {
+    const o = objectBody(body, ["account_id", "name", "allowed_models", "spend_cap_micro_usd", "rpm", "tpm", "self_route_only"]);
+    const accountId = requiredString(o, "account_id", LABEL);
+    const name = optionalString(o, "name", { max: 200 }) ?? null;
+    const allowedModels = optionalStringArray(o, "allowed_models", MODEL_ID) ?? null;
+    const spendCap = optionalInt(o, "spend_cap_micro_usd", 0, MAX_MONEY) ?? null;
+    const rpm = optionalInt(o, "rpm", 1, 1_000_000_000) ?? null;
+    const tpm = optionalInt(o, "tpm", 1, 1_000_000_000_000) ?? null;
+    const selfRouteOnly = optionalBool(o, "self_route_only") ?? false;
+    await this.account(accountId);
+    if (allowedModels) {
+      for (const id of allowedModels) {
+        if (!(await this.store.catalog.getAlias(id)) && !(await this.store.catalog.getBuild(id))) {
+          throw Errors.modelNotFound(`allowed_models names an unknown model '${id}'`, "allowed_models");
+        }
+      }
+    }
+    const issued = issueSecret(API_KEY_PREFIX);
+    const record = await this.store.keys.create({
+      id: newId("key"),
+      accountId,
+      keyHash: issued.hash,
+      hint: issued.hint,
+      name,
+      allowedModels,
+      spendCap,
+      rpm,
+      tpm,
+      selfRouteOnly,
+      createdAt: this.now(),
+    });
+    if (!record) throw Errors.notFound(`no account '${accountId}'`, "account_id");
+    return { ...keyJson(record), key: issued.secret };
+  }
+
+  async listKeys(accountId?: string) {
+    if (accountId !== undefined) await this.account(accountId);
+    return { object: "list" as const, data: (await this.store.keys.list(accountId)).map(keyJson) };
+  }
+
+  async revokeKey(id: string) {
+    const key = await this.store.keys.revoke(id, this.now());
+    if (!key) throw Errors.notFound(`no API key '${id.slice(0, 64)}'`, "id");
+    return keyJson(key);
+  }
+
+  async createProviderToken(body: unknown) {
+    const o = objectBody(body, ["account_id"]);
+    const accountId = requiredString(o, "account_id", LABEL);
+    await this.account(accountId);
+    const issued = issueSecret(PROVIDER_TOKEN_PREFIX);
+    const record = await this.store.providerTokens.create({
+      id: newId("pt"),
+      accountId,
+      tokenHash: issued.hash,
+      hint: issued.hint,
+      createdAt: this.now(),
+    });
+    if (!record) throw Errors.notFound(`no account '${accountId}'`, "account_id");
+    return { ...providerTokenJson(record), token: issued.secret };
+  }
+
+  async listProviderTokens(accountId?: string) {
+    if (accountId !== undefined) await this.account(accountId);
+    return { object: "list" as const, data: (await this.store.providerTokens.list(accountId)).map(providerTokenJson) };
+  }
+
+  async revokeProviderToken(id: string) {
+    const token = await this.store.providerTokens.revoke(id, this.now());
+    if (!token) throw Errors.notFound(`no provider token '${id.slice(0, 64)}'`, "id");
+    return providerTokenJson(token);
+  }
+
+  async upsertModel(buildId: string, body: unknown) {
+    const id = this.modelId(buildId, "id");
+    const o = objectBody(body ?? {}, BUILD_FIELDS);
+    const existing = await this.store.catalog.getBuild(id);
+    const build: ModelBuild = {
+      id,
+      created: optionalInt(o, "created", 0, 253402300799) ?? existing?.created ?? seconds(this.now()),
+      ownedBy: optionalString(o, "owned_by", { max: 128 }) ?? "umbra",
+      modelType: optionalString(o, "model_type", { max: 64 }) ?? "chat",
+      name: optionalString(o, "name", { max: 200 }) ?? null,
+      displayName: optionalString(o, "display_name", { max: 200 }) ?? null,
+      huggingFaceId: optionalString(o, "hugging_face_id", { max: 256 }) ?? null,
+      description: optionalString(o, "description", { max: 4000 }) ?? null,
+      quantization: optionalString(o, "quantization", { max: 64 }) ?? null,
+      deprecationDate: optionalString(o, "deprecation_date", {
+        max: 32,
+        pattern: /^\d{4}-\d{2}-\d{2}$/,
+        patternHint: "must be a date as YYYY-MM-DD",
+      }) ?? null,
+      inputModalities: optionalStringArray(o, "input_modalities", { max: 32 }) ?? null,
+      outputModalities: optionalStringArray(o, "output_modalities", { max: 32 }) ?? null,
+      supportedSamplingParameters: optionalStringArray(o, "supported_sampling_parameters", { max: 64 }) ?? null,
+      supportedFeatures: optionalStringArray(o, "supported_features", { max: 64 }) ?? null,
+      contextLength: optionalInt(o, "context_length", 1, 100_000_000) ?? null,
+      maxOutputLength: optionalInt(o, "max_output_length", 1, 100_000_000) ?? null,
+    };
+    if (build.contextLength !== null && build.maxOutputLength !== null && build.maxOutputLength > build.contextLength) {
+      throw Errors.invalidValue("'max_output_length' must not exceed 'context_length'", "max_output_length");
+    }
+    if (await this.store.catalog.getAlias(id)) throw Errors.conflict(`'${id}' is already an alias`, "id");
+    return buildJson(await this.store.catalog.upsertBuild(build, this.now()));
+  }
+
+  async listBuilds() {
+    return { object: "list" as const, data: (await this.store.catalog.listBuilds()).map(buildJson) };
+  }
+
+  async setAlias(aliasId: string, body: unknown) {
+    const alias = this.modelId(aliasId, "alias");
+    const o = objectBody(body, ["build_id"]);
+    const buildId = requiredString(o, "build_id", MODEL_ID);
+    if (await this.store.catalog.getBuild(alias)) throw Errors.conflict(`'${alias}' is already a build id`, "alias");
+    const set = await this.store.catalog.setAlias(alias, buildId, this.now());
+    if (!set) throw Errors.modelNotFound(`no model build '${buildId}'`, "build_id");
+    return { alias: set.alias, object: "model_alias" as const, build_id: set.buildId };
+  }
+
+  async deleteAlias(aliasId: string) {
+    const alias = this.modelId(aliasId, "alias");
+    if (!(await this.store.catalog.deleteAlias(alias))) throw Errors.modelNotFound(`no alias '${alias}'`, "alias");
+    return { alias, object: "model_alias" as const, deleted: true };
+  }
+
+  async listAliases() {
+    return {
+      object: "list" as const,
+      data: (await this.store.catalog.listAliases()).map((a) => ({ alias: a.alias, object: "model_alias" as const, build_id: a.buildId })),
+    };
+  }
+
+  private async requireModel(model: string): Promise<void> {
+    if (!(await this.store.catalog.getAlias(model)) && !(await this.store.catalog.getBuild(model))) {
+      throw Errors.modelNotFound(`no model '${model}'`, "model");
+    }
+  }
+
+  async setPrice(modelId: string, body: unknown) {
+    const model = this.modelId(modelId, "model");
+    const o = objectBody(body, ["input_price", "output_price", "cache_read_price"]);
+    const row: PriceRow = {
+      model,
+      inputPrice: requiredInt(o, "input_price", 0, MAX_PRICE),
+      outputPrice: requiredInt(o, "output_price", 0, MAX_PRICE),
+      cacheReadPrice: optionalInt(o, "cache_read_price", 0, MAX_PRICE) ?? null,
+    };
+    await this.requireModel(model);
+    return priceJson(await this.store.prices.set(row, this.now()));
+  }
+
+  async clearPrice(modelId: string) {
+    const model = this.modelId(modelId, "model");
+    await this.requireModel(model);
+    const deleted = await this.store.prices.clear(model);
+    return { model, object: "price" as const, deleted };
+  }
+
+  async listPrices() {
+    return { object: "list" as const, data: (await this.store.prices.list()).map(priceJson) };
+  }
+}

@@ -1,0 +1,58 @@
+/**
+ * The admin HTTP API under /admin/v1: the twin of `umbra-coordinator admin`, through the same
+ * AdminService. Guarded by `Authorization: Bearer <admin token>` (constant-time compare); with no admin
+ * token configured every admin route answers 401.
+ */
+import { timingSafeEqual } from "node:crypto";
+import { Elysia } from "elysia";
+import type { AdminService } from "../admin/admin-service.ts";
+import { bearer } from "../auth/authenticator.ts";
+import { sha256Hex } from "../auth/secrets.ts";
+import { Errors } from "../errors/api-error.ts";
+import { pathId, readJsonBody } from "./errors.ts";
+
+/** Admin bodies are small; this bound is independent of the chat body limit. */
+const ADMIN_BODY_LIMIT = 256 * 1024;
+
+function adminGuard(adminToken: string | undefined) {
+  const expected = adminToken === undefined ? undefined : Buffer.from(sha256Hex(adminToken), "hex");
+  return new Elysia({ name: "admin-auth" }).onBeforeHandle({ as: "scoped" }, ({ request }) => {
+    const given = bearer(request.headers.get("authorization"));
+    if (expected === undefined) throw Errors.invalidToken("the admin API is disabled: no admin token is configured");
+    if (given === undefined || !timingSafeEqual(Buffer.from(sha256Hex(given), "hex"), expected)) {
+      throw Errors.invalidToken("invalid admin token");
+    }
+  });
+}
+
+const id = (raw: string | undefined, param: string): string => {
+  const decoded = pathId(raw);
+  if (decoded === undefined) throw Errors.invalidValue(`the path does not hold a valid '${param}'`, param);
+  return decoded;
+};
+const body = (request: Request) => readJsonBody(request, ADMIN_BODY_LIMIT);
+const noParse = { parse: "none" } as const;
+
+export function adminRoutes(deps: { admin: AdminService; adminToken: string | undefined }) {
+  const { admin } = deps;
+  return new Elysia({ name: "admin", prefix: "/admin/v1" })
+    .use(adminGuard(deps.adminToken))
+    .post("/accounts", async ({ request }) => admin.createAccount(await body(request)), noParse)
+    .get("/accounts", () => admin.listAccounts())
+    .get("/accounts/:id", ({ params }) => admin.getAccount(params.id))
+    .post("/accounts/:id/credit", async ({ params, request }) => admin.creditAccount(params.id, await body(request)), noParse)
+    .post("/keys", async ({ request }) => admin.createKey(await body(request)), noParse)
+    .get("/keys", ({ query }) => admin.listKeys(query.account_id))
+    .delete("/keys/:id", ({ params }) => admin.revokeKey(params.id))
+    .post("/provider-tokens", async ({ request }) => admin.createProviderToken(await body(request)), noParse)
+    .get("/provider-tokens", ({ query }) => admin.listProviderTokens(query.account_id))
+    .delete("/provider-tokens/:id", ({ params }) => admin.revokeProviderToken(params.id))
+    .get("/models", () => admin.listBuilds())
+    .put("/models/*", async ({ params, request }) => admin.upsertModel(id(params["*"], "id"), await body(request)), noParse)
+    .get("/aliases", () => admin.listAliases())
+    .put("/aliases/*", async ({ params, request }) => admin.setAlias(id(params["*"], "alias"), await body(request)), noParse)
+    .delete("/aliases/*", ({ params }) => admin.deleteAlias(id(params["*"], "alias")))
+    .get("/prices", () => admin.listPrices())
+    .put("/prices/*", async ({ params, request }) => admin.setPrice(id(params["*"], "model"), await body(request)), noParse)
+    .delete("/prices/*", ({ params }) => admin.clearPrice(id(params["*"], "model")));
+}

@@ -1,0 +1,73 @@
+/**
+ * The one place where errors become HTTP responses: ApiError -> its status, headers and envelope;
+ * Elysia's own routing, parse and validation errors -> the same envelope; anything else -> 500 without
+ * its message (logged by class name only, since a message could quote input).
+ */
+import { Elysia } from "elysia";
+import { type ApiError, Errors, toApiError } from "../errors/api-error.ts";
+import type { Logger } from "../observability/logger.ts";
+
+export function errorResponse(error: ApiError): Response {
+  return new Response(JSON.stringify(error.toEnvelope()), {
+    status: error.status,
+    headers: { "content-type": "application/json", ...error.headers },
+  });
+}
+
+export function errorHandling(logger: Logger) {
+  return new Elysia({ name: "errors" }).onError({ as: "global" }, ({ code, error, request }) => {
+    if (code === "NOT_FOUND") {
+      return errorResponse(Errors.notFound(`no route for ${request.method} ${new URL(request.url).pathname.slice(0, 200)}`));
+    }
+    if (code === "PARSE") return errorResponse(Errors.invalidJson("the body is not valid JSON"));
+    if (code === "VALIDATION") return errorResponse(Errors.invalidValue("the request does not match the expected shape"));
+    const apiError = toApiError(error);
+    if (apiError.status === 500) {
+      logger.error("unhandled error", { error_name: error instanceof Error ? error.name : typeof error, route: new URL(request.url).pathname.slice(0, 100) });
+    }
+    return errorResponse(apiError);
+  });
+}
+
+/**
+ * Reads a JSON body of at most `maxBytes` without holding more than that in memory: a declared length
+ * over the limit is refused before reading, and a stream that grows past it is cancelled. Throws 413
+ * request_too_large or 400 invalid_json.
+ */
+export async function readJsonBody(request: Request, maxBytes: number): Promise<unknown> {
+  const declared = request.headers.get("content-length");
+  if (declared !== null && Number(declared) > maxBytes) {
+    throw Errors.requestTooLarge(`the request body exceeds ${maxBytes} bytes`);
+  }
+  if (!request.body) return undefined;
+  const reader = request.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > maxBytes) {
+      await reader.cancel().catch(() => {});
+      throw Errors.requestTooLarge(`the request body exceeds ${maxBytes} bytes`);
+    }
+    chunks.push(value);
+  }
+  if (size === 0) return undefined;
+  const text = new TextDecoder("utf-8", { fatal: false }).decode(Buffer.concat(chunks, size));
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    throw Errors.invalidJson("the body is not valid JSON");
+  }
+}
+
+/** The wildcard path parameter as an id: percent-decoded once; undefined when the encoding is broken. */
+export function pathId(raw: string | undefined): string | undefined {
+  if (raw === undefined || raw === "") return undefined;
+  try {
+    return decodeURIComponent(raw);
+  } catch {
+    return undefined;
+  }
+}

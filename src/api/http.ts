@@ -1,0 +1,62 @@
+/**
+ * The HTTP surface in one place: route table and guard order.
+ *
+ *   GET  /healthz /readyz /metrics                 no auth
+ *   GET  /v1/pricing                               no auth
+ *   GET  /v1/models, /v1/models/{id...}            consumer auth (API key or JWT)
+ *   *    /admin/v1/...                             admin token
+ *
+ * Guard order per consumer route: auth -> (rate limit, sealed transport: later issues) -> handler.
+ * `handle` wraps Elysia to time every request under its route template for /metrics.
+ */
+import { Elysia } from "elysia";
+import type { AdminService } from "../admin/admin-service.ts";
+import type { Authenticator } from "../auth/authenticator.ts";
+import type { PricingService } from "../billing/pricing.ts";
+import type { CatalogService } from "../catalog/catalog.ts";
+import type { Logger } from "../observability/logger.ts";
+import type { Metrics } from "../observability/metrics.ts";
+import type { Store } from "../store/types.ts";
+import { adminRoutes } from "./admin.ts";
+import { errorHandling } from "./errors.ts";
+import { healthRoutes } from "./health.ts";
+import { modelRoutes } from "./models.ts";
+import { pricingRoutes } from "./pricing.ts";
+
+export interface HttpDeps {
+  readonly store: Store;
+  readonly catalog: CatalogService;
+  readonly pricing: PricingService;
+  readonly admin: AdminService;
+  readonly authenticate: Authenticator;
+  readonly adminToken: string | undefined;
+  readonly logger: Logger;
+  readonly metrics: Metrics;
+}
+
+export interface HttpApp {
+  /** Handles one request (tests call this in-process; the server calls it per request). */
+  handle(request: Request): Promise<Response>;
+}
+
+export function createHttpApp(deps: HttpDeps): HttpApp {
+  const routes = new WeakMap<Request, string>();
+  const app = new Elysia({ name: "umbra" })
+    .use(errorHandling(deps.logger))
+    .onTransform({ as: "global" }, ({ request, route }) => {
+      routes.set(request, route);
+    })
+    .use(healthRoutes(deps))
+    .use(pricingRoutes(deps))
+    .use(modelRoutes(deps))
+    .use(adminRoutes(deps));
+
+  return {
+    async handle(request) {
+      const started = performance.now();
+      const response = await app.handle(request);
+      deps.metrics.observeHttp(request.method, routes.get(request) ?? "unmatched", response.status, (performance.now() - started) / 1000);
+      return response;
+    },
+  };
+}

@@ -1,0 +1,94 @@
+/**
+ * Turns an Authorization header into a Principal, or throws a 401 ApiError.
+ *
+ * Order: `sk-umbra-` keys are looked up by SHA-256 on every request (so revocation is immediate);
+ * provider device tokens are refused as consumer credentials; anything shaped like a JWT goes to the
+ * configured identity provider, whose account claim must name an account's `jwt_subject`.
+ */
+import { Errors } from "../errors/api-error.ts";
+import type { Store } from "../store/types.ts";
+import type { JwtVerifier } from "./jwt.ts";
+import { API_KEY_PREFIX, PROVIDER_TOKEN_PREFIX, sha256Hex } from "./secrets.ts";
+
+export interface Principal {
+  readonly kind: "api_key" | "jwt";
+  readonly accountId: string;
+  /** The API key's id; null for a JWT. */
+  readonly keyId: string | null;
+  /** Models the credential may use; null for every model. */
+  readonly allowedModels: readonly string[] | null;
+  readonly spendCap: number | null;
+  readonly rpm: number | null;
+  readonly tpm: number | null;
+  readonly selfRouteOnly: boolean;
+}
+
+export type Authenticator = (authorization: string | null | undefined) => Promise<Principal>;
+
+const JWT_SHAPE = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$/;
+
+/** The credential of `Authorization: Bearer <credential>`, or undefined. */
+export function bearer(authorization: string | null | undefined): string | undefined {
+  if (!authorization) return undefined;
+  const match = /^Bearer +(\S+) *$/i.exec(authorization);
+  return match?.[1];
+}
+
+export function createAuthenticator(store: Store, jwt: JwtVerifier | undefined): Authenticator {
+  return async (authorization) => {
+    const credential = bearer(authorization);
+    if (credential === undefined) {
+      throw Errors.invalidApiKey("missing bearer credential: send 'Authorization: Bearer <API key>'");
+    }
+    if (credential.startsWith(API_KEY_PREFIX)) {
+      const key = await store.keys.findByHash(sha256Hex(credential));
+      if (!key) throw Errors.invalidApiKey("invalid API key");
+      if (key.revokedAt !== null) throw Errors.invalidApiKey("this API key has been revoked");
+      return {
+        kind: "api_key",
+        accountId: key.accountId,
+        keyId: key.id,
+        allowedModels: key.allowedModels,
+        spendCap: key.spendCap,
+        rpm: key.rpm,
+        tpm: key.tpm,
+        selfRouteOnly: key.selfRouteOnly,
+      };
+    }
+    if (credential.startsWith(PROVIDER_TOKEN_PREFIX)) {
+      throw Errors.invalidApiKey("a provider device token is not a consumer API key");
+    }
+    if (jwt && JWT_SHAPE.test(credential)) {
+      let subject: string;
+      try {
+        subject = await jwt(credential);
+      } catch {
+        throw Errors.invalidToken("invalid or expired token");
+      }
+      const account = await store.accounts.findBySubject(subject);
+      if (!account) throw Errors.invalidToken("no account is linked to this identity");
+      return {
+        kind: "jwt",
+        accountId: account.id,
+        keyId: null,
+        allowedModels: null,
+        spendCap: null,
+        rpm: null,
+        tpm: null,
+        selfRouteOnly: false,
+      };
+    }
+    throw Errors.invalidApiKey("invalid API key");
+  };
+}
+
+/**
+ * A filter for the catalog: the principal's model allowlist, or undefined for every model. Naming a
+ * build allows the aliases that point to it; naming an alias allows that alias only.
+ */
+export function modelFilter(principal: Principal): ((id: string, buildId: string) => boolean) | undefined {
+  const allowed = principal.allowedModels;
+  if (allowed === null) return undefined;
+  const set = new Set(allowed);
+  return (id, buildId) => set.has(id) || set.has(buildId);
+}

@@ -1,0 +1,145 @@
+/**
+ * The model catalog as consumers see it: builds and aliases from the store, capacity from the fleet,
+ * per-token prices from billing.
+ *
+ * Rules: an alias hides the build it points to from the default list (`include_builds=1` shows it); a
+ * hidden build stays retrievable by exact id; required Model and ModelMetadata fields are always present,
+ * optional ones only when known. A key's model allowlist filters both listing and retrieval.
+ */
+import type { FleetView } from "../fleet/fleet-view.ts";
+import { modelPricing, type ModelPricing, type PricingService } from "../billing/pricing.ts";
+import type { CatalogStore, ModelBuild } from "../store/types.ts";
+
+export interface ModelAttestation {
+  secure_enclave: boolean;
+  sip_enabled: boolean;
+  secure_boot: boolean;
+}
+
+export interface ModelMetadata {
+  model_type: string;
+  quantization: string;
+  provider_count: number;
+  attested_providers: number;
+  trust_level: string;
+  routable_providers: number;
+  warm_providers: number;
+  can_accept: boolean;
+  attestation?: ModelAttestation;
+  display_name?: string;
+}
+
+export interface Model {
+  id: string;
+  object: "model";
+  created: number;
+  owned_by: string;
+  metadata: ModelMetadata;
+  name?: string;
+  hugging_face_id?: string;
+  description?: string;
+  quantization?: string;
+  deprecation_date?: string;
+  input_modalities?: string[];
+  output_modalities?: string[];
+  supported_sampling_parameters?: string[];
+  supported_features?: string[];
+  context_length?: number;
+  max_output_length?: number;
+  pricing?: ModelPricing;
+}
+
+/** A requested id resolved to the build that serves it. */
+export interface ResolvedModel {
+  readonly id: string;
+  readonly build: ModelBuild;
+  readonly isAlias: boolean;
+}
+
+/** Which models a caller may see; `undefined` allows every model. */
+export type ModelFilter = ((id: string, buildId: string) => boolean) | undefined;
+
+export class CatalogService {
+  constructor(
+    private readonly store: CatalogStore,
+    private readonly fleet: FleetView,
+    private readonly pricing: PricingService,
+  ) {}
+
+  /** Resolves an alias or build id; undefined when unknown. */
+  async resolve(id: string): Promise<ResolvedModel | undefined> {
+    const alias = await this.store.getAlias(id);
+    if (alias) {
+      const build = await this.store.getBuild(alias.buildId);
+      return build && { id, build, isAlias: true };
+    }
+    const build = await this.store.getBuild(id);
+    return build && { id, build, isAlias: false };
+  }
+
+  async list(includeBuilds: boolean, filter: ModelFilter): Promise<Model[]> {
+    const [builds, aliases] = await Promise.all([this.store.listBuilds(), this.store.listAliases()]);
+    const byId = new Map(builds.map((b) => [b.id, b]));
+    const hidden = new Set(aliases.map((a) => a.buildId));
+    const entries: ResolvedModel[] = [];
+    for (const a of aliases) {
+      const build = byId.get(a.buildId);
+      if (build) entries.push({ id: a.alias, build, isAlias: true });
+    }
+    for (const b of builds) {
+      if (includeBuilds || !hidden.has(b.id)) entries.push({ id: b.id, build: b, isAlias: false });
+    }
+    entries.sort((x, y) => (x.id < y.id ? -1 : x.id > y.id ? 1 : 0));
+    const visible = filter ? entries.filter((e) => filter(e.id, e.build.id)) : entries;
+    return Promise.all(visible.map((e) => this.toModel(e)));
+  }
+
+  /** The Model for an id, or undefined when unknown or filtered out. */
+  async retrieve(id: string, filter: ModelFilter): Promise<Model | undefined> {
+    const resolved = await this.resolve(id);
+    if (!resolved || (filter && !filter(resolved.id, resolved.build.id))) return undefined;
+    return this.toModel(resolved);
+  }
+
+  private async toModel({ id, build }: ResolvedModel): Promise<Model> {
+    const capacity = this.fleet.capacity(build.id);
+    const metadata: ModelMetadata = {
+      model_type: build.modelType,
+      quantization: build.quantization ?? "unknown",
+      provider_count: capacity.providerCount,
+      attested_providers: capacity.attestedProviders,
+      trust_level: capacity.trustLevel,
+      routable_providers: capacity.routableProviders,
+      warm_providers: capacity.warmProviders,
+      can_accept: capacity.canAccept,
+    };
+    if (capacity.attestation) {
+      metadata.attestation = {
+        secure_enclave: capacity.attestation.secureEnclave,
+        sip_enabled: capacity.attestation.sipEnabled,
+        secure_boot: capacity.attestation.secureBoot,
+      };
+    }
+    if (build.displayName !== null) metadata.display_name = build.displayName;
+
+    const model: Model = { id, object: "model", created: build.created, owned_by: build.ownedBy, metadata };
+    const optional = {
+      name: build.name,
+      hugging_face_id: build.huggingFaceId,
+      description: build.description,
+      quantization: build.quantization,
+      deprecation_date: build.deprecationDate,
+      input_modalities: build.inputModalities && [...build.inputModalities],
+      output_modalities: build.outputModalities && [...build.outputModalities],
+      supported_sampling_parameters: build.supportedSamplingParameters && [...build.supportedSamplingParameters],
+      supported_features: build.supportedFeatures && [...build.supportedFeatures],
+      context_length: build.contextLength,
+      max_output_length: build.maxOutputLength,
+    };
+    for (const [k, v] of Object.entries(optional)) {
+      if (v !== null) (model as unknown as Record<string, unknown>)[k] = v;
+    }
+    model.pricing = modelPricing(await this.pricing.ratesFor(id, build.id));
+    return model;
+  }
+}

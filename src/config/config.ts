@@ -1,0 +1,243 @@
+/**
+ * Coordinator configuration: parsed once from flags and `UMBRA_*` environment variables, validated, frozen.
+ *
+ * Precedence: flag > environment > `<NAME>_FILE` (secrets only) > default. Production mode refuses unsafe
+ * settings instead of warning about them. Nothing outside src/config reads the environment.
+ */
+import { readFileSync } from "node:fs";
+import { parseArgs, type ParseArgsConfig } from "node:util";
+
+export type Mode = "production" | "development";
+export type TrustLevel = "none" | "self_signed" | "hardware";
+export type LogLevel = "error" | "warn" | "info" | "debug";
+export type TrustRoot = "apple" | "development";
+
+export const TRUST_LEVELS: readonly TrustLevel[] = ["none", "self_signed", "hardware"];
+export const LOG_LEVELS: readonly LogLevel[] = ["error", "warn", "info", "debug"];
+
+export interface JwtConfig {
+  readonly issuer: string;
+  readonly audience: string;
+  readonly jwksUrl?: string;
+  /** PEM (SPKI) or a JWK as JSON. */
+  readonly publicKey?: string;
+  readonly accountClaim: string;
+}
+
+export interface Config {
+  readonly mode: Mode;
+  readonly host: string;
+  readonly port: number;
+  readonly db: string;
+  readonly adminToken?: string;
+  readonly minTrust: TrustLevel;
+  readonly trustRoot: TrustRoot;
+  readonly logLevel: LogLevel;
+  readonly maxBodyBytes: number;
+  /** Micro-USD per million tokens, for models without a stored price. */
+  readonly fallbackInputPrice: number;
+  readonly fallbackOutputPrice: number;
+  /** Cache-read rate = input rate less this percentage when no explicit rate is stored. */
+  readonly cacheReadDiscountPercent: number;
+  readonly jwt?: JwtConfig;
+}
+
+export class ConfigError extends Error {
+  override readonly name = "ConfigError";
+}
+
+type Kind = "string" | "int" | "enum";
+interface Setting {
+  readonly flag: string;
+  readonly env: string;
+  readonly kind: Kind;
+  readonly secret?: boolean;
+  readonly values?: readonly string[];
+  readonly help: string;
+}
+
+/** Every setting, with its flag and environment twin. docs/operations.md lists the same table. */
+export const SETTINGS = {
+  listen: { flag: "listen", env: "UMBRA_LISTEN", kind: "string", help: "host:port to listen on" },
+  db: { flag: "db", env: "UMBRA_DB", kind: "string", help: "SQLite database path" },
+  adminToken: { flag: "admin-token", env: "UMBRA_ADMIN_TOKEN", kind: "string", secret: true, help: "bearer token for /admin/v1" },
+  mode: { flag: "mode", env: "UMBRA_MODE", kind: "enum", values: ["production", "development"], help: "production or development" },
+  minTrust: { flag: "min-trust", env: "UMBRA_MIN_TRUST", kind: "enum", values: TRUST_LEVELS, help: "routing floor" },
+  trustRoot: { flag: "trust-root", env: "UMBRA_TRUST_ROOT", kind: "enum", values: ["apple", "development"], help: "attestation trust root" },
+  logLevel: { flag: "log-level", env: "UMBRA_LOG_LEVEL", kind: "enum", values: LOG_LEVELS, help: "error, warn, info or debug" },
+  maxBodyBytes: { flag: "max-body-bytes", env: "UMBRA_MAX_BODY_BYTES", kind: "int", help: "largest accepted request body" },
+  fallbackInputPrice: { flag: "fallback-input-price", env: "UMBRA_FALLBACK_INPUT_PRICE", kind: "int", help: "micro-USD per million input tokens" },
+  fallbackOutputPrice: { flag: "fallback-output-price", env: "UMBRA_FALLBACK_OUTPUT_PRICE", kind: "int", help: "micro-USD per million output tokens" },
+  cacheReadDiscountPercent: { flag: "cache-read-discount", env: "UMBRA_CACHE_READ_DISCOUNT", kind: "int", help: "percent off the input rate for cached tokens" },
+  jwtIssuer: { flag: "jwt-issuer", env: "UMBRA_JWT_ISSUER", kind: "string", help: "expected JWT iss" },
+  jwtAudience: { flag: "jwt-audience", env: "UMBRA_JWT_AUDIENCE", kind: "string", help: "expected JWT aud" },
+  jwtJwksUrl: { flag: "jwt-jwks-url", env: "UMBRA_JWT_JWKS_URL", kind: "string", help: "identity provider JWKS URL" },
+  jwtPublicKey: { flag: "jwt-public-key", env: "UMBRA_JWT_PUBLIC_KEY", kind: "string", secret: true, help: "static JWT verification key (PEM or JWK JSON)" },
+  jwtAccountClaim: { flag: "jwt-account-claim", env: "UMBRA_JWT_ACCOUNT_CLAIM", kind: "string", help: "claim that names the account (default sub)" },
+} as const satisfies Record<string, Setting>;
+
+type SettingName = keyof typeof SETTINGS;
+
+/** parseArgs option descriptors for every setting; CLIs merge these with their own. */
+export const CONFIG_OPTIONS: NonNullable<ParseArgsConfig["options"]> = Object.fromEntries(
+  Object.values(SETTINGS).map((s) => [s.flag, { type: "string" as const }]),
+);
+
+export type Env = Readonly<Record<string, string | undefined>>;
+export type FlagValues = Readonly<Record<string, string | boolean | (string | boolean)[] | undefined>>;
+
+const DEFAULTS = {
+  listen: "127.0.0.1:8080",
+  db: "./data/umbra.db",
+  logLevel: "info",
+  maxBodyBytes: 4 * 1024 * 1024,
+  fallbackInputPrice: 500_000,
+  fallbackOutputPrice: 1_500_000,
+  cacheReadDiscountPercent: 50,
+} as const;
+
+function raw(name: SettingName, flags: FlagValues, env: Env): string | undefined {
+  const s: Setting = SETTINGS[name];
+  const flag = flags[s.flag];
+  if (typeof flag === "string") return flag;
+  const fromEnv = env[s.env];
+  if (fromEnv !== undefined && fromEnv !== "") return fromEnv;
+  if (s.secret) {
+    const file = env[`${s.env}_FILE`];
+    if (file) {
+      try {
+        return readFileSync(file, "utf8").trim();
+      } catch {
+        throw new ConfigError(`${s.env}_FILE: cannot read ${file}`);
+      }
+    }
+  }
+  return undefined;
+}
+
+function enumOf<T extends string>(name: SettingName, value: string | undefined, fallback: T): T {
+  if (value === undefined) return fallback;
+  const allowed = (SETTINGS[name] as Setting).values ?? [];
+  if (!allowed.includes(value)) {
+    throw new ConfigError(`--${SETTINGS[name].flag}: '${value}' is not one of ${allowed.join(", ")}`);
+  }
+  return value as T;
+}
+
+function intOf(name: SettingName, value: string | undefined, fallback: number, min: number, max: number): number {
+  if (value === undefined) return fallback;
+  if (!/^\d+$/.test(value)) throw new ConfigError(`--${SETTINGS[name].flag}: '${value}' is not a whole number`);
+  const n = Number(value);
+  if (!Number.isSafeInteger(n) || n < min || n > max) {
+    throw new ConfigError(`--${SETTINGS[name].flag}: ${value} is outside ${min}..${max}`);
+  }
+  return n;
+}
+
+function parseListen(value: string): { host: string; port: number } {
+  const i = value.lastIndexOf(":");
+  const host = i > 0 ? value.slice(0, i).replace(/^\[(.*)\]$/, "$1") : "127.0.0.1";
+  const portText = i >= 0 ? value.slice(i + 1) : value;
+  const port = /^\d+$/.test(portText) ? Number(portText) : Number.NaN;
+  if (!Number.isInteger(port) || port < 0 || port > 65535) {
+    throw new ConfigError(`--listen: '${value}' is not host:port`);
+  }
+  return { host, port };
+}
+
+/**
+ * Builds the frozen configuration. `defaultMode` is `production` for `serve`, `development` for `dev`.
+ * Throws ConfigError with a message naming the flag for any invalid or unsafe value.
+ */
+export function loadConfig(flags: FlagValues, env: Env, defaultMode: Mode = "production"): Config {
+  const mode = enumOf<Mode>("mode", raw("mode", flags, env), defaultMode);
+  const { host, port } = parseListen(raw("listen", flags, env) ?? DEFAULTS.listen);
+  const adminToken = raw("adminToken", flags, env);
+  const trustRoot = enumOf<TrustRoot>("trustRoot", raw("trustRoot", flags, env), mode === "production" ? "apple" : "development");
+  const minTrust = enumOf<TrustLevel>("minTrust", raw("minTrust", flags, env), mode === "production" ? "hardware" : "none");
+
+  const issuer = raw("jwtIssuer", flags, env);
+  const audience = raw("jwtAudience", flags, env);
+  const jwksUrl = raw("jwtJwksUrl", flags, env);
+  const publicKey = raw("jwtPublicKey", flags, env);
+  let jwt: JwtConfig | undefined;
+  if (jwksUrl !== undefined || publicKey !== undefined) {
+    if (jwksUrl !== undefined && publicKey !== undefined) {
+      throw new ConfigError("--jwt-jwks-url and --jwt-public-key are exclusive: give one");
+    }
+    if (!issuer || !audience) throw new ConfigError("JWT authentication needs --jwt-issuer and --jwt-audience");
+    if (jwksUrl !== undefined) {
+      let url: URL;
+      try {
+        url = new URL(jwksUrl);
+      } catch {
+        throw new ConfigError(`--jwt-jwks-url: '${jwksUrl}' is not a URL`);
+      }
+      if (mode === "production" && url.protocol !== "https:") {
+        throw new ConfigError("--jwt-jwks-url must use https in production mode");
+      }
+    }
+    jwt = Object.freeze({
+      issuer,
+      audience,
+      accountClaim: raw("jwtAccountClaim", flags, env) ?? "sub",
+      ...(jwksUrl !== undefined ? { jwksUrl } : {}),
+      ...(publicKey !== undefined ? { publicKey } : {}),
+    });
+  }
+
+  const config: Config = {
+    mode,
+    host,
+    port,
+    db: raw("db", flags, env) ?? DEFAULTS.db,
+    minTrust,
+    trustRoot,
+    logLevel: enumOf<LogLevel>("logLevel", raw("logLevel", flags, env), DEFAULTS.logLevel),
+    maxBodyBytes: intOf("maxBodyBytes", raw("maxBodyBytes", flags, env), DEFAULTS.maxBodyBytes, 1024, 1 << 30),
+    fallbackInputPrice: intOf("fallbackInputPrice", raw("fallbackInputPrice", flags, env), DEFAULTS.fallbackInputPrice, 0, 1e12),
+    fallbackOutputPrice: intOf("fallbackOutputPrice", raw("fallbackOutputPrice", flags, env), DEFAULTS.fallbackOutputPrice, 0, 1e12),
+    cacheReadDiscountPercent: intOf(
+      "cacheReadDiscountPercent",
+      raw("cacheReadDiscountPercent", flags, env),
+      DEFAULTS.cacheReadDiscountPercent,
+      0,
+      100,
+    ),
+    ...(adminToken !== undefined ? { adminToken } : {}),
+    ...(jwt !== undefined ? { jwt } : {}),
+  };
+
+  if (mode === "production") refuseUnsafe(config);
+  return Object.freeze(config);
+}
+
+function refuseUnsafe(config: Config): void {
+  if (config.trustRoot === "development") {
+    throw new ConfigError("production mode refuses the development trust root (--trust-root development)");
+  }
+  if (config.adminToken === undefined) {
+    throw new ConfigError("production mode needs an admin token: set UMBRA_ADMIN_TOKEN or UMBRA_ADMIN_TOKEN_FILE");
+  }
+  if (config.adminToken.length < 32) {
+    throw new ConfigError("production mode needs an admin token of at least 32 characters");
+  }
+}
+
+/** Parses argv with the config options plus a command's own; unknown flags are an error. */
+export function parseFlags(
+  argv: readonly string[],
+  extra: NonNullable<ParseArgsConfig["options"]> = {},
+): { values: FlagValues; positionals: string[] } {
+  try {
+    const { values, positionals } = parseArgs({
+      args: [...argv],
+      options: { ...CONFIG_OPTIONS, ...extra },
+      allowPositionals: true,
+      strict: true,
+    });
+    return { values, positionals };
+  } catch (e) {
+    throw new ConfigError(e instanceof Error ? e.message : String(e));
+  }
+}

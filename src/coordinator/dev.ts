@@ -1,0 +1,96 @@
+/**
+ * `umbra-coordinator dev`: the newcomer's main job. Seeds (idempotently) a demo account with credit, a
+ * demo catalog with aliases and prices, issues a fresh demo API key, and prints ready-to-paste examples.
+ */
+import type { App } from "./app.ts";
+
+const DEMO_SUBJECT = "umbra-demo";
+const DEMO_CREDIT = 10_000_000; // $10
+
+export const DEMO_CATALOG = [
+  {
+    id: "mlx-community/Llama-3.2-3B-Instruct-4bit",
+    alias: "meta-llama/llama-3.2-3b-instruct",
+    body: {
+      owned_by: "meta-llama",
+      name: "Llama 3.2 3B Instruct",
+      display_name: "Llama 3.2 3B Instruct (MLX 4-bit)",
+      hugging_face_id: "mlx-community/Llama-3.2-3B-Instruct-4bit",
+      description: "Small general chat model; the demo provider answers with the echo engine.",
+      quantization: "4bit",
+      input_modalities: ["text"],
+      output_modalities: ["text"],
+      supported_sampling_parameters: ["temperature", "top_p", "stop", "max_tokens"],
+      supported_features: ["streaming"],
+      context_length: 131072,
+      max_output_length: 8192,
+    },
+    price: { input_price: 65_000, output_price: 130_000 },
+  },
+  {
+    id: "mlx-community/Qwen3-8B-8bit",
+    alias: "qwen/qwen3-8b",
+    body: {
+      owned_by: "qwen",
+      name: "Qwen3 8B",
+      hugging_face_id: "mlx-community/Qwen3-8B-8bit",
+      quantization: "8bit",
+      input_modalities: ["text"],
+      output_modalities: ["text"],
+      supported_features: ["streaming"],
+      context_length: 32768,
+      max_output_length: 8192,
+    },
+    price: { input_price: 200_000, output_price: 600_000, cache_read_price: 50_000 },
+  },
+] as const;
+
+export interface DevSeed {
+  readonly accountId: string;
+  readonly apiKey: string;
+}
+
+export async function seedDevelopment(app: App): Promise<DevSeed> {
+  const { admin, store } = app;
+  const existing = await store.accounts.findBySubject(DEMO_SUBJECT);
+  const account = existing ?? (await admin.createAccount({ name: "Demo", jwt_subject: DEMO_SUBJECT }));
+  const balance = existing ? existing.balance : 0;
+  if (balance < DEMO_CREDIT) await admin.creditAccount(account.id, { amount_micro_usd: DEMO_CREDIT - balance });
+  for (const m of DEMO_CATALOG) {
+    await admin.upsertModel(m.id, m.body);
+    await admin.setAlias(m.alias, { build_id: m.id });
+    await admin.setPrice(m.alias, m.price);
+  }
+  const key = await admin.createKey({ account_id: account.id, name: "demo" });
+  return { accountId: account.id, apiKey: key.key };
+}
+
+export function devBanner(url: string, seed: DevSeed, adminToken: string): string {
+  const model = DEMO_CATALOG[0].alias;
+  return `
+Umbra development coordinator on ${url}
+
+  Demo API key:   ${seed.apiKey}
+  Admin token:    ${adminToken}
+  Demo account:   ${seed.accountId}
+
+List the models and prices:
+
+  curl -s ${url}/v1/models -H "Authorization: Bearer ${seed.apiKey}"
+  curl -s ${url}/v1/models/${model} -H "Authorization: Bearer ${seed.apiKey}"
+  curl -s ${url}/v1/pricing
+
+With the official openai client (npm i openai), in a file demo.mjs:
+
+  import OpenAI from "openai";
+  const client = new OpenAI({ baseURL: "${url}/v1", apiKey: "${seed.apiKey}" });
+  for await (const m of client.models.list()) console.log(m.id);
+  console.log(await client.models.retrieve("${model}"));
+
+Administration (same database):
+
+  curl -s ${url}/admin/v1/accounts -H "Authorization: Bearer ${adminToken}"
+
+Press Ctrl-C to stop.
+`;
+}

@@ -1,0 +1,36 @@
+/**
+ * Prometheus metrics through prom-client, one Registry per app (no global default registry), so two apps
+ * in one test process never share counters. Labels are route templates and statuses, never ids or content.
+ */
+import { Counter, Histogram, Registry } from "prom-client";
+
+export interface Metrics {
+  readonly registry: Registry;
+  observeHttp(method: string, route: string, status: number, seconds: number): void;
+  render(): Promise<string>;
+}
+
+export function createMetrics(): Metrics {
+  const registry = new Registry();
+  const requests = new Counter({
+    name: "umbra_http_requests_total",
+    help: "HTTP requests by method, route template and status",
+    labelNames: ["method", "route", "status"] as const,
+    registers: [registry],
+  });
+  const duration = new Histogram({
+    name: "umbra_http_request_duration_seconds",
+    help: "HTTP request handling time until the response head",
+    labelNames: ["method", "route"] as const,
+    buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5],
+    registers: [registry],
+  });
+  return {
+    registry,
+    observeHttp(method, route, status, seconds) {
+      requests.inc({ method, route, status: String(status) });
+      duration.observe({ method, route }, seconds);
+    },
+    render: () => registry.metrics(),
+  };
+}

@@ -1,0 +1,22 @@
+/**
+ * The migrations, embedded in the binary: drizzle's `migrate()` reads files from disk, and a compiled
+ * binary has none. Add one import per generated file; test/unit/store/migrations.test.ts fails when the
+ * journal names a migration this list lacks or the embedded text differs from the file.
+ */
+import journal from "./meta/_journal.json" with { type: "json" };
+import m0000 from "./0000_init.sql" with { type: "text" };
+
+export interface EmbeddedMigration {
+  readonly tag: string;
+  /** drizzle-kit's journal timestamp; the order and the applied marker. */
+  readonly when: number;
+  readonly sql: string;
+}
+
+const TEXTS: Readonly<Record<string, string>> = { "0000_init": m0000 };
+
+export const MIGRATIONS: readonly EmbeddedMigration[] = journal.entries.map((e) => {
+  const sql = TEXTS[e.tag];
+  if (sql === undefined) throw new Error(`migration ${e.tag} is in the journal but not embedded`);
+  return { tag: e.tag, when: e.when, sql };
+});

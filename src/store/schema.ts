@@ -1,0 +1,153 @@
+/**
+ * Drizzle schema for the SQLite store. drizzle-kit generates src/store/migrations from this file
+ * (`make migrations`); the generated SQL is committed and embedded in the binary.
+ *
+ * Units: money in integer micro-USD, prices in micro-USD per million tokens, times in Unix milliseconds.
+ * No table holds prompt or completion content; api_keys and provider_tokens hold SHA-256 digests only.
+ */
+import { sql } from "drizzle-orm";
+import { check, index, integer, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
+
+export const accounts = sqliteTable("accounts", {
+  id: text("id").primaryKey(),
+  name: text("name").notNull(),
+  jwtSubject: text("jwt_subject").unique(),
+  createdAt: integer("created_at").notNull(),
+});
+
+export const balances = sqliteTable(
+  "balances",
+  {
+    accountId: text("account_id")
+      .primaryKey()
+      .references(() => accounts.id),
+    balance: integer("balance_micro_usd").notNull().default(0),
+    reserved: integer("reserved_micro_usd").notNull().default(0),
+    updatedAt: integer("updated_at").notNull(),
+  },
+  (t) => [check("balance_not_negative", sql`${t.balance} >= 0`), check("reserved_not_negative", sql`${t.reserved} >= 0`)],
+);
+
+/** Append-only. `amount` is signed: credits and earnings positive, charges negative. */
+export const ledgerEntries = sqliteTable(
+  "ledger_entries",
+  {
+    id: integer("id").primaryKey({ autoIncrement: true }),
+    accountId: text("account_id")
+      .notNull()
+      .references(() => accounts.id),
+    kind: text("kind", { enum: ["credit", "charge", "earning"] }).notNull(),
+    amount: integer("amount_micro_usd").notNull(),
+    balanceAfter: integer("balance_after_micro_usd").notNull(),
+    requestId: text("request_id"),
+    createdAt: integer("created_at").notNull(),
+  },
+  (t) => [
+    index("ledger_account_idx").on(t.accountId, t.id),
+    uniqueIndex("ledger_request_kind_idx").on(t.requestId, t.kind, t.accountId),
+  ],
+);
+
+export const apiKeys = sqliteTable(
+  "api_keys",
+  {
+    id: text("id").primaryKey(),
+    accountId: text("account_id")
+      .notNull()
+      .references(() => accounts.id),
+    keyHash: text("key_hash").notNull().unique(),
+    hint: text("hint").notNull(),
+    name: text("name"),
+    /** JSON array of model ids, or null for every model. */
+    allowedModels: text("allowed_models", { mode: "json" }).$type<string[]>(),
+    spendCap: integer("spend_cap_micro_usd"),
+    spent: integer("spent_micro_usd").notNull().default(0),
+    rpm: integer("rpm"),
+    tpm: integer("tpm"),
+    selfRouteOnly: integer("self_route_only", { mode: "boolean" }).notNull().default(false),
+    createdAt: integer("created_at").notNull(),
+    revokedAt: integer("revoked_at"),
+  },
+  (t) => [index("api_keys_account_idx").on(t.accountId)],
+);
+
+export const providerTokens = sqliteTable(
+  "provider_tokens",
+  {
+    id: text("id").primaryKey(),
+    accountId: text("account_id")
+      .notNull()
+      .references(() => accounts.id),
+    tokenHash: text("token_hash").notNull().unique(),
+    hint: text("hint").notNull(),
+    createdAt: integer("created_at").notNull(),
+    revokedAt: integer("revoked_at"),
+  },
+  (t) => [index("provider_tokens_account_idx").on(t.accountId)],
+);
+
+export const modelBuilds = sqliteTable("model_builds", {
+  id: text("id").primaryKey(),
+  created: integer("created").notNull(),
+  ownedBy: text("owned_by").notNull(),
+  modelType: text("model_type").notNull(),
+  name: text("name"),
+  displayName: text("display_name"),
+  huggingFaceId: text("hugging_face_id"),
+  description: text("description"),
+  quantization: text("quantization"),
+  deprecationDate: text("deprecation_date"),
+  inputModalities: text("input_modalities", { mode: "json" }).$type<string[]>(),
+  outputModalities: text("output_modalities", { mode: "json" }).$type<string[]>(),
+  supportedSamplingParameters: text("supported_sampling_parameters", { mode: "json" }).$type<string[]>(),
+  supportedFeatures: text("supported_features", { mode: "json" }).$type<string[]>(),
+  contextLength: integer("context_length"),
+  maxOutputLength: integer("max_output_length"),
+  updatedAt: integer("updated_at").notNull(),
+});
+
+export const modelAliases = sqliteTable("model_aliases", {
+  alias: text("alias").primaryKey(),
+  buildId: text("build_id")
+    .notNull()
+    .references(() => modelBuilds.id),
+  updatedAt: integer("updated_at").notNull(),
+});
+
+export const modelPrices = sqliteTable("model_prices", {
+  model: text("model").primaryKey(),
+  inputPrice: integer("input_price").notNull(),
+  outputPrice: integer("output_price").notNull(),
+  cacheReadPrice: integer("cache_read_price"),
+  updatedAt: integer("updated_at").notNull(),
+});
+
+/** One row per chat request outcome: ids, counts, money and timings. Never content. */
+export const usage = sqliteTable(
+  "usage",
+  {
+    requestId: text("request_id").primaryKey(),
+    accountId: text("account_id")
+      .notNull()
+      .references(() => accounts.id),
+    keyId: text("key_id"),
+    model: text("model").notNull(),
+    buildId: text("build_id").notNull(),
+    providerId: text("provider_id"),
+    promptTokens: integer("prompt_tokens").notNull(),
+    cachedTokens: integer("cached_tokens").notNull(),
+    completionTokens: integer("completion_tokens").notNull(),
+    cost: integer("cost_micro_usd").notNull(),
+    startedAt: integer("started_at").notNull(),
+    firstContentMs: integer("first_content_ms"),
+    durationMs: integer("duration_ms").notNull(),
+    outcome: text("outcome").notNull(),
+  },
+  (t) => [index("usage_account_idx").on(t.accountId, t.startedAt)],
+);
+
+/** Small key/value table; also the target of the start-up write probe. */
+export const storeMeta = sqliteTable("store_meta", {
+  key: text("key").primaryKey(),
+  value: text("value").notNull(),
+});

@@ -1,0 +1,29 @@
+/** The SQLite implementation of Store (the embedded default). */
+import { sql } from "drizzle-orm";
+import type { Store } from "../types.ts";
+import { sqliteAccounts } from "./accounts.ts";
+import { sqliteCatalog, sqlitePrices, sqliteUsage } from "./catalog.ts";
+import { sqliteApiKeys, sqliteProviderTokens } from "./keys.ts";
+import { openSqlite } from "./open.ts";
+
+/** Opens (creating and migrating) the database at `path`. Throws StoreOpenError. */
+export function createSqliteStore(path: string): Store {
+  const { client, db } = openSqlite(path);
+  let closed = false;
+  return {
+    accounts: sqliteAccounts(db),
+    keys: sqliteApiKeys(db),
+    providerTokens: sqliteProviderTokens(db),
+    catalog: sqliteCatalog(db),
+    prices: sqlitePrices(db),
+    usage: sqliteUsage(db),
+    async ping() {
+      db.run(sql`SELECT 1`);
+    },
+    close() {
+      if (closed) return;
+      closed = true;
+      client.close();
+    },
+  };
+}

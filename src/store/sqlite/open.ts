@@ -1,0 +1,73 @@
+/**
+ * Opens the SQLite database: creates its folder, sets WAL, foreign keys and a busy timeout, applies the
+ * embedded migrations in one transaction, and proves the file is writable before anyone relies on it.
+ *
+ * Migration bookkeeping uses drizzle's own `__drizzle_migrations` table (hash, created_at = journal
+ * timestamp), so drizzle-kit sees the same state as the coordinator.
+ */
+import { Database } from "bun:sqlite";
+import { mkdirSync } from "node:fs";
+import { dirname } from "node:path";
+import { drizzle, type BunSQLiteDatabase } from "drizzle-orm/bun-sqlite";
+import { MIGRATIONS } from "../migrations/index.ts";
+import * as schema from "../schema.ts";
+import { StoreOpenError } from "../types.ts";
+
+export type Db = BunSQLiteDatabase<typeof schema>;
+
+export interface OpenedDatabase {
+  readonly client: Database;
+  readonly db: Db;
+}
+
+/** Opens, migrates and write-probes `path` (":memory:" allowed). Throws StoreOpenError. */
+export function openSqlite(path: string): OpenedDatabase {
+  let client: Database;
+  try {
+    if (path !== ":memory:") mkdirSync(dirname(path), { recursive: true });
+    client = new Database(path, { create: true, readwrite: true, strict: true });
+  } catch (e) {
+    throw new StoreOpenError(`cannot open database ${path}: ${reason(e)}`);
+  }
+  try {
+    client.exec("PRAGMA busy_timeout = 5000");
+    client.exec("PRAGMA journal_mode = WAL");
+    client.exec("PRAGMA synchronous = NORMAL");
+    client.exec("PRAGMA foreign_keys = ON");
+    applyMigrations(client);
+    // The write probe: a database we can read but not write must stop the process now, not at the
+    // first paid request.
+    client.prepare("INSERT INTO store_meta (key, value) VALUES ('opened_at', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value").run(
+      String(Date.now()),
+    );
+  } catch (e) {
+    client.close();
+    throw new StoreOpenError(`database ${path} is not writable or not usable: ${reason(e)}`);
+  }
+  return { client, db: drizzle({ client, schema }) };
+}
+
+function applyMigrations(client: Database): void {
+  client.exec(
+    `CREATE TABLE IF NOT EXISTS "__drizzle_migrations" (id INTEGER PRIMARY KEY, hash text NOT NULL, created_at numeric)`,
+  );
+  const last = client.prepare(`SELECT created_at FROM "__drizzle_migrations" ORDER BY created_at DESC LIMIT 1`).get() as
+    | { created_at: number }
+    | null;
+  const pending = MIGRATIONS.filter((m) => last === null || Number(last.created_at) < m.when);
+  if (pending.length === 0) return;
+  client.transaction(() => {
+    for (const m of pending) {
+      for (const statement of m.sql.split("--> statement-breakpoint")) {
+        if (statement.trim() !== "") client.exec(statement);
+      }
+      client
+        .prepare(`INSERT INTO "__drizzle_migrations" (hash, created_at) VALUES (?, ?)`)
+        .run(new Bun.CryptoHasher("sha256").update(m.sql).digest("hex"), m.when);
+    }
+  })();
+}
+
+function reason(e: unknown): string {
+  return e instanceof Error ? e.message : String(e);
+}

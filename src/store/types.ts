@@ -1,0 +1,185 @@
+/**
+ * Store interfaces, split by domain. Every implementation (SQLite now, Postgres later) passes the one
+ * conformance suite in test/store/conformance.ts unchanged.
+ *
+ * Units: money in integer micro-USD; prices in micro-USD per million tokens; times in Unix milliseconds.
+ * Methods that write several rows do it atomically: on any failure nothing is written.
+ * A method returns `undefined` when the entity it names does not exist (and then writes nothing).
+ */
+
+export interface Account {
+  readonly id: string;
+  readonly name: string;
+  readonly jwtSubject: string | null;
+  readonly createdAt: number;
+  readonly balance: number;
+  readonly reserved: number;
+}
+
+export interface LedgerEntry {
+  readonly id: number;
+  readonly accountId: string;
+  readonly kind: "credit" | "charge" | "earning";
+  readonly amount: number;
+  readonly balanceAfter: number;
+  readonly requestId: string | null;
+  readonly createdAt: number;
+}
+
+export interface AccountStore {
+  /** Creates the account and its zero balance. Throws DuplicateError when the JWT subject is taken. */
+  create(input: { id: string; name: string; jwtSubject?: string | null; at: number }): Promise<Account>;
+  get(id: string): Promise<Account | undefined>;
+  findBySubject(subject: string): Promise<Account | undefined>;
+  list(): Promise<Account[]>;
+  /** Adds a positive amount and its ledger entry in one transaction. */
+  credit(input: { accountId: string; amount: number; at: number }): Promise<Account | undefined>;
+  /** Newest first. */
+  ledger(accountId: string, limit: number): Promise<LedgerEntry[]>;
+}
+
+export interface ApiKeyRecord {
+  readonly id: string;
+  readonly accountId: string;
+  readonly keyHash: string;
+  /** Last characters of the key, for people to tell keys apart. */
+  readonly hint: string;
+  readonly name: string | null;
+  readonly allowedModels: readonly string[] | null;
+  readonly spendCap: number | null;
+  readonly spent: number;
+  readonly rpm: number | null;
+  readonly tpm: number | null;
+  readonly selfRouteOnly: boolean;
+  readonly createdAt: number;
+  readonly revokedAt: number | null;
+}
+
+export type NewApiKey = Omit<ApiKeyRecord, "spent" | "revokedAt">;
+
+export interface ApiKeyStore {
+  /** Returns undefined when the account does not exist. */
+  create(key: NewApiKey): Promise<ApiKeyRecord | undefined>;
+  get(id: string): Promise<ApiKeyRecord | undefined>;
+  /** Finds a key by hash, revoked or not; callers check `revokedAt`. */
+  findByHash(keyHash: string): Promise<ApiKeyRecord | undefined>;
+  list(accountId?: string): Promise<ApiKeyRecord[]>;
+  /** Marks the key revoked (idempotent: the first revocation time stays). */
+  revoke(id: string, at: number): Promise<ApiKeyRecord | undefined>;
+}
+
+export interface ProviderTokenRecord {
+  readonly id: string;
+  readonly accountId: string;
+  readonly tokenHash: string;
+  readonly hint: string;
+  readonly createdAt: number;
+  readonly revokedAt: number | null;
+}
+
+export interface ProviderTokenStore {
+  create(token: Omit<ProviderTokenRecord, "revokedAt">): Promise<ProviderTokenRecord | undefined>;
+  findByHash(tokenHash: string): Promise<ProviderTokenRecord | undefined>;
+  list(accountId?: string): Promise<ProviderTokenRecord[]>;
+  revoke(id: string, at: number): Promise<ProviderTokenRecord | undefined>;
+}
+
+export interface ModelBuild {
+  readonly id: string;
+  readonly created: number;
+  readonly ownedBy: string;
+  readonly modelType: string;
+  readonly name: string | null;
+  readonly displayName: string | null;
+  readonly huggingFaceId: string | null;
+  readonly description: string | null;
+  readonly quantization: string | null;
+  readonly deprecationDate: string | null;
+  readonly inputModalities: readonly string[] | null;
+  readonly outputModalities: readonly string[] | null;
+  readonly supportedSamplingParameters: readonly string[] | null;
+  readonly supportedFeatures: readonly string[] | null;
+  readonly contextLength: number | null;
+  readonly maxOutputLength: number | null;
+}
+
+export interface ModelAlias {
+  readonly alias: string;
+  readonly buildId: string;
+}
+
+export interface CatalogStore {
+  /** Inserts or replaces every field of the build. */
+  upsertBuild(build: ModelBuild, at: number): Promise<ModelBuild>;
+  getBuild(id: string): Promise<ModelBuild | undefined>;
+  listBuilds(): Promise<ModelBuild[]>;
+  /** Returns undefined when the build does not exist. */
+  setAlias(alias: string, buildId: string, at: number): Promise<ModelAlias | undefined>;
+  getAlias(alias: string): Promise<ModelAlias | undefined>;
+  listAliases(): Promise<ModelAlias[]>;
+  deleteAlias(alias: string): Promise<boolean>;
+}
+
+export interface PriceRow {
+  readonly model: string;
+  readonly inputPrice: number;
+  readonly outputPrice: number;
+  readonly cacheReadPrice: number | null;
+}
+
+export interface PriceStore {
+  set(row: PriceRow, at: number): Promise<PriceRow>;
+  /** True when a row was removed. */
+  clear(model: string): Promise<boolean>;
+  get(model: string): Promise<PriceRow | undefined>;
+  list(): Promise<PriceRow[]>;
+}
+
+export interface UsageRecord {
+  readonly requestId: string;
+  readonly accountId: string;
+  readonly keyId: string | null;
+  readonly model: string;
+  readonly buildId: string;
+  readonly providerId: string | null;
+  readonly promptTokens: number;
+  readonly cachedTokens: number;
+  readonly completionTokens: number;
+  readonly cost: number;
+  readonly startedAt: number;
+  readonly firstContentMs: number | null;
+  readonly durationMs: number;
+  readonly outcome: string;
+}
+
+export interface UsageStore {
+  /** Idempotent per request id: a second record for the same request is ignored (returns false). */
+  record(row: UsageRecord): Promise<boolean>;
+  /** Newest first. */
+  list(accountId: string, limit: number): Promise<UsageRecord[]>;
+}
+
+export interface Store {
+  readonly accounts: AccountStore;
+  readonly keys: ApiKeyStore;
+  readonly providerTokens: ProviderTokenStore;
+  readonly catalog: CatalogStore;
+  readonly prices: PriceStore;
+  readonly usage: UsageStore;
+  /** Throws when the store cannot be read. */
+  ping(): Promise<void>;
+  close(): void;
+}
+
+/** A uniqueness constraint refused the write; `field` names the input that collided. */
+export class DuplicateError extends Error {
+  override readonly name = "DuplicateError";
+  constructor(readonly field: string) {
+    super(`${field} is already in use`);
+  }
+}
+
+/** The store cannot be opened, migrated or written. The message names the path, never data. */
+export class StoreOpenError extends Error {
+  override readonly name = "StoreOpenError";
+}
