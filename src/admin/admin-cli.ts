@@ -107,8 +107,17 @@ export const ADMIN_COMMANDS: Readonly<Record<string, Readonly<Record<string, Ver
   },
   models: {
     upsert: {
-      usage: "models upsert BUILD_ID [--json '{\"name\":...,\"context_length\":...}'] [--name N] [--description D] [--quantization Q] [--context-length N] [--max-output-length N] [--owned-by O]",
-      options: { json: str, name: str, description: str, quantization: str, "context-length": str, "max-output-length": str, "owned-by": str },
+      usage:
+        'models upsert BUILD_ID [--json \'{"name":...,"context_length":...}\'] [--name N] [--description D] [--quantization Q] [--context-length N] [--max-output-length N] [--owned-by O]',
+      options: {
+        json: str,
+        name: str,
+        description: str,
+        quantization: str,
+        "context-length": str,
+        "max-output-length": str,
+        "owned-by": str,
+      },
       positionals: 1,
       run: (a, [id], v) => {
         const base = jsonFlag(v.json);
@@ -120,13 +129,20 @@ export const ADMIN_COMMANDS: Readonly<Record<string, Readonly<Record<string, Ver
           max_output_length: num(v["max-output-length"]),
           owned_by: v["owned-by"],
         });
-        return a.upsertModel(id as string, typeof base === "object" && base !== null && !Array.isArray(base) ? { ...base, ...extra } : base);
+        return a.upsertModel(
+          id as string,
+          typeof base === "object" && base !== null && !Array.isArray(base) ? { ...base, ...extra } : base,
+        );
       },
     },
     list: { usage: "models list", positionals: 0, run: (a) => a.listBuilds() },
   },
   aliases: {
-    set: { usage: "aliases set ALIAS BUILD_ID", positionals: 2, run: (a, [alias, build]) => a.setAlias(alias as string, { build_id: build }) },
+    set: {
+      usage: "aliases set ALIAS BUILD_ID",
+      positionals: 2,
+      run: (a, [alias, build]) => a.setAlias(alias as string, { build_id: build }),
+    },
     delete: { usage: "aliases delete ALIAS", positionals: 1, run: (a, [alias]) => a.deleteAlias(alias as string) },
     list: { usage: "aliases list", positionals: 0, run: (a) => a.listAliases() },
   },
@@ -136,7 +152,10 @@ export const ADMIN_COMMANDS: Readonly<Record<string, Readonly<Record<string, Ver
       options: { input: str, output: str, "cache-read": str },
       positionals: 1,
       run: (a, [model], v) =>
-        a.setPrice(model as string, defined({ input_price: num(v.input), output_price: num(v.output), cache_read_price: num(v["cache-read"]) })),
+        a.setPrice(
+          model as string,
+          defined({ input_price: num(v.input), output_price: num(v.output), cache_read_price: num(v["cache-read"]) }),
+        ),
     },
     clear: { usage: "prices clear MODEL", positionals: 1, run: (a, [model]) => a.clearPrice(model as string) },
     list: { usage: "prices list", positionals: 0, run: (a) => a.listPrices() },

@@ -6,7 +6,7 @@
  * Errors: 400 with `param` for bad values, 404 for unknown ids, 409 for id collisions. Every operation
  * validates everything before its first write, and multi-row writes are single store transactions.
  */
-import { issueSecret, newId, API_KEY_PREFIX, PROVIDER_TOKEN_PREFIX } from "../auth/secrets.ts";
+import { API_KEY_PREFIX, issueSecret, newId, PROVIDER_TOKEN_PREFIX } from "../auth/secrets.ts";
 import { Errors } from "../errors/api-error.ts";
 import type { Account, ApiKeyRecord, ModelBuild, PriceRow, ProviderTokenRecord, Store } from "../store/types.ts";
 import { DuplicateError } from "../store/types.ts";
@@ -255,11 +255,12 @@ export class AdminService {
       huggingFaceId: optionalString(o, "hugging_face_id", { max: 256 }) ?? null,
       description: optionalString(o, "description", { max: 4000 }) ?? null,
       quantization: optionalString(o, "quantization", { max: 64 }) ?? null,
-      deprecationDate: optionalString(o, "deprecation_date", {
-        max: 32,
-        pattern: /^\d{4}-\d{2}-\d{2}$/,
-        patternHint: "must be a date as YYYY-MM-DD",
-      }) ?? null,
+      deprecationDate:
+        optionalString(o, "deprecation_date", {
+          max: 32,
+          pattern: /^\d{4}-\d{2}-\d{2}$/,
+          patternHint: "must be a date as YYYY-MM-DD",
+        }) ?? null,
       inputModalities: optionalStringArray(o, "input_modalities", { max: 32 }) ?? null,
       outputModalities: optionalStringArray(o, "output_modalities", { max: 32 }) ?? null,
       supportedSamplingParameters: optionalStringArray(o, "supported_sampling_parameters", { max: 64 }) ?? null,

@@ -23,7 +23,10 @@ export function errorHandling(logger: Logger) {
     if (code === "VALIDATION") return errorResponse(Errors.invalidValue("the request does not match the expected shape"));
     const apiError = toApiError(error);
     if (apiError.status === 500) {
-      logger.error("unhandled error", { error_name: error instanceof Error ? error.name : typeof error, route: new URL(request.url).pathname.slice(0, 100) });
+      logger.error("unhandled error", {
+        error_name: error instanceof Error ? error.name : typeof error,
+        route: new URL(request.url).pathname.slice(0, 100),
+      });
     }
     return errorResponse(apiError);
   });

@@ -3,7 +3,7 @@
  * public key as PEM or JWK JSON), asymmetric algorithms only, issuer and audience checked, expiry with
  * a small clock tolerance. Returns the value of the configured account claim.
  */
-import { createRemoteJWKSet, importJWK, importSPKI, jwtVerify, type JWK, type JWTVerifyGetKey } from "jose";
+import { createRemoteJWKSet, importJWK, importSPKI, type JWK, type JWTVerifyGetKey, jwtVerify } from "jose";
 import type { JwtConfig } from "../config/config.ts";
 
 const ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"];
@@ -21,9 +21,7 @@ function staticKey(material: string): JWTVerifyGetKey {
     const alg = header.alg;
     let key = cache.get(alg);
     if (!key) {
-      key = trimmed.startsWith("{")
-        ? (importJWK(JSON.parse(trimmed) as JWK, alg) as Promise<CryptoKey>)
-        : importSPKI(trimmed, alg);
+      key = trimmed.startsWith("{") ? (importJWK(JSON.parse(trimmed) as JWK, alg) as Promise<CryptoKey>) : importSPKI(trimmed, alg);
       cache.set(alg, key);
     }
     return key;

@@ -66,11 +66,22 @@ export class PricingService {
   /** Rates for a requested id; `buildId` is the build an alias resolves to (same as id for a build). */
   async ratesFor(id: string, buildId: string): Promise<Rates> {
     const own = await this.prices.get(id);
-    if (own) return { input: own.inputPrice, output: own.outputPrice, cacheRead: this.cacheRead(own.inputPrice, own.cacheReadPrice), source: "model" };
+    if (own)
+      return {
+        input: own.inputPrice,
+        output: own.outputPrice,
+        cacheRead: this.cacheRead(own.inputPrice, own.cacheReadPrice),
+        source: "model",
+      };
     if (buildId !== id) {
       const build = await this.prices.get(buildId);
       if (build) {
-        return { input: build.inputPrice, output: build.outputPrice, cacheRead: this.cacheRead(build.inputPrice, build.cacheReadPrice), source: "build" };
+        return {
+          input: build.inputPrice,
+          output: build.outputPrice,
+          cacheRead: this.cacheRead(build.inputPrice, build.cacheReadPrice),
+          source: "build",
+        };
       }
     }
     return this.fallback;

@@ -6,8 +6,9 @@
  * hidden build stays retrievable by exact id; required Model and ModelMetadata fields are always present,
  * optional ones only when known. A key's model allowlist filters both listing and retrieval.
  */
+
+import { type ModelPricing, modelPricing, type PricingService } from "../billing/pricing.ts";
 import type { FleetView } from "../fleet/fleet-view.ts";
-import { modelPricing, type ModelPricing, type PricingService } from "../billing/pricing.ts";
 import type { CatalogStore, ModelBuild } from "../store/types.ts";
 
 export interface ModelAttestation {

@@ -5,7 +5,7 @@
  * settings instead of warning about them. Nothing outside src/config reads the environment.
  */
 import { readFileSync } from "node:fs";
-import { parseArgs, type ParseArgsConfig } from "node:util";
+import { type ParseArgsConfig, parseArgs } from "node:util";
 
 export type Mode = "production" | "development";
 export type TrustLevel = "none" | "self_signed" | "hardware";
@@ -63,17 +63,49 @@ export const SETTINGS = {
   adminToken: { flag: "admin-token", env: "UMBRA_ADMIN_TOKEN", kind: "string", secret: true, help: "bearer token for /admin/v1" },
   mode: { flag: "mode", env: "UMBRA_MODE", kind: "enum", values: ["production", "development"], help: "production or development" },
   minTrust: { flag: "min-trust", env: "UMBRA_MIN_TRUST", kind: "enum", values: TRUST_LEVELS, help: "routing floor" },
-  trustRoot: { flag: "trust-root", env: "UMBRA_TRUST_ROOT", kind: "enum", values: ["apple", "development"], help: "attestation trust root" },
+  trustRoot: {
+    flag: "trust-root",
+    env: "UMBRA_TRUST_ROOT",
+    kind: "enum",
+    values: ["apple", "development"],
+    help: "attestation trust root",
+  },
   logLevel: { flag: "log-level", env: "UMBRA_LOG_LEVEL", kind: "enum", values: LOG_LEVELS, help: "error, warn, info or debug" },
   maxBodyBytes: { flag: "max-body-bytes", env: "UMBRA_MAX_BODY_BYTES", kind: "int", help: "largest accepted request body" },
-  fallbackInputPrice: { flag: "fallback-input-price", env: "UMBRA_FALLBACK_INPUT_PRICE", kind: "int", help: "micro-USD per million input tokens" },
-  fallbackOutputPrice: { flag: "fallback-output-price", env: "UMBRA_FALLBACK_OUTPUT_PRICE", kind: "int", help: "micro-USD per million output tokens" },
-  cacheReadDiscountPercent: { flag: "cache-read-discount", env: "UMBRA_CACHE_READ_DISCOUNT", kind: "int", help: "percent off the input rate for cached tokens" },
+  fallbackInputPrice: {
+    flag: "fallback-input-price",
+    env: "UMBRA_FALLBACK_INPUT_PRICE",
+    kind: "int",
+    help: "micro-USD per million input tokens",
+  },
+  fallbackOutputPrice: {
+    flag: "fallback-output-price",
+    env: "UMBRA_FALLBACK_OUTPUT_PRICE",
+    kind: "int",
+    help: "micro-USD per million output tokens",
+  },
+  cacheReadDiscountPercent: {
+    flag: "cache-read-discount",
+    env: "UMBRA_CACHE_READ_DISCOUNT",
+    kind: "int",
+    help: "percent off the input rate for cached tokens",
+  },
   jwtIssuer: { flag: "jwt-issuer", env: "UMBRA_JWT_ISSUER", kind: "string", help: "expected JWT iss" },
   jwtAudience: { flag: "jwt-audience", env: "UMBRA_JWT_AUDIENCE", kind: "string", help: "expected JWT aud" },
   jwtJwksUrl: { flag: "jwt-jwks-url", env: "UMBRA_JWT_JWKS_URL", kind: "string", help: "identity provider JWKS URL" },
-  jwtPublicKey: { flag: "jwt-public-key", env: "UMBRA_JWT_PUBLIC_KEY", kind: "string", secret: true, help: "static JWT verification key (PEM or JWK JSON)" },
-  jwtAccountClaim: { flag: "jwt-account-claim", env: "UMBRA_JWT_ACCOUNT_CLAIM", kind: "string", help: "claim that names the account (default sub)" },
+  jwtPublicKey: {
+    flag: "jwt-public-key",
+    env: "UMBRA_JWT_PUBLIC_KEY",
+    kind: "string",
+    secret: true,
+    help: "static JWT verification key (PEM or JWK JSON)",
+  },
+  jwtAccountClaim: {
+    flag: "jwt-account-claim",
+    env: "UMBRA_JWT_ACCOUNT_CLAIM",
+    kind: "string",
+    help: "claim that names the account (default sub)",
+  },
 } as const satisfies Record<string, Setting>;
 
 type SettingName = keyof typeof SETTINGS;

@@ -3,13 +3,13 @@
  * way, with a temporary store, a fixed clock or a fake fleet.
  */
 import { AdminService } from "../admin/admin-service.ts";
+import { createHttpApp, type HttpApp } from "../api/http.ts";
 import { type Authenticator, createAuthenticator } from "../auth/authenticator.ts";
 import { createJwtVerifier } from "../auth/jwt.ts";
 import { PricingService } from "../billing/pricing.ts";
 import { CatalogService } from "../catalog/catalog.ts";
 import type { Config } from "../config/config.ts";
 import { emptyFleet, type FleetView } from "../fleet/fleet-view.ts";
-import { createHttpApp, type HttpApp } from "../api/http.ts";
 import { createLogger, type Logger } from "../observability/logger.ts";
 import { createMetrics, type Metrics } from "../observability/metrics.ts";
 import type { Store } from "../store/types.ts";

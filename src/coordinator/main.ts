@@ -5,7 +5,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { ADMIN_COMMANDS, adminUsage, findVerb, runVerb, UsageError } from "../admin/admin-cli.ts";
-import { CONFIG_OPTIONS, type Config, ConfigError, loadConfig, parseFlags, type Mode } from "../config/config.ts";
+import { CONFIG_OPTIONS, type Config, ConfigError, loadConfig, type Mode, parseFlags } from "../config/config.ts";
 import { createSqliteStore } from "../store/sqlite/index.ts";
 import { StoreOpenError } from "../store/types.ts";
 import { VERSION } from "../version.ts";
@@ -47,7 +47,10 @@ async function serve(config: Config, dev: boolean): Promise<void> {
 }
 
 async function admin(argv: readonly string[]): Promise<number> {
-  const allOptions = Object.assign({}, ...Object.values(ADMIN_COMMANDS).flatMap((verbs) => Object.values(verbs).map((v) => v.options ?? {})));
+  const allOptions = Object.assign(
+    {},
+    ...Object.values(ADMIN_COMMANDS).flatMap((verbs) => Object.values(verbs).map((v) => v.options ?? {})),
+  );
   const { values, positionals } = parseFlags(argv, { ...allOptions, help: { type: "boolean" } });
   if (values.help === true || positionals.length === 0) {
     print(adminUsage());

@@ -15,7 +15,8 @@ export function listen(app: App, host = app.config.host, port = app.config.port)
     // Generous for ordinary requests; quiet streams opt out per request (see inference/).
     idleTimeout: 120,
     fetch: (request) => app.http.handle(request),
-    error: () => new Response(JSON.stringify(Errors.internal().toEnvelope()), { status: 500, headers: { "content-type": "application/json" } }),
+    error: () =>
+      new Response(JSON.stringify(Errors.internal().toEnvelope()), { status: 500, headers: { "content-type": "application/json" } }),
   });
   const shownHost = host.includes(":") ? `[${host}]` : host;
   return {

@@ -81,11 +81,9 @@ export const Errors = {
   invalidApiKey: make(401, "invalid_api_key"),
   invalidToken: make(401, "invalid_token"),
   /** Account balance too low. */
-  insufficientFunds: (message: string) =>
-    new ApiError(402, "insufficient_funds", "insufficient_quota", message),
+  insufficientFunds: (message: string) => new ApiError(402, "insufficient_funds", "insufficient_quota", message),
   /** Key spend cap reached. */
-  insufficientQuota: (message: string) =>
-    new ApiError(402, "insufficient_quota", "insufficient_quota", message),
+  insufficientQuota: (message: string) => new ApiError(402, "insufficient_quota", "insufficient_quota", message),
   modelNotAllowed: make(403, "model_not_allowed"),
   forbidden: make(403, "forbidden"),
   modelNotFound: make(404, "model_not_found"),

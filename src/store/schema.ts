@@ -42,10 +42,7 @@ export const ledgerEntries = sqliteTable(
     requestId: text("request_id"),
     createdAt: integer("created_at").notNull(),
   },
-  (t) => [
-    index("ledger_account_idx").on(t.accountId, t.id),
-    uniqueIndex("ledger_request_kind_idx").on(t.requestId, t.kind, t.accountId),
-  ],
+  (t) => [index("ledger_account_idx").on(t.accountId, t.id), uniqueIndex("ledger_request_kind_idx").on(t.requestId, t.kind, t.accountId)],
 );
 
 export const apiKeys = sqliteTable(

@@ -3,8 +3,9 @@
  * binary has none. Add one import per generated file; test/unit/store/migrations.test.ts fails when the
  * journal names a migration this list lacks or the embedded text differs from the file.
  */
-import journal from "./meta/_journal.json" with { type: "json" };
+
 import m0000 from "./0000_init.sql" with { type: "text" };
+import journal from "./meta/_journal.json" with { type: "json" };
 
 export interface EmbeddedMigration {
   readonly tag: string;

@@ -74,6 +74,12 @@ export function sqliteUsage(db: Db): UsageStore {
   return {
     record: async (row) => db.insert(usage).values(row).onConflictDoNothing().returning({ id: usage.requestId }).all().length > 0,
     list: async (accountId, limit) =>
-      db.select().from(usage).where(eq(usage.accountId, accountId)).orderBy(desc(usage.startedAt), desc(usage.requestId)).limit(limit).all(),
+      db
+        .select()
+        .from(usage)
+        .where(eq(usage.accountId, accountId))
+        .orderBy(desc(usage.startedAt), desc(usage.requestId))
+        .limit(limit)
+        .all(),
   };
 }

@@ -9,7 +9,11 @@ function accountExists(db: Db, id: string): boolean {
 
 export function sqliteApiKeys(db: Db): ApiKeyStore {
   const get = (id: string): ApiKeyRecord | undefined => db.select().from(apiKeys).where(eq(apiKeys.id, id)).get();
-  const findByHash = db.select().from(apiKeys).where(eq(apiKeys.keyHash, sql.placeholder("hash"))).prepare();
+  const findByHash = db
+    .select()
+    .from(apiKeys)
+    .where(eq(apiKeys.keyHash, sql.placeholder("hash")))
+    .prepare();
   return {
     async create(key) {
       if (!accountExists(db, key.accountId)) return undefined;
@@ -25,19 +29,23 @@ export function sqliteApiKeys(db: Db): ApiKeyStore {
         .orderBy(apiKeys.createdAt, apiKeys.id)
         .all(),
     async revoke(id, at) {
-      db.update(apiKeys).set({ revokedAt: at }).where(and(eq(apiKeys.id, id), isNull(apiKeys.revokedAt))).run();
+      db.update(apiKeys)
+        .set({ revokedAt: at })
+        .where(and(eq(apiKeys.id, id), isNull(apiKeys.revokedAt)))
+        .run();
       return get(id);
     },
   };
 }
 
 export function sqliteProviderTokens(db: Db): ProviderTokenStore {
-  const get = (id: string): ProviderTokenRecord | undefined =>
-    db.select().from(providerTokens).where(eq(providerTokens.id, id)).get();
+  const get = (id: string): ProviderTokenRecord | undefined => db.select().from(providerTokens).where(eq(providerTokens.id, id)).get();
   return {
     async create(token) {
       if (!accountExists(db, token.accountId)) return undefined;
-      db.insert(providerTokens).values({ ...token, revokedAt: null }).run();
+      db.insert(providerTokens)
+        .values({ ...token, revokedAt: null })
+        .run();
       return get(token.id);
     },
     findByHash: async (hash) => db.select().from(providerTokens).where(eq(providerTokens.tokenHash, hash)).get(),
@@ -49,7 +57,10 @@ export function sqliteProviderTokens(db: Db): ProviderTokenStore {
         .orderBy(providerTokens.createdAt, providerTokens.id)
         .all(),
     async revoke(id, at) {
-      db.update(providerTokens).set({ revokedAt: at }).where(and(eq(providerTokens.id, id), isNull(providerTokens.revokedAt))).run();
+      db.update(providerTokens)
+        .set({ revokedAt: at })
+        .where(and(eq(providerTokens.id, id), isNull(providerTokens.revokedAt)))
+        .run();
       return get(id);
     },
   };

@@ -8,7 +8,7 @@
 import { Database } from "bun:sqlite";
 import { mkdirSync } from "node:fs";
 import { dirname } from "node:path";
-import { drizzle, type BunSQLiteDatabase } from "drizzle-orm/bun-sqlite";
+import { type BunSQLiteDatabase, drizzle } from "drizzle-orm/bun-sqlite";
 import { MIGRATIONS } from "../migrations/index.ts";
 import * as schema from "../schema.ts";
 import { StoreOpenError } from "../types.ts";
@@ -37,9 +37,9 @@ export function openSqlite(path: string): OpenedDatabase {
     applyMigrations(client);
     // The write probe: a database we can read but not write must stop the process now, not at the
     // first paid request.
-    client.prepare("INSERT INTO store_meta (key, value) VALUES ('opened_at', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value").run(
-      String(Date.now()),
-    );
+    client
+      .prepare("INSERT INTO store_meta (key, value) VALUES ('opened_at', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value")
+      .run(String(Date.now()));
   } catch (e) {
     client.close();
     throw new StoreOpenError(`database ${path} is not writable or not usable: ${reason(e)}`);
@@ -48,12 +48,10 @@ export function openSqlite(path: string): OpenedDatabase {
 }
 
 function applyMigrations(client: Database): void {
-  client.exec(
-    `CREATE TABLE IF NOT EXISTS "__drizzle_migrations" (id INTEGER PRIMARY KEY, hash text NOT NULL, created_at numeric)`,
-  );
-  const last = client.prepare(`SELECT created_at FROM "__drizzle_migrations" ORDER BY created_at DESC LIMIT 1`).get() as
-    | { created_at: number }
-    | null;
+  client.exec(`CREATE TABLE IF NOT EXISTS "__drizzle_migrations" (id INTEGER PRIMARY KEY, hash text NOT NULL, created_at numeric)`);
+  const last = client.prepare(`SELECT created_at FROM "__drizzle_migrations" ORDER BY created_at DESC LIMIT 1`).get() as {
+    created_at: number;
+  } | null;
   const pending = MIGRATIONS.filter((m) => last === null || Number(last.created_at) < m.when);
   if (pending.length === 0) return;
   client.transaction(() => {

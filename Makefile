@@ -1,0 +1,48 @@
+# Umbra. Every target installs what it needs first (a fresh machine has only Node and npm).
+SHELL := /bin/bash
+BUN := node_modules/.bin/bun
+STAMP := node_modules/.umbra-installed
+BUILD_FLAGS := --compile --minify --bytecode --format=esm --sourcemap=none
+
+.PHONY: dev test check typecheck lint format build bench migrations clean deps
+
+deps: $(STAMP)
+
+# npm ci brings the pinned Bun (devDependency). If Bun's postinstall was skipped, its binary is a
+# stub: repair it once here rather than fail later with a confusing error.
+$(STAMP): package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	@$(BUN) --version >/dev/null 2>&1 || node node_modules/bun/install.js
+	@$(BUN) --version >/dev/null
+	@touch $@
+
+dev: deps
+	$(BUN) src/coordinator/main.ts dev
+
+test: deps
+	$(BUN) test
+
+typecheck: deps
+	node_modules/.bin/tsc -p .
+
+lint: deps
+	node_modules/.bin/biome check .
+
+format: deps
+	node_modules/.bin/biome check --write .
+
+check: typecheck lint test
+
+build: deps
+	$(BUN) build $(BUILD_FLAGS) src/coordinator/main.ts --outfile dist/umbra-coordinator
+	$(BUN) build $(BUILD_FLAGS) src/provider/main.ts --outfile dist/umbra-provider
+	@cd dist && sha256sum umbra-coordinator umbra-provider
+
+migrations: deps
+	node_modules/.bin/drizzle-kit generate
+
+bench: deps
+	$(BUN) bench/run.ts
+
+clean:
+	rm -rf dist .tmp
