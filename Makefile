@@ -4,7 +4,7 @@ BUN := node_modules/.bin/bun
 STAMP := node_modules/.umbra-installed
 BUILD_FLAGS := --compile --minify --bytecode --format=esm --sourcemap=none
 
-.PHONY: dev test check typecheck lint format build bench migrations clean deps
+.PHONY: dev test check typecheck lint format build migrations clean deps
 
 deps: $(STAMP)
 
@@ -41,8 +41,6 @@ build: deps
 migrations: deps
 	node_modules/.bin/drizzle-kit generate
 
-bench: deps
-	$(BUN) bench/run.ts
 
 clean:
 	rm -rf dist .tmp

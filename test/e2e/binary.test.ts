@@ -1,0 +1,120 @@
+/**
+ * The compiled binaries: two builds from the same sources are byte-identical, and the coordinator
+ * binary serves the real routes (minified Elysia breaks some hooks; only a binary test catches that).
+ */
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { tempDir } from "../support/harness.ts";
+
+const ROOT = join(import.meta.dir, "../..");
+const BUN = join(ROOT, "node_modules/.bin/bun");
+const FLAGS = ["build", "--compile", "--minify", "--bytecode", "--format=esm", "--sourcemap=none"];
+const ADMIN = "binary-test-admin-token-0123456789abcdef";
+
+const dirs = [tempDir("umbra-build-a-"), tempDir("umbra-build-b-")];
+const sha256 = (path: string) => createHash("sha256").update(readFileSync(path)).digest("hex");
+
+async function build(entry: string, out: string): Promise<void> {
+  const proc = Bun.spawn([BUN, ...FLAGS, join(ROOT, entry), "--outfile", out], { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
+  const code = await proc.exited;
+  if (code !== 0) throw new Error(`build of ${entry} failed: ${await new Response(proc.stderr).text()}`);
+}
+
+beforeAll(async () => {
+  for (const dir of dirs) {
+    await build("src/coordinator/main.ts", join(dir.path, "umbra-coordinator"));
+    await build("src/provider/main.ts", join(dir.path, "umbra-provider"));
+  }
+}, 240_000);
+
+afterAll(() => {
+  for (const d of dirs) d[Symbol.dispose]();
+});
+
+describe("reproducible builds", () => {
+  test.each(["umbra-coordinator", "umbra-provider"])("%s has the same SHA-256 twice", (name) => {
+    const [a, b] = dirs.map((d) => sha256(join(d.path, name)));
+    expect(a).toBe(b as string);
+  });
+});
+
+describe("compiled coordinator", () => {
+  test("serve: admin, consumer and public routes through the binary", async () => {
+    const dir = dirs[0]!.path;
+    const proc = Bun.spawn([join(dir, "umbra-coordinator"), "serve", "--listen", "127.0.0.1:0", "--db", join(dir, "umbra.db")], {
+      env: { ...process.env, UMBRA_ADMIN_TOKEN: ADMIN, UMBRA_LOG_LEVEL: "info" },
+      stdout: "pipe",
+      stderr: "pipe",
+    });
+    try {
+      // Wait for the "listening" log line, which carries the URL of the port the kernel picked.
+      const reader = proc.stderr.getReader();
+      let text = "";
+      let url: string | undefined;
+      while (url === undefined) {
+        const { done, value } = await reader.read();
+        if (done) throw new Error(`coordinator exited before listening: ${text}`);
+        text += new TextDecoder().decode(value);
+        url = /"url":"(http:\/\/[^"]+)"/.exec(text)?.[1];
+      }
+      const admin = (method: string, path: string, body?: unknown) =>
+        fetch(`${url}/admin/v1${path}`, {
+          method,
+          headers: { authorization: `Bearer ${ADMIN}`, "content-type": "application/json" },
+          ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+        }).then(async (r) => ({ status: r.status, body: (await r.json()) as Record<string, unknown> }));
+
+      const account = await admin("POST", "/accounts", { name: "bin" });
+      expect(account.status).toBe(200);
+      expect((await admin("PUT", "/models/org/built", { quantization: "4bit" })).status).toBe(200);
+      expect((await admin("PUT", "/aliases/org/alias", { build_id: "org/built" })).status).toBe(200);
+      const key = await admin("POST", "/keys", { account_id: account.body.id });
+      const apiKey = String(key.body.key);
+
+      const models = await fetch(`${url}/v1/models`, { headers: { authorization: `Bearer ${apiKey}` } });
+      expect(models.status).toBe(200);
+      expect(((await models.json()) as { data: { id: string }[] }).data.map((m) => m.id)).toEqual(["org/alias"]);
+
+      const one = await fetch(`${url}/v1/models/org%2Falias`, { headers: { authorization: `Bearer ${apiKey}` } });
+      expect(((await one.json()) as { id: string }).id).toBe("org/alias");
+
+      const unauth = await fetch(`${url}/v1/models`);
+      expect([unauth.status, ((await unauth.json()) as { error: { type: string } }).error.type]).toEqual([401, "authentication_error"]);
+
+      const badBody = await fetch(`${url}/admin/v1/accounts`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${ADMIN}` },
+        body: "{nope",
+      });
+      expect([badBody.status, ((await badBody.json()) as { error: { code: string } }).error.code]).toEqual([400, "invalid_json"]);
+
+      const pricing = await fetch(`${url}/v1/pricing`);
+      expect(((await pricing.json()) as { fallback_input_usd: string }).fallback_input_usd).toBe("$0.50");
+
+      expect((await fetch(`${url}/healthz`)).status).toBe(200);
+      expect(await (await fetch(`${url}/metrics`)).text()).toContain('route="/v1/models/*"');
+    } finally {
+      proc.kill("SIGTERM");
+      expect(await proc.exited).toBe(0);
+    }
+  }, 60_000);
+
+  test("serve refuses production without an admin token", async () => {
+    const dir = dirs[1]!.path;
+    const proc = Bun.spawn([join(dir, "umbra-coordinator"), "serve", "--listen", "127.0.0.1:0", "--db", join(dir, "x.db")], {
+      env: { PATH: process.env.PATH ?? "" },
+      stdout: "pipe",
+      stderr: "pipe",
+    });
+    expect(await proc.exited).toBe(2);
+    expect(await new Response(proc.stderr).text()).toContain("admin token");
+  });
+
+  test("the provider binary answers --version", async () => {
+    const proc = Bun.spawn([join(dirs[0]!.path, "umbra-provider"), "--version"], { stdout: "pipe" });
+    expect(await proc.exited).toBe(0);
+    expect((await new Response(proc.stdout).text()).trim()).toMatch(/^\d+\.\d+\.\d+$/);
+  });
+});

@@ -1,0 +1,50 @@
+import { describe, expect, test } from "bun:test";
+import { costOf, discountedCacheRead, usd, usdPerMillion, usdPerToken } from "../../../src/billing/money.ts";
+import golden from "../../fixtures/price-format.json" with { type: "json" };
+
+describe("price formatting (golden vectors)", () => {
+  test.each(golden.vectors.map((v) => [v.micro_per_million, v.usd_per_million, v.usd_per_token] as const))(
+    "%p micro-USD per million",
+    (micro, perMillion, perToken) => {
+      expect({ perMillion: usdPerMillion(micro), perToken: usdPerToken(micro) }).toEqual({ perMillion, perToken });
+    },
+  );
+
+  test("the per-token string parses back to the exact rate (no float drift)", () => {
+    for (const v of golden.vectors) {
+      const [whole, fraction = ""] = v.usd_per_token.split(".");
+      const picoUsd = BigInt(whole as string) * 10n ** 12n + BigInt(fraction.padEnd(12, "0") || "0");
+      expect(picoUsd).toBe(BigInt(v.micro_per_million));
+    }
+  });
+
+  test("usd formats an amount", () => {
+    expect([usd(0), usd(1), usd(10_000_000), usd(1_234_567)]).toEqual(["$0.00", "$0.000001", "$10.00", "$1.234567"]);
+  });
+});
+
+describe("cache-read discount", () => {
+  test.each([
+    [65_000, 50, 32_500],
+    [1, 50, 1], // rounds up: never below the true rate
+    [3, 50, 2],
+    [500_000, 0, 500_000],
+    [500_000, 100, 0],
+    [333, 10, 300], // 299.7 -> 300
+  ])("input %p less %p%% is %p", (input, percent, expected) => {
+    expect(discountedCacheRead(input, percent)).toBe(expected);
+  });
+});
+
+describe("costOf", () => {
+  test.each([
+    [0, 65_000, 0n],
+    [1, 65_000, 1n], // 0.065 micro-USD rounds up to 1
+    [1_000_000, 65_000, 65_000n],
+    [15, 1_000_000, 15n],
+    [1_000_001, 1_000_000, 1_000_001n],
+    [123_456_789, 1_000_000_000_000, 123_456_789_000_000n],
+  ])("%p tokens at %p per million cost %p", (tokens, rate, expected) => {
+    expect(costOf(tokens, rate)).toBe(expected);
+  });
+});

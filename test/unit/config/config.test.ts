@@ -1,0 +1,109 @@
+import { describe, expect, test } from "bun:test";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { ConfigError, loadConfig, parseFlags } from "../../../src/config/config.ts";
+import { tempDir } from "../../support/harness.ts";
+
+const STRONG = "x".repeat(40);
+
+describe("loadConfig", () => {
+  test("development defaults", () => {
+    expect(loadConfig({}, {}, "development")).toEqual({
+      mode: "development",
+      host: "127.0.0.1",
+      port: 8080,
+      db: "./data/umbra.db",
+      minTrust: "none",
+      trustRoot: "development",
+      logLevel: "info",
+      maxBodyBytes: 4 * 1024 * 1024,
+      fallbackInputPrice: 500_000,
+      fallbackOutputPrice: 1_500_000,
+      cacheReadDiscountPercent: 50,
+    });
+  });
+
+  test("production defaults with an admin token", () => {
+    const c = loadConfig({}, { UMBRA_ADMIN_TOKEN: STRONG });
+    expect([c.mode, c.minTrust, c.trustRoot, c.adminToken]).toEqual(["production", "hardware", "apple", STRONG]);
+  });
+
+  test("the result is frozen", () => {
+    const c = loadConfig({}, {}, "development");
+    expect(Object.isFrozen(c)).toBe(true);
+  });
+
+  test("a flag beats the environment, which beats the default", () => {
+    const env = { UMBRA_LISTEN: "0.0.0.0:9000", UMBRA_LOG_LEVEL: "debug" };
+    const c = loadConfig({ listen: "127.0.0.1:7000" }, env, "development");
+    expect([c.host, c.port, c.logLevel]).toEqual(["127.0.0.1", 7000, "debug"]);
+  });
+
+  test("secrets come from *_FILE", () => {
+    using dir = tempDir();
+    const file = join(dir.path, "token");
+    writeFileSync(file, `${STRONG}\n`);
+    expect(loadConfig({}, { UMBRA_ADMIN_TOKEN_FILE: file }).adminToken).toBe(STRONG);
+  });
+
+  test("an unreadable *_FILE is refused by name", () => {
+    expect(() => loadConfig({}, { UMBRA_ADMIN_TOKEN_FILE: "/nonexistent/token" })).toThrow("UMBRA_ADMIN_TOKEN_FILE");
+  });
+
+  test("IPv6 listen addresses", () => {
+    const c = loadConfig({ listen: "[::1]:0" }, {}, "development");
+    expect([c.host, c.port]).toEqual(["::1", 0]);
+  });
+
+  describe("production refuses unsafe settings", () => {
+    test.each([
+      ["no admin token", {}, "admin token"],
+      ["a short admin token", { UMBRA_ADMIN_TOKEN: "short" }, "at least 32"],
+      ["the development trust root", { UMBRA_ADMIN_TOKEN: STRONG, UMBRA_TRUST_ROOT: "development" }, "development trust root"],
+      [
+        "a plain-http JWKS URL",
+        { UMBRA_ADMIN_TOKEN: STRONG, UMBRA_JWT_JWKS_URL: "http://idp.example/jwks", UMBRA_JWT_ISSUER: "i", UMBRA_JWT_AUDIENCE: "a" },
+        "https",
+      ],
+    ])("%s", (_, env, message) => {
+      expect(() => loadConfig({}, env)).toThrow(message);
+    });
+  });
+
+  describe("invalid values name their flag", () => {
+    test.each([
+      [{ UMBRA_LISTEN: "nonsense:port" }, "--listen"],
+      [{ UMBRA_LISTEN: "127.0.0.1:70000" }, "--listen"],
+      [{ UMBRA_LOG_LEVEL: "verbose" }, "--log-level"],
+      [{ UMBRA_MIN_TRUST: "some" }, "--min-trust"],
+      [{ UMBRA_MODE: "staging" }, "--mode"],
+      [{ UMBRA_MAX_BODY_BYTES: "-5" }, "--max-body-bytes"],
+      [{ UMBRA_MAX_BODY_BYTES: "12" }, "--max-body-bytes"],
+      [{ UMBRA_CACHE_READ_DISCOUNT: "101" }, "--cache-read-discount"],
+      [{ UMBRA_FALLBACK_INPUT_PRICE: "1.5" }, "--fallback-input-price"],
+      [{ UMBRA_JWT_PUBLIC_KEY: "k" }, "--jwt-issuer"],
+      [{ UMBRA_JWT_PUBLIC_KEY: "k", UMBRA_JWT_JWKS_URL: "https://x/j", UMBRA_JWT_ISSUER: "i", UMBRA_JWT_AUDIENCE: "a" }, "exclusive"],
+    ])("%p", (env, message) => {
+      expect(() => loadConfig({}, env, "development")).toThrow(message);
+      expect(() => loadConfig({}, env, "development")).toThrow(ConfigError);
+    });
+  });
+
+  test("JWT settings", () => {
+    const c = loadConfig({}, { UMBRA_JWT_PUBLIC_KEY: "pem", UMBRA_JWT_ISSUER: "https://idp", UMBRA_JWT_AUDIENCE: "umbra" }, "development");
+    expect(c.jwt).toEqual({ issuer: "https://idp", audience: "umbra", publicKey: "pem", accountClaim: "sub" });
+  });
+});
+
+describe("parseFlags", () => {
+  test("unknown flags are an error", () => {
+    expect(() => parseFlags(["--no-such-flag"])).toThrow(ConfigError);
+  });
+
+  test("config flags and positionals", () => {
+    expect(parseFlags(["--db", "/tmp/x.db", "accounts", "list"])).toEqual({
+      values: { db: "/tmp/x.db" },
+      positionals: ["accounts", "list"],
+    });
+  });
+});
