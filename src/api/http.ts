@@ -4,6 +4,8 @@
  *   GET  /healthz /readyz /metrics                 no auth
  *   GET  /v1/pricing                               no auth
  *   GET  /v1/models, /v1/models/{id...}            consumer auth (API key or JWT)
+ *   POST /v1/chat/completions                      consumer auth
+ *   GET  /v1/provider/connect (WebSocket)          provider device token (provider-socket.ts, wired in server.ts)
  *   *    /admin/v1/...                             admin token
  *
  * Guard order per consumer route: auth -> (rate limit, sealed transport: later issues) -> handler.
@@ -14,10 +16,12 @@ import type { AdminService } from "../admin/admin-service.ts";
 import type { Authenticator } from "../auth/authenticator.ts";
 import type { PricingService } from "../billing/pricing.ts";
 import type { CatalogService } from "../catalog/catalog.ts";
+import type { ChatService } from "../inference/chat-service.ts";
 import type { Logger } from "../observability/logger.ts";
 import type { Metrics } from "../observability/metrics.ts";
 import type { Store } from "../store/types.ts";
 import { adminRoutes } from "./admin.ts";
+import { chatRoutes } from "./chat.ts";
 import { errorHandling } from "./errors.ts";
 import { healthRoutes } from "./health.ts";
 import { modelRoutes } from "./models.ts";
@@ -28,8 +32,10 @@ export interface HttpDeps {
   readonly catalog: CatalogService;
   readonly pricing: PricingService;
   readonly admin: AdminService;
+  readonly chat: ChatService;
   readonly authenticate: Authenticator;
   readonly adminToken: string | undefined;
+  readonly maxBodyBytes: number;
   readonly logger: Logger;
   readonly metrics: Metrics;
 }
@@ -49,6 +55,7 @@ export function createHttpApp(deps: HttpDeps): HttpApp {
     .use(healthRoutes(deps))
     .use(pricingRoutes(deps))
     .use(modelRoutes(deps))
+    .use(chatRoutes(deps))
     .use(adminRoutes(deps));
 
   return {

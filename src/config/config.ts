@@ -40,6 +40,19 @@ export interface Config {
   /** Cache-read rate = input rate less this percentage when no explicit rate is stored. */
   readonly cacheReadDiscountPercent: number;
   readonly jwt?: JwtConfig;
+  /** Output budget when a request names none (spec: server default). */
+  readonly defaultMaxTokens: number;
+  /** Time for the first content to arrive, over all failover attempts (then 429). */
+  readonly firstContentTimeoutMs: number;
+  /** Time for a provider to acknowledge an inference before the request moves on. */
+  readonly acceptTimeoutMs: number;
+  /** Time for the whole answer (then 504, or an in-band timeout error after commit). */
+  readonly requestTimeoutMs: number;
+  /** Providers tried for one request before first content. */
+  readonly maxAttempts: number;
+  readonly providerHeartbeatMs: number;
+  /** A provider silent for this long is disconnected and its requests fail over. */
+  readonly providerLivenessMs: number;
 }
 
 export class ConfigError extends Error {
@@ -106,6 +119,13 @@ export const SETTINGS = {
     kind: "string",
     help: "claim that names the account (default sub)",
   },
+  defaultMaxTokens: { flag: "default-max-tokens", env: "UMBRA_DEFAULT_MAX_TOKENS", kind: "int", help: "output budget when a request names none" },
+  firstContentTimeoutMs: { flag: "first-content-timeout-ms", env: "UMBRA_FIRST_CONTENT_TIMEOUT_MS", kind: "int", help: "deadline for first content" },
+  acceptTimeoutMs: { flag: "accept-timeout-ms", env: "UMBRA_ACCEPT_TIMEOUT_MS", kind: "int", help: "deadline for a provider to accept" },
+  requestTimeoutMs: { flag: "request-timeout-ms", env: "UMBRA_REQUEST_TIMEOUT_MS", kind: "int", help: "deadline for the whole answer" },
+  maxAttempts: { flag: "max-attempts", env: "UMBRA_MAX_ATTEMPTS", kind: "int", help: "providers tried before first content" },
+  providerHeartbeatMs: { flag: "provider-heartbeat-ms", env: "UMBRA_PROVIDER_HEARTBEAT_MS", kind: "int", help: "provider heartbeat interval" },
+  providerLivenessMs: { flag: "provider-liveness-ms", env: "UMBRA_PROVIDER_LIVENESS_MS", kind: "int", help: "provider liveness timeout" },
 } as const satisfies Record<string, Setting>;
 
 type SettingName = keyof typeof SETTINGS;
@@ -126,6 +146,13 @@ const DEFAULTS = {
   fallbackInputPrice: 500_000,
   fallbackOutputPrice: 1_500_000,
   cacheReadDiscountPercent: 50,
+  defaultMaxTokens: 4096,
+  firstContentTimeoutMs: 30_000,
+  acceptTimeoutMs: 5_000,
+  requestTimeoutMs: 600_000,
+  maxAttempts: 3,
+  providerHeartbeatMs: 5_000,
+  providerLivenessMs: 15_000,
 } as const;
 
 function raw(name: SettingName, flags: FlagValues, env: Env): string | undefined {
@@ -236,9 +263,19 @@ export function loadConfig(flags: FlagValues, env: Env, defaultMode: Mode = "pro
       0,
       100,
     ),
+    defaultMaxTokens: intOf("defaultMaxTokens", raw("defaultMaxTokens", flags, env), DEFAULTS.defaultMaxTokens, 1, 10_000_000),
+    firstContentTimeoutMs: intOf("firstContentTimeoutMs", raw("firstContentTimeoutMs", flags, env), DEFAULTS.firstContentTimeoutMs, 10, 3_600_000),
+    acceptTimeoutMs: intOf("acceptTimeoutMs", raw("acceptTimeoutMs", flags, env), DEFAULTS.acceptTimeoutMs, 10, 3_600_000),
+    requestTimeoutMs: intOf("requestTimeoutMs", raw("requestTimeoutMs", flags, env), DEFAULTS.requestTimeoutMs, 10, 86_400_000),
+    maxAttempts: intOf("maxAttempts", raw("maxAttempts", flags, env), DEFAULTS.maxAttempts, 1, 16),
+    providerHeartbeatMs: intOf("providerHeartbeatMs", raw("providerHeartbeatMs", flags, env), DEFAULTS.providerHeartbeatMs, 10, 600_000),
+    providerLivenessMs: intOf("providerLivenessMs", raw("providerLivenessMs", flags, env), DEFAULTS.providerLivenessMs, 20, 3_600_000),
     ...(adminToken !== undefined ? { adminToken } : {}),
     ...(jwt !== undefined ? { jwt } : {}),
   };
+  if (config.providerLivenessMs <= config.providerHeartbeatMs) {
+    throw new ConfigError("--provider-liveness-ms must be longer than --provider-heartbeat-ms");
+  }
 
   if (mode === "production") refuseUnsafe(config);
   return Object.freeze(config);

@@ -9,7 +9,9 @@ import { createJwtVerifier } from "../auth/jwt.ts";
 import { PricingService } from "../billing/pricing.ts";
 import { CatalogService } from "../catalog/catalog.ts";
 import type { Config } from "../config/config.ts";
-import { emptyFleet, type FleetView } from "../fleet/fleet-view.ts";
+import { Fleet } from "../fleet/fleet.ts";
+import type { FleetView } from "../fleet/fleet-view.ts";
+import { ChatService } from "../inference/chat-service.ts";
 import { createLogger, type Logger } from "../observability/logger.ts";
 import { createMetrics, type Metrics } from "../observability/metrics.ts";
 import type { Store } from "../store/types.ts";
@@ -26,6 +28,7 @@ export interface AppDeps {
   readonly store: Store;
   readonly clock?: Clock;
   readonly logger?: Logger;
+  /** Replaces the fleet as the catalog's capacity source (tests of /v1/models metadata). */
   readonly fleet?: FleetView;
 }
 
@@ -37,8 +40,12 @@ export interface App {
   readonly catalog: CatalogService;
   readonly pricing: PricingService;
   readonly authenticate: Authenticator;
+  readonly fleet: Fleet;
+  readonly chat: ChatService;
   readonly logger: Logger;
   readonly metrics: Metrics;
+  /** Stops background work (liveness sweeps) and ends provider sessions. */
+  close(): void;
 }
 
 export function createApp(deps: AppDeps): App {
@@ -48,9 +55,28 @@ export function createApp(deps: AppDeps): App {
   const logger = deps.logger ?? createLogger(config.logLevel);
   const metrics = createMetrics();
   const pricing = new PricingService(store.prices, config);
-  const catalog = new CatalogService(store.catalog, deps.fleet ?? emptyFleet, pricing);
+  const fleet = new Fleet({
+    minTrust: config.minTrust,
+    heartbeatIntervalMs: config.providerHeartbeatMs,
+    livenessTimeoutMs: config.providerLivenessMs,
+    logger,
+    now,
+  }).start();
+  const catalog = new CatalogService(store.catalog, deps.fleet ?? fleet, pricing);
   const admin = new AdminService(store, now);
   const authenticate = createAuthenticator(store, config.jwt && createJwtVerifier(config.jwt, now));
-  const http = createHttpApp({ store, catalog, pricing, admin, authenticate, adminToken: config.adminToken, logger, metrics });
-  return { config, store, http, admin, catalog, pricing, authenticate, logger, metrics };
+  const chat = new ChatService({ catalog, fleet, settings: config, logger, metrics, now });
+  const http = createHttpApp({
+    store,
+    catalog,
+    pricing,
+    admin,
+    chat,
+    authenticate,
+    adminToken: config.adminToken,
+    maxBodyBytes: config.maxBodyBytes,
+    logger,
+    metrics,
+  });
+  return { config, store, http, admin, catalog, pricing, authenticate, fleet, chat, logger, metrics, close: () => fleet.stop() };
 }

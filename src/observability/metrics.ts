@@ -7,6 +7,8 @@ import { Counter, Histogram, Registry } from "prom-client";
 export interface Metrics {
   readonly registry: Registry;
   observeHttp(method: string, route: string, status: number, seconds: number): void;
+  /** One chat answer's end: completed, failed or cancelled; streamed or not. */
+  observeChat(outcome: string, stream: boolean): void;
   render(): Promise<string>;
 }
 
@@ -25,8 +27,17 @@ export function createMetrics(): Metrics {
     buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5],
     registers: [registry],
   });
+  const chats = new Counter({
+    name: "umbra_chat_completions_total",
+    help: "Chat answers by outcome after dispatch committed",
+    labelNames: ["outcome", "stream"] as const,
+    registers: [registry],
+  });
   return {
     registry,
+    observeChat(outcome, stream) {
+      chats.inc({ outcome, stream: String(stream) });
+    },
     observeHttp(method, route, status, seconds) {
       requests.inc({ method, route, status: String(status) });
       duration.observe({ method, route }, seconds);

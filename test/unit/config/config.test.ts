@@ -20,6 +20,13 @@ describe("loadConfig", () => {
       fallbackInputPrice: 500_000,
       fallbackOutputPrice: 1_500_000,
       cacheReadDiscountPercent: 50,
+      defaultMaxTokens: 4096,
+      firstContentTimeoutMs: 30_000,
+      acceptTimeoutMs: 5_000,
+      requestTimeoutMs: 600_000,
+      maxAttempts: 3,
+      providerHeartbeatMs: 5_000,
+      providerLivenessMs: 15_000,
     });
   });
 
@@ -80,6 +87,8 @@ describe("loadConfig", () => {
       [{ UMBRA_MAX_BODY_BYTES: "-5" }, "--max-body-bytes"],
       [{ UMBRA_MAX_BODY_BYTES: "12" }, "--max-body-bytes"],
       [{ UMBRA_CACHE_READ_DISCOUNT: "101" }, "--cache-read-discount"],
+      [{ UMBRA_MAX_ATTEMPTS: "0" }, "--max-attempts"],
+      [{ UMBRA_PROVIDER_HEARTBEAT_MS: "5000", UMBRA_PROVIDER_LIVENESS_MS: "5000" }, "--provider-liveness-ms"],
       [{ UMBRA_FALLBACK_INPUT_PRICE: "1.5" }, "--fallback-input-price"],
       [{ UMBRA_JWT_PUBLIC_KEY: "k" }, "--jwt-issuer"],
       [{ UMBRA_JWT_PUBLIC_KEY: "k", UMBRA_JWT_JWKS_URL: "https://x/j", UMBRA_JWT_ISSUER: "i", UMBRA_JWT_AUDIENCE: "a" }, "exclusive"],

@@ -1,0 +1,64 @@
+/**
+ * GET /v1/provider/connect: the provider WebSocket. The bearer must be a live provider device token;
+ * otherwise the upgrade is refused with 401 and the error envelope. Frames go to the fleet's session,
+ * which validates each one; frames over MAX_FRAME_BYTES close the socket (1009) before parsing.
+ */
+import type { Server, ServerWebSocket, WebSocketHandler } from "bun";
+import { bearer } from "../auth/authenticator.ts";
+import { PROVIDER_TOKEN_PREFIX, sha256Hex } from "../auth/secrets.ts";
+import { Errors } from "../errors/api-error.ts";
+import type { Fleet } from "../fleet/fleet.ts";
+import type { ProviderSession, SessionIdentity } from "../fleet/session.ts";
+import type { Logger } from "../observability/logger.ts";
+import { MAX_FRAME_BYTES } from "../protocol/messages.ts";
+import type { Store } from "../store/types.ts";
+import { errorResponse } from "./errors.ts";
+
+export const PROVIDER_CONNECT_PATH = "/v1/provider/connect";
+
+export interface SocketData {
+  readonly identity: SessionIdentity;
+  session?: ProviderSession;
+}
+
+export interface ProviderSocket {
+  /** Authenticates and upgrades; returns a Response only when the upgrade is refused. */
+  upgrade(request: Request, server: Server<SocketData>): Promise<Response | undefined>;
+  readonly websocket: WebSocketHandler<SocketData>;
+}
+
+export function providerSocket(deps: { store: Store; fleet: Fleet; logger: Logger }): ProviderSocket {
+  return {
+    async upgrade(request, server) {
+      const token = bearer(request.headers.get("authorization"));
+      if (token === undefined || !token.startsWith(PROVIDER_TOKEN_PREFIX)) {
+        return errorResponse(Errors.invalidToken("a provider device token is required"));
+      }
+      const record = await deps.store.providerTokens.findByHash(sha256Hex(token));
+      if (!record || record.revokedAt !== null) return errorResponse(Errors.invalidToken("invalid or revoked provider device token"));
+      const data: SocketData = { identity: { accountId: record.accountId, tokenId: record.id } };
+      if (server.upgrade(request, { data })) return undefined;
+      return errorResponse(Errors.invalidValue("a WebSocket upgrade is required"));
+    },
+    websocket: {
+      maxPayloadLength: MAX_FRAME_BYTES,
+      idleTimeout: 120,
+      open(ws: ServerWebSocket<SocketData>) {
+        ws.data.session = deps.fleet.connect(
+          { send: (text) => void ws.send(text), close: (code, reason) => ws.close(code, reason) },
+          ws.data.identity,
+        );
+      },
+      message(ws: ServerWebSocket<SocketData>, message: string | Buffer) {
+        ws.data.session?.onFrame(message);
+      },
+      close(ws: ServerWebSocket<SocketData>, code: number) {
+        const session = ws.data.session;
+        if (session && !session.closed) {
+          deps.logger.info("provider disconnected", { provider_id: session.id, status: code });
+          session.onTransportClosed();
+        }
+      },
+    },
+  };
+}

@@ -1,0 +1,114 @@
+/**
+ * One attempt: a chat request dispatched to one provider session. The session pushes events as frames
+ * arrive; the consumer (dispatcher, then the response writer) pulls them with `next()`.
+ *
+ * Invariants: events arrive in protocol order (the session rejects out-of-order frames before they get
+ * here); after a terminal event (complete, error, lost) nothing more is pushed; `cancel()` is
+ * idempotent, tells the provider once, frees the session slot once, and ends a pending `next()` with
+ * a `lost` event so no waiter hangs.
+ */
+import type { Delta, ProviderErrorCode, Usage } from "../protocol/messages.ts";
+
+export type AttemptEvent =
+  | { readonly type: "accepted" }
+  | { readonly type: "chunk"; readonly delta: Delta }
+  | { readonly type: "complete"; readonly finishReason: string; readonly usage: Usage }
+  | { readonly type: "error"; readonly code: ProviderErrorCode }
+  | { readonly type: "lost"; readonly reason: string };
+
+export type CancelReason = "client_gone" | "deadline" | "failover" | "shutdown";
+
+export interface AttemptOwner {
+  /** Frees the slot and tells the provider (when `notify`); called once per attempt. */
+  release(attempt: Attempt, cancel: CancelReason | undefined): void;
+}
+
+export class Attempt {
+  private readonly queue: AttemptEvent[] = [];
+  private head = 0;
+  private waiter: ((e: AttemptEvent) => void) | undefined;
+  private ended = false;
+  private released = false;
+  private cancelReason: CancelReason | undefined;
+  /** Chunks received so far; the expected `seq` of the next chunk. */
+  chunks = 0;
+  acceptedAt: number | undefined;
+  firstContentAt: number | undefined;
+
+  constructor(
+    readonly requestId: string,
+    readonly attempt: number,
+    readonly providerId: string,
+    readonly startedAt: number,
+    private readonly owner: AttemptOwner,
+  ) {}
+
+  get key(): string {
+    return attemptKey(this.requestId, this.attempt);
+  }
+
+  /** True once a terminal event was pushed or the attempt was cancelled. */
+  get done(): boolean {
+    return this.ended;
+  }
+
+  /** Called by the session. */
+  push(event: AttemptEvent): void {
+    if (this.ended) return;
+    const terminal = event.type === "complete" || event.type === "error" || event.type === "lost";
+    if (terminal) {
+      this.ended = true;
+      this.release(undefined);
+    }
+    const waiter = this.waiter;
+    if (waiter) {
+      this.waiter = undefined;
+      waiter(event);
+    } else {
+      this.queue.push(event);
+    }
+  }
+
+  /** Number of events received but not yet consumed (for backpressure accounting). */
+  get backlog(): number {
+    return this.queue.length - this.head;
+  }
+
+  /** The next event; waits until one arrives. */
+  next(): Promise<AttemptEvent> {
+    if (this.head < this.queue.length) {
+      const e = this.queue[this.head] as AttemptEvent;
+      this.head++;
+      if (this.head > 64 && this.head * 2 > this.queue.length) {
+        this.queue.splice(0, this.head);
+        this.head = 0;
+      }
+      return Promise.resolve(e);
+    }
+    if (this.ended) return Promise.resolve({ type: "lost", reason: this.cancelReason ? `cancelled: ${this.cancelReason}` : "attempt ended" });
+    return new Promise((resolve) => {
+      this.waiter = resolve;
+    });
+  }
+
+  /** Stops the attempt: the provider is told, the slot freed, a pending next() ends with `lost`. */
+  cancel(reason: CancelReason): void {
+    if (this.ended) return;
+    this.ended = true;
+    this.cancelReason = reason;
+    this.release(reason);
+    const waiter = this.waiter;
+    this.waiter = undefined;
+    waiter?.({ type: "lost", reason: `cancelled: ${reason}` });
+  }
+
+  private release(cancel: CancelReason | undefined): void {
+    if (this.released) return;
+    this.released = true;
+    this.owner.release(this, cancel);
+  }
+}
+
+export function attemptKey(requestId: string, attempt: number): string {
+  return `${requestId}#${attempt}`;
+}

@@ -1,0 +1,148 @@
+/**
+ * The provider fleet: live sessions indexed by model build, liveness eviction, capacity figures for
+ * /v1/models, and candidate ordering for the scheduler.
+ *
+ * Routable = said hello, not draining, trust at or above the routing floor. Candidates for a build are
+ * routable sessions serving it with a free slot, ordered: warm first, then least loaded (active /
+ * max concurrency), then fastest recent first content. A session silent for longer than the liveness
+ * timeout is ended (its attempts fail over).
+ */
+import { randomBytes } from "node:crypto";
+import type { TrustLevel } from "../config/config.ts";
+import { TRUST_LEVELS } from "../config/config.ts";
+import type { Logger } from "../observability/logger.ts";
+import { CLOSE } from "../protocol/messages.ts";
+import type { FleetView, ModelCapacity } from "./fleet-view.ts";
+import { ProviderSession, type SessionIdentity, type SessionSettings, type SessionTransport } from "./session.ts";
+
+export interface FleetOptions extends SessionSettings {
+  readonly minTrust: TrustLevel;
+  readonly logger: Logger;
+  readonly now: () => number;
+}
+
+const rank = (t: TrustLevel) => TRUST_LEVELS.indexOf(t);
+
+export class Fleet implements FleetView {
+  private readonly sessions = new Map<string, ProviderSession>();
+  private readonly byBuild = new Map<string, Set<ProviderSession>>();
+  private sweeper: ReturnType<typeof setInterval> | undefined;
+
+  constructor(private readonly options: FleetOptions) {}
+
+  /** Starts liveness eviction; `stop()` ends it. */
+  start(): this {
+    this.sweeper ??= setInterval(() => this.sweep(), Math.max(50, Math.floor(this.options.heartbeatIntervalMs / 2)));
+    this.sweeper.unref?.();
+    return this;
+  }
+
+  stop(): void {
+    if (this.sweeper) clearInterval(this.sweeper);
+    this.sweeper = undefined;
+    for (const s of [...this.sessions.values()]) s.terminate(CLOSE.goingAway, "coordinator shutting down");
+  }
+
+  /** A new connection: the session waits for hello. */
+  connect(transport: SessionTransport, identity: SessionIdentity): ProviderSession {
+    const id = `prov_${randomBytes(9).toString("base64url")}`;
+    const session = new ProviderSession(
+      id,
+      identity,
+      transport,
+      {
+        onReady: (s) => {
+          for (const build of s.models.keys()) {
+            let set = this.byBuild.get(build);
+            if (!set) {
+              set = new Set();
+              this.byBuild.set(build, set);
+            }
+            set.add(s);
+          }
+        },
+        onClosed: (s) => {
+          this.sessions.delete(s.id);
+          for (const build of s.models.keys()) {
+            const set = this.byBuild.get(build);
+            set?.delete(s);
+            if (set?.size === 0) this.byBuild.delete(build);
+          }
+        },
+      },
+      this.options,
+      this.options.logger,
+      this.options.now,
+    );
+    this.sessions.set(id, session);
+    return session;
+  }
+
+  /** Ends sessions that were silent past the liveness timeout (and those that never said hello). */
+  sweep(): void {
+    const cutoff = this.options.now() - this.options.livenessTimeoutMs;
+    for (const s of [...this.sessions.values()]) {
+      if (s.lastSeen < cutoff) s.terminate(CLOSE.timeout, "no heartbeat within the liveness timeout");
+    }
+  }
+
+  private routable(s: ProviderSession): boolean {
+    return s.ready && !s.draining && rank(s.trust) >= rank(this.options.minTrust);
+  }
+
+  /** True when at least one live session (routable or not) serves the build. */
+  serves(buildId: string): boolean {
+    return (this.byBuild.get(buildId)?.size ?? 0) > 0;
+  }
+
+  /** True when a routable session serves the build, free slot or not. */
+  hasRoutable(buildId: string, accept?: (s: ProviderSession) => boolean): boolean {
+    for (const s of this.byBuild.get(buildId) ?? []) if (this.routable(s) && (!accept || accept(s))) return true;
+    return false;
+  }
+
+  /** Routable sessions for the build with a free slot, best first; `accept` filters further. */
+  candidates(buildId: string, accept?: (s: ProviderSession) => boolean): ProviderSession[] {
+    const out: ProviderSession[] = [];
+    for (const s of this.byBuild.get(buildId) ?? []) {
+      if (this.routable(s) && s.freeSlots > 0 && (!accept || accept(s))) out.push(s);
+    }
+    if (out.length > 1) {
+      out.sort((a, b) => {
+        const warm = Number(b.warm.has(buildId)) - Number(a.warm.has(buildId));
+        if (warm !== 0) return warm;
+        const load = a.active / a.maxConcurrency - b.active / b.maxConcurrency;
+        if (load !== 0) return load;
+        return (a.firstContentMs ?? 0) - (b.firstContentMs ?? 0);
+      });
+    }
+    return out;
+  }
+
+  capacity(buildId: string): ModelCapacity {
+    let providerCount = 0;
+    let routable = 0;
+    let warm = 0;
+    let canAccept = false;
+    for (const s of this.byBuild.get(buildId) ?? []) {
+      if (!s.ready) continue;
+      providerCount++;
+      if (s.warm.has(buildId)) warm++;
+      if (this.routable(s)) {
+        routable++;
+        if (s.freeSlots > 0) canAccept = true;
+      }
+    }
+    // No attestation yet: nothing is verified, so nothing is attested (docs/security.md).
+    return { providerCount, attestedProviders: 0, routableProviders: routable, warmProviders: warm, canAccept, trustLevel: "none" };
+  }
+
+  get size(): number {
+    return this.sessions.size;
+  }
+
+  /** Sessions for tests and status pages. */
+  list(): ProviderSession[] {
+    return [...this.sessions.values()];
+  }
+}

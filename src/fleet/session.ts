@@ -1,0 +1,252 @@
+/**
+ * One connected provider: protocol state machine, capacity, and its in-flight attempts.
+ *
+ * States: awaiting_hello -> ready -> (draining) -> closed. The first frame must be `hello` with a
+ * supported protocol version; then heartbeats and attempt frames. Any malformed or out-of-order frame
+ * (second hello, a frame for an attempt never dispatched here, chunk before accepted, a seq gap, a
+ * frame after the attempt's terminal frame) ends the session with a logged reason, and every attempt
+ * still open on it receives `lost` so its request can fail over. Frames for attempts the coordinator
+ * cancelled are expected (they cross in flight) and ignored.
+ *
+ * `active` counts attempts the coordinator assigned and not yet released: it is the authoritative load,
+ * independent of what heartbeats report.
+ */
+import type { TrustLevel } from "../config/config.ts";
+import type { Logger } from "../observability/logger.ts";
+import {
+  CLOSE,
+  encode,
+  type Hello,
+  type Inference,
+  PROTOCOL_VERSION,
+  ProtocolError,
+  type ProviderFrame,
+  type ProviderStatus,
+  parseProviderFrame,
+  type ServedModel,
+} from "../protocol/messages.ts";
+import { Attempt, type AttemptOwner, attemptKey, type CancelReason } from "./attempt.ts";
+
+export interface SessionTransport {
+  send(text: string): void;
+  close(code: number, reason: string): void;
+}
+
+export interface SessionIdentity {
+  readonly accountId: string;
+  readonly tokenId: string;
+}
+
+export interface SessionHooks {
+  /** The session said hello and was welcomed: index it. */
+  onReady(session: ProviderSession): void;
+  /** The session ended: drop it from every index. */
+  onClosed(session: ProviderSession): void;
+}
+
+export interface SessionSettings {
+  readonly heartbeatIntervalMs: number;
+  readonly livenessTimeoutMs: number;
+}
+
+type State = "awaiting_hello" | "ready" | "closed";
+
+/** How many cancelled attempt keys a session remembers to ignore their late frames. */
+const RECENT_LIMIT = 4096;
+/** Weight of the newest sample in the first-content latency average. */
+const EWMA_WEIGHT = 0.2;
+
+export class ProviderSession implements AttemptOwner {
+  private state: State = "awaiting_hello";
+  private readonly attempts = new Map<string, Attempt>();
+  private readonly recent = new Set<string>();
+  hello: Hello | undefined;
+  readonly models = new Map<string, ServedModel>();
+  maxConcurrency = 0;
+  active = 0;
+  reportedQueued = 0;
+  status: ProviderStatus = "idle";
+  warm = new Set<string>();
+  trust: TrustLevel = "none";
+  lastSeen: number;
+  /** Exponentially weighted first-content latency in ms; undefined until a sample exists. */
+  firstContentMs: number | undefined;
+  served = 0;
+
+  constructor(
+    readonly id: string,
+    readonly identity: SessionIdentity,
+    private readonly transport: SessionTransport,
+    private readonly hooks: SessionHooks,
+    private readonly settings: SessionSettings,
+    private readonly logger: Logger,
+    private readonly now: () => number,
+  ) {
+    this.lastSeen = now();
+  }
+
+  get ready(): boolean {
+    return this.state === "ready";
+  }
+
+  get closed(): boolean {
+    return this.state === "closed";
+  }
+
+  get draining(): boolean {
+    return this.status === "draining";
+  }
+
+  get freeSlots(): number {
+    return Math.max(0, this.maxConcurrency - this.active);
+  }
+
+  serves(buildId: string): boolean {
+    return this.models.has(buildId);
+  }
+
+  /** Handles one frame from the provider; never throws. */
+  onFrame(data: string | Buffer | ArrayBuffer | Uint8Array): void {
+    if (this.state === "closed") return;
+    this.lastSeen = this.now();
+    let frame: ProviderFrame;
+    try {
+      frame = parseProviderFrame(data);
+      this.apply(frame);
+    } catch (e) {
+      const reason = e instanceof ProtocolError ? e.message : "internal error handling a frame";
+      this.terminate(CLOSE.protocolError, reason);
+    }
+  }
+
+  private apply(frame: ProviderFrame): void {
+    if (this.state === "awaiting_hello") {
+      if (frame.type !== "hello") throw new ProtocolError(`expected hello, got ${frame.type}`);
+      if (!frame.protocol_versions.includes(PROTOCOL_VERSION)) {
+        this.terminate(CLOSE.version, `no supported protocol version (coordinator speaks ${PROTOCOL_VERSION})`);
+        return;
+      }
+      this.hello = frame;
+      for (const m of frame.models) this.models.set(m.build_id, m);
+      this.maxConcurrency = frame.max_concurrency;
+      this.state = "ready";
+      this.transport.send(
+        encode({
+          type: "welcome",
+          protocol_version: PROTOCOL_VERSION,
+          provider_id: this.id,
+          trust_level: this.trust,
+          heartbeat_interval_ms: this.settings.heartbeatIntervalMs,
+          liveness_timeout_ms: this.settings.livenessTimeoutMs,
+        }),
+      );
+      this.logger.info("provider connected", { provider_id: this.id, account_id: this.identity.accountId, count: this.models.size });
+      this.hooks.onReady(this);
+      return;
+    }
+    switch (frame.type) {
+      case "hello":
+        throw new ProtocolError("second hello");
+      case "heartbeat":
+        this.status = frame.status;
+        this.warm = new Set(frame.warm_models);
+        this.reportedQueued = frame.queued;
+        return;
+      default: {
+        const key = attemptKey(frame.request_id, frame.attempt);
+        const attempt = this.attempts.get(key);
+        if (!attempt) {
+          if (this.recent.has(key)) return; // crossed our cancel in flight
+          throw new ProtocolError(`${frame.type} for an attempt not dispatched to this provider`);
+        }
+        this.applyAttemptFrame(attempt, frame);
+      }
+    }
+  }
+
+  private applyAttemptFrame(attempt: Attempt, frame: Exclude<ProviderFrame, Hello | { type: "heartbeat" }>): void {
+    switch (frame.type) {
+      case "accepted":
+        if (attempt.acceptedAt !== undefined) throw new ProtocolError("duplicate accepted");
+        attempt.acceptedAt = this.now();
+        attempt.push({ type: "accepted" });
+        return;
+      case "chunk":
+        if (attempt.acceptedAt === undefined) throw new ProtocolError("chunk before accepted");
+        if (frame.seq !== attempt.chunks) throw new ProtocolError(`chunk seq ${frame.seq}, expected ${attempt.chunks}`);
+        attempt.chunks++;
+        if (attempt.firstContentAt === undefined) {
+          attempt.firstContentAt = this.now();
+          const sample = attempt.firstContentAt - attempt.startedAt;
+          this.firstContentMs = this.firstContentMs === undefined ? sample : this.firstContentMs * (1 - EWMA_WEIGHT) + sample * EWMA_WEIGHT;
+        }
+        attempt.push({ type: "chunk", delta: frame.delta });
+        return;
+      case "complete":
+        if (attempt.acceptedAt === undefined) throw new ProtocolError("complete before accepted");
+        if (frame.seq !== attempt.chunks) throw new ProtocolError(`complete after ${frame.seq} chunks, received ${attempt.chunks}`);
+        this.served++;
+        attempt.push({ type: "complete", finishReason: frame.finish_reason, usage: frame.usage });
+        return;
+      case "error":
+        attempt.push({ type: "error", code: frame.code });
+        return;
+    }
+  }
+
+  /** Sends an inference frame and returns its attempt; the caller checked `freeSlots`. */
+  dispatch(frame: Inference): Attempt {
+    const attempt = new Attempt(frame.request_id, frame.attempt, this.id, this.now(), this);
+    this.attempts.set(attempt.key, attempt);
+    this.active++;
+    try {
+      this.transport.send(encode(frame));
+    } catch {
+      attempt.push({ type: "lost", reason: "send failed" });
+    }
+    return attempt;
+  }
+
+  /** AttemptOwner: frees the slot, remembers the key, tells the provider when cancelling. */
+  release(attempt: Attempt, cancel: CancelReason | undefined): void {
+    if (!this.attempts.delete(attempt.key)) return;
+    this.active--;
+    if (cancel === undefined) return;
+    this.remember(attempt.key);
+    if (this.state !== "closed") {
+      try {
+        this.transport.send(encode({ type: "cancel", request_id: attempt.requestId, attempt: attempt.attempt, reason: cancel }));
+      } catch {
+        // The connection is going away; its close handler fails the rest.
+      }
+    }
+  }
+
+  private remember(key: string): void {
+    if (this.recent.size >= RECENT_LIMIT) {
+      const oldest = this.recent.values().next().value;
+      if (oldest !== undefined) this.recent.delete(oldest);
+    }
+    this.recent.add(key);
+  }
+
+  /** Ends the session from our side (protocol violation, liveness, shutdown). */
+  terminate(code: number, reason: string): void {
+    if (this.state === "closed") return;
+    this.logger.warn("provider session ended", { provider_id: this.id, reason, status: code });
+    try {
+      this.transport.close(code, reason.slice(0, 120));
+    } catch {
+      // already gone
+    }
+    this.onTransportClosed();
+  }
+
+  /** The connection closed (either side): fail open attempts, unindex. Idempotent. */
+  onTransportClosed(): void {
+    if (this.state === "closed") return;
+    this.state = "closed";
+    for (const attempt of [...this.attempts.values()]) attempt.push({ type: "lost", reason: "provider disconnected" });
+    this.hooks.onClosed(this);
+  }
+}

@@ -1,0 +1,115 @@
+/**
+ * Validation of a TextChatRequest (docs/api.md) and the output budget rules of the spec:
+ *   1. omitted, null or 0 -> the server default budget;
+ *   2. a positive value requests that budget (model limits still apply: the budget is clamped);
+ *   3. negative or malformed -> 400;
+ *   4. positive max_tokens wins; else a positive max_completion_tokens is copied to max_tokens;
+ *   5. (sending only one is preferred: both are accepted).
+ * `n` > 1 is 400. temperature, top_p and stop are type-checked; other fields pass through to the
+ * runtime, except identity fields, which are dropped. Error messages name fields, never their content.
+ */
+import { Errors } from "../errors/api-error.ts";
+import type { EngineRequestBody } from "../protocol/messages.ts";
+import { isObject, type JsonObject } from "../validation/fields.ts";
+
+export interface ChatMessage {
+  readonly role: string;
+  readonly content: string;
+}
+
+export interface ChatRequest {
+  readonly model: string;
+  readonly messages: readonly ChatMessage[];
+  readonly stream: boolean;
+  /** The positive budget the client asked for, if any (rules 1, 2, 4). */
+  readonly requestedMaxTokens: number | undefined;
+  /** Fields forwarded to the runtime as they came (sampling parameters and the like). */
+  readonly passThrough: Readonly<Record<string, unknown>>;
+}
+
+/** Fields the coordinator consumes itself, and identity fields it never forwards. */
+const CONSUMED = new Set(["model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens", "n"]);
+const IDENTITY = new Set(["user", "safety_identifier", "metadata", "store"]);
+
+function budget(o: JsonObject, name: string): number | undefined {
+  const v = o[name];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== "number" || !Number.isInteger(v)) throw Errors.invalidValue(`'${name}' must be an integer`, name);
+  if (v < 0) throw Errors.invalidValue(`'${name}' must be at least 0`, name);
+  return v === 0 ? undefined : v;
+}
+
+function finiteNumber(o: JsonObject, name: string): void {
+  const v = o[name];
+  if (v !== undefined && v !== null && (typeof v !== "number" || !Number.isFinite(v))) {
+    throw Errors.invalidValue(`'${name}' must be a number`, name);
+  }
+}
+
+export function parseChatRequest(body: unknown): ChatRequest {
+  if (body === undefined) throw Errors.invalidJson("a JSON request body is required");
+  if (!isObject(body)) throw Errors.invalidJson("the request body must be a JSON object");
+
+  const model = body.model;
+  if (model === undefined || model === null) throw Errors.missingField("model");
+  if (typeof model !== "string" || model.length === 0 || model.length > 256) {
+    throw Errors.invalidValue("'model' must be a non-empty string of at most 256 characters", "model");
+  }
+
+  const rawMessages = body.messages;
+  if (rawMessages === undefined || rawMessages === null) throw Errors.missingField("messages");
+  if (!Array.isArray(rawMessages)) throw Errors.invalidValue("'messages' must be an array", "messages");
+  if (rawMessages.length === 0) throw Errors.invalidValue("'messages' must hold at least 1 message", "messages");
+  const messages: ChatMessage[] = new Array(rawMessages.length);
+  for (let i = 0; i < rawMessages.length; i++) {
+    const m: unknown = rawMessages[i];
+    if (!isObject(m)) throw Errors.invalidValue(`'messages[${i}]' must be an object`, `messages[${i}]`);
+    if (typeof m.role !== "string" || m.role.length === 0) {
+      throw Errors.invalidValue(`'messages[${i}].role' must be a non-empty string`, `messages[${i}].role`);
+    }
+    if (typeof m.content !== "string") throw Errors.invalidValue(`'messages[${i}].content' must be a string`, `messages[${i}].content`);
+    messages[i] = { role: m.role, content: m.content };
+  }
+
+  const stream = body.stream;
+  if (stream !== undefined && stream !== null && typeof stream !== "boolean") throw Errors.invalidValue("'stream' must be a boolean", "stream");
+  if (body.stream_options !== undefined && body.stream_options !== null && !isObject(body.stream_options)) {
+    throw Errors.invalidValue("'stream_options' must be an object", "stream_options");
+  }
+
+  const maxTokens = budget(body, "max_tokens");
+  const maxCompletionTokens = budget(body, "max_completion_tokens");
+
+  const n = body.n;
+  if (n !== undefined && n !== null) {
+    if (typeof n !== "number" || !Number.isInteger(n) || n < 1) throw Errors.invalidValue("'n' must be a positive integer", "n");
+    if (n > 1) throw Errors.unsupportedValue("'n' greater than 1 is not supported", "n");
+  }
+
+  finiteNumber(body, "temperature");
+  finiteNumber(body, "top_p");
+  const stop = body.stop;
+  if (stop !== undefined && stop !== null && typeof stop !== "string") {
+    if (!Array.isArray(stop) || !stop.every((s) => typeof s === "string")) {
+      throw Errors.invalidValue("'stop' must be a string or an array of strings", "stop");
+    }
+  }
+
+  const passThrough: Record<string, unknown> = {};
+  for (const key of Object.keys(body)) {
+    if (!CONSUMED.has(key) && !IDENTITY.has(key) && body[key] !== undefined) passThrough[key] = body[key];
+  }
+
+  return { model, messages, stream: stream === true, requestedMaxTokens: maxTokens ?? maxCompletionTokens, passThrough };
+}
+
+/** The output budget after the server default and the model's limit. */
+export function effectiveBudget(requested: number | undefined, defaultMaxTokens: number, modelLimit: number | null): number {
+  const wanted = requested ?? defaultMaxTokens;
+  return modelLimit === null ? wanted : Math.min(wanted, modelLimit);
+}
+
+/** The request as the provider's engine receives it. */
+export function engineBody(request: ChatRequest, maxTokens: number): EngineRequestBody {
+  return { ...request.passThrough, messages: request.messages, max_tokens: maxTokens };
+}

@@ -1,0 +1,145 @@
+/**
+ * Dispatch with failover: sends a request to the best candidate and waits for its first content.
+ *
+ * Before first content, a provider error, refusal, disconnect, or silence (no `accepted` within the
+ * accept timeout) moves the request to the next candidate, up to `maxAttempts` providers; the losing
+ * attempt is cancelled. The first-content deadline covers all attempts together. Outcomes:
+ *   - first content (a chunk with content, or `complete`): the committed attempt is returned;
+ *   - no provider serves the model: 503 model_unavailable;
+ *   - providers exist but none has a free slot: 503 service_unavailable with Retry-After;
+ *   - every tried provider failed: 502 provider_error (503 when all of them were merely busy);
+ *   - the deadline passed: 429 first_content_timeout with Retry-After;
+ *   - the runtime refused the request itself (context length, invalid request): 400;
+ *   - the client went away: ClientGone (nobody reads the answer).
+ */
+import { Errors } from "../errors/api-error.ts";
+import type { Fleet } from "../fleet/fleet.ts";
+import type { Attempt, AttemptEvent } from "../fleet/attempt.ts";
+import type { ProviderSession } from "../fleet/session.ts";
+import type { EngineRequestBody } from "../protocol/messages.ts";
+
+export interface DispatchSettings {
+  readonly firstContentTimeoutMs: number;
+  readonly acceptTimeoutMs: number;
+  readonly maxAttempts: number;
+}
+
+export interface DispatchRequest {
+  readonly requestId: string;
+  readonly buildId: string;
+  readonly body: EngineRequestBody;
+  readonly signal: AbortSignal;
+  /** Extra filter on candidates (self-route: the caller's own machines). */
+  readonly accept?: (s: ProviderSession) => boolean;
+}
+
+export interface Committed {
+  readonly attempt: Attempt;
+  /** The event that committed: a chunk with content, or `complete`. */
+  readonly first: Extract<AttemptEvent, { type: "chunk" } | { type: "complete" }>;
+}
+
+/** The client disconnected before the answer was ready. */
+export class ClientGone extends Error {
+  override readonly name = "ClientGone";
+}
+
+const TIMEOUT = Symbol("timeout");
+/** Provider errors after which another provider may well succeed. */
+const RETRYABLE = new Set(["busy", "draining", "model_not_loaded", "engine_error", "engine_unavailable", "timeout", "cancelled"]);
+const BUSY = new Set(["busy", "draining"]);
+
+function waitFor(attempt: Attempt, ms: number): Promise<AttemptEvent | typeof TIMEOUT> {
+  if (ms <= 0) return Promise.resolve(TIMEOUT);
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  return Promise.race([
+    attempt.next(),
+    new Promise<typeof TIMEOUT>((resolve) => {
+      timer = setTimeout(() => resolve(TIMEOUT), ms);
+    }),
+  ]).finally(() => clearTimeout(timer));
+}
+
+export async function dispatch(fleet: Fleet, settings: DispatchSettings, request: DispatchRequest, now: () => number): Promise<Committed> {
+  const deadline = now() + settings.firstContentTimeoutMs;
+  const tried = new Set<string>();
+  let current: Attempt | undefined;
+  let failures = 0;
+  let busyFailures = 0;
+  const onAbort = () => current?.cancel("client_gone");
+  request.signal.addEventListener("abort", onAbort, { once: true });
+  try {
+    for (let n = 0; n < settings.maxAttempts; n++) {
+      if (request.signal.aborted) throw new ClientGone();
+      const session = fleet.candidates(request.buildId, (s) => !tried.has(s.id) && (!request.accept || request.accept(s)))[0];
+      if (!session) break;
+      tried.add(session.id);
+      const attempt = session.dispatch({
+        type: "inference",
+        request_id: request.requestId,
+        attempt: n,
+        model: request.buildId,
+        first_content_deadline_ms: Math.max(1, deadline - now()),
+        request: request.body,
+      });
+      current = attempt;
+      const outcome = await untilFirstContent(attempt, settings, deadline, now);
+      if (outcome.kind === "committed") return { attempt, first: outcome.first };
+      if (request.signal.aborted) throw new ClientGone();
+      if (outcome.kind === "deadline") {
+        attempt.cancel("deadline");
+        throw Errors.firstContentTimeout("no provider produced content before the first-content deadline", 1);
+      }
+      attempt.cancel("failover");
+      if (outcome.kind === "refused") {
+        if (outcome.code === "context_length_exceeded") {
+          throw Errors.invalidValue("the prompt and output budget exceed the model's context length", "messages");
+        }
+        throw Errors.invalidValue("the model runtime rejected the request parameters");
+      }
+      failures++;
+      if (outcome.kind === "failed" && BUSY.has(outcome.code)) busyFailures++;
+      if (now() >= deadline) throw Errors.firstContentTimeout("no provider produced content before the first-content deadline", 1);
+    }
+  } finally {
+    request.signal.removeEventListener("abort", onAbort);
+  }
+  if (failures > 0 && failures === busyFailures) {
+    throw Errors.serviceUnavailable("every provider for this model is busy", undefined, { "retry-after": "1" });
+  }
+  if (failures > 0) throw Errors.providerError("the provider failed before producing content");
+  if (!fleet.serves(request.buildId) || !fleet.hasRoutable(request.buildId, request.accept)) {
+    throw Errors.modelUnavailable("no provider is serving this model right now", "model");
+  }
+  throw Errors.serviceUnavailable("every provider for this model is busy", undefined, { "retry-after": "1" });
+}
+
+type Outcome =
+  | { kind: "committed"; first: Committed["first"] }
+  | { kind: "failed"; code: string }
+  | { kind: "refused"; code: string }
+  | { kind: "lost" }
+  | { kind: "silent" }
+  | { kind: "deadline" };
+
+async function untilFirstContent(attempt: Attempt, settings: DispatchSettings, deadline: number, now: () => number): Promise<Outcome> {
+  for (;;) {
+    const remaining = deadline - now();
+    const limit = attempt.acceptedAt === undefined ? Math.min(settings.acceptTimeoutMs, remaining) : remaining;
+    const event = await waitFor(attempt, limit);
+    if (event === TIMEOUT) return attempt.acceptedAt === undefined && remaining > settings.acceptTimeoutMs ? { kind: "silent" } : { kind: "deadline" };
+    switch (event.type) {
+      case "accepted":
+        continue;
+      case "chunk":
+        if (!event.delta.content && !event.delta.reasoning_content) continue;
+        return { kind: "committed", first: event };
+      case "complete":
+        return { kind: "committed", first: event };
+      case "error":
+        return RETRYABLE.has(event.code) ? { kind: "failed", code: event.code } : { kind: "refused", code: event.code };
+      case "lost":
+        return { kind: "lost" };
+    }
+  }
+}

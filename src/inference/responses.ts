@@ -1,0 +1,153 @@
+/**
+ * Turning a committed attempt into the consumer's answer.
+ *
+ * Non-streaming: collect every delta until `complete`, then one ChatCompletion. A failure before
+ * `complete` is still an HTTP error (nothing was sent yet).
+ *
+ * Streaming (the spec's phase table): the HTTP 200 and `text/event-stream` are sent by the caller only
+ * after dispatch committed on first content. Then: content chunks, a usage-only chunk, the terminal
+ * finish chunk, exactly one `data: [DONE]`. A failure after commit is one `data: {"error": ...}` event
+ * and no [DONE]. No keepalive comments. A client that goes away cancels the attempt at once.
+ *
+ * finish_reason is corrected to `length` when the provider used the whole output budget.
+ */
+import { randomBytes } from "node:crypto";
+import { type ApiError, Errors } from "../errors/api-error.ts";
+import type { AttemptEvent } from "../fleet/attempt.ts";
+import type { Usage } from "../protocol/messages.ts";
+import type { Committed } from "./dispatch.ts";
+
+export interface ResponseContext {
+  /** The model id the client asked for (an alias stays an alias). */
+  readonly model: string;
+  readonly maxTokens: number;
+  readonly created: number;
+  readonly id: string;
+}
+
+export interface Outcome {
+  readonly status: "completed" | "failed" | "cancelled";
+  readonly usage: Usage | undefined;
+  readonly completionChars: number;
+  readonly finishReason: string | undefined;
+}
+
+export function completionId(): string {
+  return `chatcmpl-${randomBytes(12).toString("base64url")}`;
+}
+
+export function finishReason(reported: string, usage: Usage, maxTokens: number): string {
+  return usage.completion_tokens >= maxTokens ? "length" : reported;
+}
+
+export function usageJson(u: Usage) {
+  return {
+    prompt_tokens: u.prompt_tokens,
+    completion_tokens: u.completion_tokens,
+    total_tokens: u.prompt_tokens + u.completion_tokens,
+    ...(u.cached_tokens !== undefined ? { prompt_tokens_details: { cached_tokens: u.cached_tokens } } : {}),
+    ...(u.reasoning_tokens !== undefined ? { completion_tokens_details: { reasoning_tokens: u.reasoning_tokens } } : {}),
+  };
+}
+
+/** The error a post-commit failure turns into. */
+function failureOf(event: AttemptEvent): ApiError {
+  if (event.type === "lost" && event.reason === "cancelled: deadline") return Errors.timeout("the request timed out");
+  if (event.type === "error" && event.code === "timeout") return Errors.timeout("the provider timed out");
+  return Errors.providerError("the provider failed while generating the response");
+}
+
+/** Collects the whole answer. Throws an ApiError when the attempt fails before `complete`. */
+export async function collectCompletion(committed: Committed, ctx: ResponseContext, onEnd: (o: Outcome) => void) {
+  let content = "";
+  let reasoning = "";
+  let event: AttemptEvent = committed.first;
+  for (;;) {
+    if (event.type === "chunk") {
+      if (event.delta.content) content += event.delta.content;
+      if (event.delta.reasoning_content) reasoning += event.delta.reasoning_content;
+    } else if (event.type === "complete") {
+      const reason = finishReason(event.finishReason, event.usage, ctx.maxTokens);
+      onEnd({ status: "completed", usage: event.usage, completionChars: content.length, finishReason: reason });
+      return {
+        id: ctx.id,
+        object: "chat.completion" as const,
+        created: ctx.created,
+        model: ctx.model,
+        choices: [
+          {
+            index: 0,
+            message: { role: "assistant" as const, content, ...(reasoning ? { reasoning_content: reasoning } : {}) },
+            finish_reason: reason,
+          },
+        ],
+        usage: usageJson(event.usage),
+      };
+    } else if (event.type !== "accepted") {
+      onEnd({ status: "failed", usage: undefined, completionChars: content.length, finishReason: undefined });
+      throw failureOf(event);
+    }
+    event = await committed.attempt.next();
+  }
+}
+
+const encoder = new TextEncoder();
+const DONE = encoder.encode("data: [DONE]\n\n");
+
+/** The event stream of a committed attempt; the caller sends it with status 200. */
+export function streamCompletion(committed: Committed, ctx: ResponseContext, onEnd: (o: Outcome) => void): ReadableStream<Uint8Array> {
+  const { attempt } = committed;
+  const head = `{"id":"${ctx.id}","object":"chat.completion.chunk","created":${ctx.created},"model":${JSON.stringify(ctx.model)},`;
+  const frame = (rest: string) => encoder.encode(`data: ${head}${rest}}\n\n`);
+  let pending: AttemptEvent | undefined = committed.first;
+  let chars = 0;
+  let finished = false;
+  const end = (o: Outcome) => {
+    if (finished) return;
+    finished = true;
+    onEnd(o);
+  };
+
+  return new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      // Loop until something is enqueued or the stream ends: a pull that resolves having enqueued
+      // nothing is not called again, and the reader would wait forever.
+      for (;;) {
+        const event = pending ?? (await attempt.next());
+        pending = undefined;
+        if (finished) return;
+        switch (event.type) {
+          case "accepted":
+            continue;
+          case "chunk": {
+            const delta = event.delta;
+            if (!delta.content && !delta.reasoning_content) continue;
+            chars += delta.content?.length ?? 0;
+            controller.enqueue(frame(`"choices":[{"index":0,"delta":${JSON.stringify(delta)},"finish_reason":null}]`));
+            return;
+          }
+          case "complete": {
+            const reason = finishReason(event.finishReason, event.usage, ctx.maxTokens);
+            controller.enqueue(frame(`"choices":[],"usage":${JSON.stringify(usageJson(event.usage))}`));
+            controller.enqueue(frame(`"choices":[{"index":0,"delta":{},"finish_reason":${JSON.stringify(reason)}}]`));
+            controller.enqueue(DONE);
+            end({ status: "completed", usage: event.usage, completionChars: chars, finishReason: reason });
+            controller.close();
+            return;
+          }
+          default: {
+            const error = failureOf(event);
+            controller.enqueue(encoder.encode(`data: ${JSON.stringify(error.toEnvelope())}\n\n`));
+            end({ status: "failed", usage: undefined, completionChars: chars, finishReason: undefined });
+            controller.close();
+            return;
+          }
+        }
+      }
+    },
+    cancel() {
+      attempt.cancel("client_gone");
+      end({ status: "cancelled", usage: undefined, completionChars: chars, finishReason: undefined });
+    },
+  });
+}

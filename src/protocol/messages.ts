@@ -1,0 +1,352 @@
+/**
+ * Coordinator <-> provider protocol, version 1 (docs/protocol.md). Shared by both binaries.
+ *
+ * Transport: one WebSocket per provider (`GET /v1/provider/connect`, bearer = provider device token),
+ * one JSON object per text frame, discriminated by `type`. The provider speaks first (`hello`); the
+ * coordinator answers `welcome` or closes. Every frame is parsed by the functions below: a frame that
+ * is not JSON, has an unknown `type`, a missing or mistyped field, or exceeds MAX_FRAME_BYTES throws
+ * ProtocolError, and the receiving side ends the session with that reason (never with content).
+ *
+ * Flow of one attempt (request id + attempt number):
+ *   C->P inference -> P->C accepted -> P->C chunk (seq 0, 1, 2, ...) -> P->C complete (seq = chunks sent)
+ *   or, at any point: P->C error, or C->P cancel (after which late frames for the attempt are ignored).
+ */
+
+export const PROTOCOL_VERSION = 1;
+/** Largest frame either side accepts, in bytes (a WebSocket larger than this is closed with 1009). */
+export const MAX_FRAME_BYTES = 1024 * 1024;
+/** Largest inference frame the coordinator sends (a whole chat request). */
+export const MAX_INFERENCE_FRAME_BYTES = 8 * 1024 * 1024;
+
+/** WebSocket close codes used by both sides. */
+export const CLOSE = {
+  normal: 1000,
+  goingAway: 1001,
+  protocolError: 1002,
+  tooBig: 1009,
+  /** Authentication refused or revoked. */
+  unauthorized: 4001,
+  /** Unsupported protocol version. */
+  version: 4002,
+  /** Liveness: no heartbeat in time. */
+  timeout: 4008,
+} as const;
+
+export type ProviderStatus = "idle" | "serving" | "draining";
+
+/** The closed vocabulary of provider errors. */
+export const PROVIDER_ERROR_CODES = [
+  "busy",
+  "draining",
+  "model_not_loaded",
+  "invalid_request",
+  "context_length_exceeded",
+  "engine_error",
+  "engine_unavailable",
+  "timeout",
+  "cancelled",
+] as const;
+export type ProviderErrorCode = (typeof PROVIDER_ERROR_CODES)[number];
+
+export interface ServedModel {
+  readonly build_id: string;
+  readonly quantization?: string;
+  readonly context_length?: number;
+  readonly max_output_length?: number;
+  readonly weight_hash?: string;
+}
+
+export interface Hello {
+  readonly type: "hello";
+  readonly protocol_versions: readonly number[];
+  readonly provider_version: string;
+  readonly engine: string;
+  readonly hardware?: { readonly chip?: string; readonly memory_gb?: number };
+  readonly models: readonly ServedModel[];
+  readonly max_concurrency: number;
+}
+
+export interface Heartbeat {
+  readonly type: "heartbeat";
+  readonly status: ProviderStatus;
+  readonly warm_models: readonly string[];
+  readonly active: number;
+  readonly queued: number;
+}
+
+export interface Accepted {
+  readonly type: "accepted";
+  readonly request_id: string;
+  readonly attempt: number;
+}
+
+export interface Delta {
+  readonly content?: string;
+  readonly reasoning_content?: string;
+}
+
+export interface Chunk {
+  readonly type: "chunk";
+  readonly request_id: string;
+  readonly attempt: number;
+  readonly seq: number;
+  readonly delta: Delta;
+}
+
+export interface Usage {
+  readonly prompt_tokens: number;
+  readonly completion_tokens: number;
+  readonly cached_tokens?: number;
+  readonly reasoning_tokens?: number;
+}
+
+export interface Complete {
+  readonly type: "complete";
+  readonly request_id: string;
+  readonly attempt: number;
+  /** Number of chunks sent before this frame. */
+  readonly seq: number;
+  readonly finish_reason: string;
+  readonly usage: Usage;
+}
+
+export interface ProviderError {
+  readonly type: "error";
+  readonly request_id: string;
+  readonly attempt: number;
+  readonly code: ProviderErrorCode;
+  /** Short operator-facing reason; never content. */
+  readonly message?: string;
+}
+
+export type ProviderFrame = Hello | Heartbeat | Accepted | Chunk | Complete | ProviderError;
+
+export interface Welcome {
+  readonly type: "welcome";
+  readonly protocol_version: number;
+  readonly provider_id: string;
+  readonly trust_level: string;
+  readonly heartbeat_interval_ms: number;
+  readonly liveness_timeout_ms: number;
+}
+
+/** The chat request as the engine sees it: messages, output budget, sampling and pass-through fields. */
+export interface EngineRequestBody {
+  readonly messages: readonly { readonly role: string; readonly content: string }[];
+  readonly max_tokens: number;
+  readonly [field: string]: unknown;
+}
+
+export interface Inference {
+  readonly type: "inference";
+  readonly request_id: string;
+  readonly attempt: number;
+  readonly model: string;
+  /** Milliseconds the provider has to produce its first content before the coordinator gives up. */
+  readonly first_content_deadline_ms: number;
+  readonly request: EngineRequestBody;
+}
+
+export interface Cancel {
+  readonly type: "cancel";
+  readonly request_id: string;
+  readonly attempt: number;
+  readonly reason: "client_gone" | "deadline" | "failover" | "shutdown";
+}
+
+export type CoordinatorFrame = Welcome | Inference | Cancel;
+
+export class ProtocolError extends Error {
+  override readonly name = "ProtocolError";
+}
+
+type Obj = Record<string, unknown>;
+
+function fail(reason: string): never {
+  throw new ProtocolError(reason);
+}
+
+function str(o: Obj, k: string, max = 256): string {
+  const v = o[k];
+  if (typeof v !== "string" || v.length === 0 || v.length > max) fail(`field '${k}' must be a string of 1..${max} characters`);
+  return v;
+}
+
+function optStr(o: Obj, k: string, max = 256): string | undefined {
+  return o[k] === undefined ? undefined : str(o, k, max);
+}
+
+function int(o: Obj, k: string, min = 0, max = 2 ** 31): number {
+  const v = o[k];
+  if (typeof v !== "number" || !Number.isInteger(v) || v < min || v > max) fail(`field '${k}' must be an integer in ${min}..${max}`);
+  return v;
+}
+
+function optInt(o: Obj, k: string, min = 0, max = 2 ** 31): number | undefined {
+  return o[k] === undefined ? undefined : int(o, k, min, max);
+}
+
+function strArray(o: Obj, k: string, maxItems = 256): string[] {
+  const v = o[k];
+  if (!Array.isArray(v) || v.length > maxItems || !v.every((x) => typeof x === "string" && x.length > 0 && x.length <= 256)) {
+    fail(`field '${k}' must be an array of at most ${maxItems} strings`);
+  }
+  return v as string[];
+}
+
+function obj(v: unknown, what: string): Obj {
+  if (typeof v !== "object" || v === null || Array.isArray(v)) fail(`${what} must be an object`);
+  return v as Obj;
+}
+
+function decode(text: string | Buffer | ArrayBuffer | Uint8Array, max: number): Obj {
+  const size = typeof text === "string" ? Buffer.byteLength(text) : text.byteLength;
+  if (size > max) fail(`frame of ${size} bytes exceeds ${max}`);
+  let value: unknown;
+  try {
+    value = JSON.parse(typeof text === "string" ? text : Buffer.from(text as Uint8Array).toString("utf8"));
+  } catch {
+    fail("frame is not JSON");
+  }
+  return obj(value, "frame");
+}
+
+function attemptIds(o: Obj): { request_id: string; attempt: number } {
+  return { request_id: str(o, "request_id", 128), attempt: int(o, "attempt", 0, 64) };
+}
+
+function delta(v: unknown): Delta {
+  const o = obj(v, "delta");
+  const content = o.content;
+  const reasoning = o.reasoning_content;
+  if (content !== undefined && typeof content !== "string") fail("delta.content must be a string");
+  if (reasoning !== undefined && typeof reasoning !== "string") fail("delta.reasoning_content must be a string");
+  return { ...(content !== undefined ? { content } : {}), ...(reasoning !== undefined ? { reasoning_content: reasoning } : {}) };
+}
+
+/** Parses and validates one frame a provider sent. Throws ProtocolError. */
+export function parseProviderFrame(text: string | Buffer | ArrayBuffer | Uint8Array): ProviderFrame {
+  const o = decode(text, MAX_FRAME_BYTES);
+  switch (o.type) {
+    case "hello": {
+      const versions = o.protocol_versions;
+      if (!Array.isArray(versions) || versions.length === 0 || versions.length > 16 || !versions.every((v) => Number.isInteger(v))) {
+        fail("field 'protocol_versions' must be a non-empty array of integers");
+      }
+      const modelsRaw = o.models;
+      if (!Array.isArray(modelsRaw) || modelsRaw.length === 0 || modelsRaw.length > 64) fail("field 'models' must hold 1..64 models");
+      const models = modelsRaw.map((m): ServedModel => {
+        const mo = obj(m, "model");
+        const quantization = optStr(mo, "quantization", 64);
+        const context = optInt(mo, "context_length", 1, 100_000_000);
+        const maxOut = optInt(mo, "max_output_length", 1, 100_000_000);
+        const weightHash = optStr(mo, "weight_hash", 128);
+        return {
+          build_id: str(mo, "build_id"),
+          ...(quantization !== undefined ? { quantization } : {}),
+          ...(context !== undefined ? { context_length: context } : {}),
+          ...(maxOut !== undefined ? { max_output_length: maxOut } : {}),
+          ...(weightHash !== undefined ? { weight_hash: weightHash } : {}),
+        };
+      });
+      let hardware: Hello["hardware"];
+      if (o.hardware !== undefined) {
+        const h = obj(o.hardware, "hardware");
+        const chip = optStr(h, "chip", 128);
+        const memory = optInt(h, "memory_gb", 0, 1_000_000);
+        hardware = { ...(chip !== undefined ? { chip } : {}), ...(memory !== undefined ? { memory_gb: memory } : {}) };
+      }
+      return {
+        type: "hello",
+        protocol_versions: versions as number[],
+        provider_version: str(o, "provider_version", 64),
+        engine: str(o, "engine", 64),
+        ...(hardware ? { hardware } : {}),
+        models,
+        max_concurrency: int(o, "max_concurrency", 1, 4096),
+      };
+    }
+    case "heartbeat": {
+      const status = o.status;
+      if (status !== "idle" && status !== "serving" && status !== "draining") fail("field 'status' must be idle, serving or draining");
+      return {
+        type: "heartbeat",
+        status,
+        warm_models: strArray(o, "warm_models"),
+        active: int(o, "active", 0, 1_000_000),
+        queued: int(o, "queued", 0, 1_000_000),
+      };
+    }
+    case "accepted":
+      return { type: "accepted", ...attemptIds(o) };
+    case "chunk":
+      return { type: "chunk", ...attemptIds(o), seq: int(o, "seq"), delta: delta(o.delta) };
+    case "complete": {
+      const u = obj(o.usage, "usage");
+      const cached = optInt(u, "cached_tokens", 0, 2 ** 40);
+      const reasoning = optInt(u, "reasoning_tokens", 0, 2 ** 40);
+      const usage: Usage = {
+        prompt_tokens: int(u, "prompt_tokens", 0, 2 ** 40),
+        completion_tokens: int(u, "completion_tokens", 0, 2 ** 40),
+        ...(cached !== undefined ? { cached_tokens: cached } : {}),
+        ...(reasoning !== undefined ? { reasoning_tokens: reasoning } : {}),
+      };
+      if ((usage.cached_tokens ?? 0) > usage.prompt_tokens) fail("usage.cached_tokens exceeds prompt_tokens");
+      return { type: "complete", ...attemptIds(o), seq: int(o, "seq"), finish_reason: str(o, "finish_reason", 64), usage };
+    }
+    case "error": {
+      const code = o.code;
+      if (typeof code !== "string" || !(PROVIDER_ERROR_CODES as readonly string[]).includes(code)) {
+        fail("field 'code' is not in the error vocabulary");
+      }
+      const message = o.message === undefined ? undefined : str(o, "message", 200);
+      return { type: "error", ...attemptIds(o), code: code as ProviderErrorCode, ...(message !== undefined ? { message } : {}) };
+    }
+    default:
+      return fail("unknown frame type");
+  }
+}
+
+/** Parses and validates one frame the coordinator sent. Throws ProtocolError. */
+export function parseCoordinatorFrame(text: string | Buffer | ArrayBuffer | Uint8Array): CoordinatorFrame {
+  const o = decode(text, MAX_INFERENCE_FRAME_BYTES);
+  switch (o.type) {
+    case "welcome":
+      return {
+        type: "welcome",
+        protocol_version: int(o, "protocol_version", 1, 1000),
+        provider_id: str(o, "provider_id"),
+        trust_level: str(o, "trust_level", 32),
+        heartbeat_interval_ms: int(o, "heartbeat_interval_ms", 10, 3_600_000),
+        liveness_timeout_ms: int(o, "liveness_timeout_ms", 10, 3_600_000),
+      };
+    case "inference": {
+      const request = obj(o.request, "request");
+      const messages = request.messages;
+      if (!Array.isArray(messages) || messages.length === 0) fail("request.messages must be a non-empty array");
+      for (const m of messages) {
+        const mo = obj(m, "message");
+        if (typeof mo.role !== "string" || typeof mo.content !== "string") fail("each message needs string role and content");
+      }
+      int(request, "max_tokens", 1, 100_000_000);
+      return {
+        type: "inference",
+        ...attemptIds(o),
+        model: str(o, "model"),
+        first_content_deadline_ms: int(o, "first_content_deadline_ms", 1, 86_400_000),
+        request: request as unknown as EngineRequestBody,
+      };
+    }
+    case "cancel": {
+      const reason = o.reason;
+      if (reason !== "client_gone" && reason !== "deadline" && reason !== "failover" && reason !== "shutdown") fail("unknown cancel reason");
+      return { type: "cancel", ...attemptIds(o), reason };
+    }
+    default:
+      return fail("unknown frame type");
+  }
+}
+
+export function encode(frame: ProviderFrame | CoordinatorFrame): string {
+  return JSON.stringify(frame);
+}

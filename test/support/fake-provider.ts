@@ -1,0 +1,172 @@
+/**
+ * A scriptable provider for coordinator tests: a real WebSocket client speaking protocol v1, whose
+ * answer to each inference is decided by a `behave` function. Use `await using`.
+ */
+import { type CoordinatorFrame, type Delta, encode, type Inference, parseCoordinatorFrame, type Usage } from "../../src/protocol/messages.ts";
+
+export type Step =
+  | { readonly do: "accept" }
+  | { readonly do: "chunk"; readonly delta: Delta }
+  | { readonly do: "complete"; readonly finishReason?: string; readonly usage?: Usage }
+  | { readonly do: "error"; readonly code: string }
+  | { readonly do: "raw"; readonly text: string }
+  | { readonly do: "wait"; readonly ms: number }
+  | { readonly do: "hang" }
+  | { readonly do: "close" };
+
+export type Behaviour = (inference: Inference) => readonly Step[];
+
+/** Accept, then one chunk per word of the last message, then complete. */
+export const echo: Behaviour = (inf) => {
+  const last = inf.request.messages.at(-1)?.content ?? "";
+  const words = last.split(/\s+/).filter(Boolean).slice(0, inf.request.max_tokens);
+  return [
+    { do: "accept" },
+    ...words.map((w, i): Step => ({ do: "chunk", delta: { content: i === words.length - 1 ? w : `${w} ` } })),
+    { do: "complete", usage: { prompt_tokens: 5, completion_tokens: words.length } },
+  ];
+};
+
+export interface FakeProviderOptions {
+  readonly url: string;
+  readonly token: string;
+  readonly models: readonly string[];
+  readonly maxConcurrency?: number;
+  readonly behave?: Behaviour;
+  /** Send heartbeats (default true, every heartbeat interval from welcome). */
+  readonly heartbeat?: boolean;
+  readonly hello?: Record<string, unknown>;
+}
+
+export interface FakeProvider extends AsyncDisposable {
+  readonly received: CoordinatorFrame[];
+  readonly providerId: string;
+  readonly closed: Promise<{ code: number; reason: string }>;
+  send(text: string): void;
+  close(): void;
+  /** Resolves when a frame matching `match` has been received. */
+  waitFor(match: (f: CoordinatorFrame) => boolean): Promise<CoordinatorFrame>;
+}
+
+export async function connectFakeProvider(options: FakeProviderOptions): Promise<FakeProvider> {
+  const url = `${options.url.replace(/^http/, "ws")}/v1/provider/connect`;
+  const ws = new WebSocket(url, { headers: { authorization: `Bearer ${options.token}` } } as unknown as string[]);
+  const received: CoordinatorFrame[] = [];
+  const watchers: { match: (f: CoordinatorFrame) => boolean; resolve: (f: CoordinatorFrame) => void }[] = [];
+  const cancelled = new Set<string>();
+  const behave = options.behave ?? echo;
+  let heartbeatTimer: ReturnType<typeof setInterval> | undefined;
+  let providerId = "";
+
+  const closed = new Promise<{ code: number; reason: string }>((resolve) => {
+    ws.addEventListener("close", (e) => {
+      clearInterval(heartbeatTimer);
+      resolve({ code: e.code, reason: e.reason });
+    });
+  });
+  const send = (text: string) => {
+    if (ws.readyState === WebSocket.OPEN) ws.send(text);
+  };
+
+  async function run(inf: Inference): Promise<void> {
+    const key = `${inf.request_id}#${inf.attempt}`;
+    let seq = 0;
+    for (const step of behave(inf)) {
+      if (cancelled.has(key)) return;
+      const ids = { request_id: inf.request_id, attempt: inf.attempt };
+      switch (step.do) {
+        case "accept":
+          send(encode({ type: "accepted", ...ids }));
+          break;
+        case "chunk":
+          send(encode({ type: "chunk", ...ids, seq: seq++, delta: step.delta }));
+          break;
+        case "complete":
+          send(
+            encode({
+              type: "complete",
+              ...ids,
+              seq,
+              finish_reason: step.finishReason ?? "stop",
+              usage: step.usage ?? { prompt_tokens: 1, completion_tokens: seq },
+            }),
+          );
+          break;
+        case "error":
+          send(JSON.stringify({ type: "error", ...ids, code: step.code }));
+          break;
+        case "raw":
+          send(step.text);
+          break;
+        case "wait":
+          await Bun.sleep(step.ms);
+          break;
+        case "hang":
+          return;
+        case "close":
+          ws.close();
+          return;
+      }
+    }
+  }
+
+  ws.addEventListener("message", (e) => {
+    const frame = parseCoordinatorFrame(String(e.data));
+    received.push(frame);
+    for (const w of [...watchers]) {
+      if (w.match(frame)) {
+        watchers.splice(watchers.indexOf(w), 1);
+        w.resolve(frame);
+      }
+    }
+    if (frame.type === "inference") void run(frame);
+    if (frame.type === "cancel") cancelled.add(`${frame.request_id}#${frame.attempt}`);
+  });
+
+  const waitFor = (match: (f: CoordinatorFrame) => boolean) => {
+    const found = received.find(match);
+    if (found) return Promise.resolve(found);
+    return new Promise<CoordinatorFrame>((resolve) => watchers.push({ match, resolve }));
+  };
+
+  await new Promise<void>((resolve, reject) => {
+    ws.addEventListener("open", () => resolve(), { once: true });
+    ws.addEventListener("error", () => reject(new Error("fake provider could not connect")), { once: true });
+  });
+  ws.send(
+    JSON.stringify({
+      type: "hello",
+      protocol_versions: [1],
+      provider_version: "test",
+      engine: "fake",
+      models: options.models.map((build_id) => ({ build_id })),
+      max_concurrency: options.maxConcurrency ?? 8,
+      ...options.hello,
+    }),
+  );
+  const welcome = await Promise.race([waitFor((f) => f.type === "welcome"), closed.then(() => undefined)]);
+  if (welcome?.type === "welcome") {
+    providerId = welcome.provider_id;
+    if (options.heartbeat !== false) {
+      const beat = () =>
+        send(JSON.stringify({ type: "heartbeat", status: "serving", warm_models: options.models, active: 0, queued: 0 }));
+      heartbeatTimer = setInterval(beat, welcome.heartbeat_interval_ms);
+    }
+  }
+
+  return {
+    received,
+    get providerId() {
+      return providerId;
+    },
+    closed,
+    send,
+    close: () => ws.close(),
+    waitFor,
+    async [Symbol.asyncDispose]() {
+      clearInterval(heartbeatTimer);
+      if (ws.readyState === WebSocket.OPEN || ws.readyState === WebSocket.CONNECTING) ws.close();
+      await closed;
+    },
+  };
+}
