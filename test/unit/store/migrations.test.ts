@@ -1,0 +1,190 @@
+/**
+ * The migrations: drizzle-kit's journal, the .sql files beside it and the list embedded in the binary
+ * agree byte for byte, and a database they create has every table, column, index, foreign key and check
+ * of src/store/schema.ts, and nothing else.
+ */
+import { Database } from "bun:sqlite";
+import { describe, expect, test } from "bun:test";
+import { readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { getTableName, is } from "drizzle-orm";
+import { getTableConfig, SQLiteColumn, SQLiteTable } from "drizzle-orm/sqlite-core";
+import { MIGRATIONS } from "../../../src/store/migrations/index.ts";
+import * as schema from "../../../src/store/schema.ts";
+import { createSqliteStore } from "../../../src/store/sqlite/index.ts";
+import { tempDir } from "../../support/harness.ts";
+
+const FOLDER = join(import.meta.dir, "../../../src/store/migrations");
+
+interface JournalEntry {
+  readonly idx: number;
+  readonly when: number;
+  readonly tag: string;
+}
+
+// Read from disk, not imported: the embedded list imports the journal, so this is the independent copy.
+const journal: { entries: JournalEntry[] } = JSON.parse(readFileSync(join(FOLDER, "meta/_journal.json"), "utf8"));
+
+const sha256 = (bytes: string | Uint8Array) => new Bun.CryptoHasher("sha256").update(bytes).digest("hex");
+
+describe("embedded migrations", () => {
+  test("the journal is not empty, numbered in order, with increasing timestamps", () => {
+    expect(journal.entries.length).toBeGreaterThan(0);
+    expect(journal.entries.map((e) => e.idx)).toEqual(journal.entries.map((_, i) => i));
+    // open.ts applies every migration newer than the last one applied, so timestamps must increase.
+    const increasing = journal.entries.every((e, i) => i === 0 || e.when > (journal.entries[i - 1]?.when ?? Number.POSITIVE_INFINITY));
+    expect(increasing).toBe(true);
+  });
+
+  test("every .sql file in the folder is in the journal, and every journal entry has its file", () => {
+    const files = readdirSync(FOLDER)
+      .filter((f) => f.endsWith(".sql"))
+      .sort();
+    expect(files).toEqual(journal.entries.map((e) => `${e.tag}.sql`).sort());
+  });
+
+  test("MIGRATIONS holds every journal entry, in journal order, with the bytes of its file", () => {
+    expect(MIGRATIONS.map((m) => ({ tag: m.tag, when: m.when, sha256: sha256(m.sql) }))).toEqual(
+      journal.entries.map((e) => ({ tag: e.tag, when: e.when, sha256: sha256(readFileSync(join(FOLDER, `${e.tag}.sql`))) })),
+    );
+  });
+});
+
+interface ColumnShape {
+  readonly name: string;
+  readonly type: string;
+  readonly notNull: boolean;
+  readonly primaryKey: boolean;
+  readonly hasDefault: boolean;
+}
+
+interface IndexShape {
+  readonly name: string;
+  readonly unique: boolean;
+  readonly columns: readonly string[];
+}
+
+interface ForeignKeyShape {
+  readonly from: readonly string[];
+  readonly table: string;
+  readonly to: readonly string[];
+}
+
+interface TableShape {
+  readonly columns: readonly ColumnShape[];
+  readonly indexes: readonly IndexShape[];
+  readonly foreignKeys: readonly ForeignKeyShape[];
+  readonly checks: readonly string[];
+}
+
+const byName = <T extends { readonly name: string }>(a: T, b: T) => a.name.localeCompare(b.name);
+
+/** What src/store/schema.ts declares for `table`. */
+function declared(table: SQLiteTable): TableShape {
+  const config = getTableConfig(table);
+  const columnName = (c: unknown) => (is(c, SQLiteColumn) ? c.name : "<expression>");
+  return {
+    columns: config.columns
+      .map((c) => ({ name: c.name, type: c.getSQLType(), notNull: c.notNull, primaryKey: c.primary, hasDefault: c.default !== undefined }))
+      .sort(byName),
+    indexes: [
+      ...config.indexes.map((i) => ({ name: i.config.name, unique: i.config.unique, columns: i.config.columns.map(columnName) })),
+      ...config.columns
+        .filter((c) => c.isUnique)
+        .map((c) => ({ name: c.uniqueName ?? `${config.name}_${c.name}_unique`, unique: true, columns: [c.name] })),
+      ...config.uniqueConstraints.map((u) => ({ name: u.getName() ?? "<unnamed>", unique: true, columns: u.columns.map(columnName) })),
+    ].sort(byName),
+    foreignKeys: config.foreignKeys
+      .map((fk) => {
+        const ref = fk.reference();
+        return { from: ref.columns.map((c) => c.name), table: getTableName(ref.foreignTable), to: ref.foreignColumns.map((c) => c.name) };
+      })
+      .sort((a, b) => a.from.join().localeCompare(b.from.join())),
+    checks: config.checks.map((c) => c.name).sort(),
+  };
+}
+
+interface TableInfoRow {
+  name: string;
+  type: string;
+  notnull: number;
+  dflt_value: string | null;
+  pk: number;
+}
+
+/** What the migrated database has for the table `name`. */
+function actual(db: Database, name: string): TableShape {
+  const columns = db
+    .query<TableInfoRow, [string]>('SELECT name, type, "notnull", dflt_value, pk FROM pragma_table_info(?)')
+    .all(name)
+    .map((c) => ({
+      name: c.name,
+      type: c.type.toLowerCase(),
+      notNull: c.notnull === 1,
+      primaryKey: c.pk > 0,
+      hasDefault: c.dflt_value !== null,
+    }))
+    .sort(byName);
+  const indexes = db
+    .query<{ name: string; unique: number }, [string]>("SELECT name, \"unique\" FROM pragma_index_list(?) WHERE origin = 'c'")
+    .all(name)
+    .map((i) => ({
+      name: i.name,
+      unique: i.unique === 1,
+      columns: db
+        .query<{ name: string }, [string]>("SELECT name FROM pragma_index_info(?) ORDER BY seqno")
+        .all(i.name)
+        .map((c) => c.name),
+    }))
+    .sort(byName);
+  const references = db
+    .query<{ id: number; table: string; from: string; to: string }, [string]>(
+      'SELECT id, "table", "from", "to" FROM pragma_foreign_key_list(?) ORDER BY id, seq',
+    )
+    .all(name);
+  const foreignKeys = [...new Set(references.map((r) => r.id))]
+    .map((id) => {
+      const parts = references.filter((r) => r.id === id);
+      return { from: parts.map((r) => r.from), table: parts[0]?.table ?? "", to: parts.map((r) => r.to) };
+    })
+    .sort((a, b) => a.from.join().localeCompare(b.from.join()));
+  const createSql =
+    db.query<{ sql: string }, [string]>("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?").get(name)?.sql ?? "";
+  const checks = [...createSql.matchAll(/CONSTRAINT\s+["`]?(\w+)["`]?\s+CHECK/g)].map((m) => m[1] ?? "").sort();
+  return { columns, indexes, foreignKeys, checks };
+}
+
+const TABLES = Object.values(schema).flatMap((value): [string, SQLiteTable][] =>
+  is(value, SQLiteTable) ? [[getTableName(value), value]] : [],
+);
+
+/** Runs `check` on the database a fresh store creates. */
+function withMigratedDatabase(check: (db: Database) => void): void {
+  using dir = tempDir();
+  const path = join(dir.path, "umbra.db");
+  createSqliteStore(path).close();
+  using db = new Database(path, { readonly: true });
+  check(db);
+}
+
+describe("schema and migrations agree", () => {
+  test("the schema declares tables", () => {
+    expect(TABLES.map(([name]) => name)).toContain("accounts");
+  });
+
+  test("the database has exactly the schema's tables, besides drizzle's bookkeeping", () => {
+    withMigratedDatabase((db) => {
+      const tables = db
+        .query<{ name: string }, []>("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")
+        .all()
+        .map((t) => t.name);
+      expect(tables).toEqual(["__drizzle_migrations", ...TABLES.map(([name]) => name)].sort());
+    });
+  });
+
+  test.each(TABLES)("table %s has the columns, indexes, foreign keys and checks of the schema", (name, table) => {
+    withMigratedDatabase((db) => {
+      expect(actual(db, name)).toEqual(declared(table));
+    });
+  });
+});
