@@ -31,6 +31,7 @@ export interface AccountStore {
   create(input: { id: string; name: string; jwtSubject?: string | null; at: number }): Promise<Account>;
   get(id: string): Promise<Account | undefined>;
   findBySubject(subject: string): Promise<Account | undefined>;
+  /** Ordered by creation time, then id. */
   list(): Promise<Account[]>;
   /** Adds a positive amount and its ledger entry in one transaction. */
   credit(input: { accountId: string; amount: number; at: number }): Promise<Account | undefined>;
@@ -63,6 +64,7 @@ export interface ApiKeyStore {
   get(id: string): Promise<ApiKeyRecord | undefined>;
   /** Finds a key by hash, revoked or not; callers check `revokedAt`. */
   findByHash(keyHash: string): Promise<ApiKeyRecord | undefined>;
+  /** Ordered by creation time, then id. */
   list(accountId?: string): Promise<ApiKeyRecord[]>;
   /** Marks the key revoked (idempotent: the first revocation time stays). */
   revoke(id: string, at: number): Promise<ApiKeyRecord | undefined>;
@@ -80,6 +82,7 @@ export interface ProviderTokenRecord {
 export interface ProviderTokenStore {
   create(token: Omit<ProviderTokenRecord, "revokedAt">): Promise<ProviderTokenRecord | undefined>;
   findByHash(tokenHash: string): Promise<ProviderTokenRecord | undefined>;
+  /** Ordered by creation time, then id. */
   list(accountId?: string): Promise<ProviderTokenRecord[]>;
   revoke(id: string, at: number): Promise<ProviderTokenRecord | undefined>;
 }
@@ -112,10 +115,12 @@ export interface CatalogStore {
   /** Inserts or replaces every field of the build. */
   upsertBuild(build: ModelBuild, at: number): Promise<ModelBuild>;
   getBuild(id: string): Promise<ModelBuild | undefined>;
+  /** Ordered by id. */
   listBuilds(): Promise<ModelBuild[]>;
   /** Returns undefined when the build does not exist. */
   setAlias(alias: string, buildId: string, at: number): Promise<ModelAlias | undefined>;
   getAlias(alias: string): Promise<ModelAlias | undefined>;
+  /** Ordered by alias. */
   listAliases(): Promise<ModelAlias[]>;
   deleteAlias(alias: string): Promise<boolean>;
 }
@@ -132,6 +137,7 @@ export interface PriceStore {
   /** True when a row was removed. */
   clear(model: string): Promise<boolean>;
   get(model: string): Promise<PriceRow | undefined>;
+  /** Ordered by model. */
   list(): Promise<PriceRow[]>;
 }
 
@@ -155,7 +161,7 @@ export interface UsageRecord {
 export interface UsageStore {
   /** Idempotent per request id: a second record for the same request is ignored (returns false). */
   record(row: UsageRecord): Promise<boolean>;
-  /** Newest first. */
+  /** Newest first (start time, then request id, descending). */
   list(accountId: string, limit: number): Promise<UsageRecord[]>;
 }
 
