@@ -20,7 +20,7 @@ dev: deps
 	$(BUN) src/coordinator/main.ts dev
 
 test: deps
-	$(BUN) test
+	$(BUN) test --timeout 30000
 
 typecheck: deps
 	node_modules/.bin/tsc -p .

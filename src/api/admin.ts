@@ -30,6 +30,14 @@ const id = (raw: string | undefined, param: string): string => {
   if (decoded === undefined) throw Errors.invalidValue(`the path does not hold a valid '${param}'`, param);
   return decoded;
 };
+/**
+ * A named path parameter, already percent-decoded by Elysia. Elysia hands over null (despite its
+ * `string` type) when the encoding is broken, e.g. `/keys/%`: refuse that as a bad value, not a 500.
+ */
+const named = (value: string | null | undefined, param: string): string => {
+  if (typeof value !== "string" || value === "") throw Errors.invalidValue(`the path does not hold a valid '${param}'`, param);
+  return value;
+};
 const body = (request: Request) => readJsonBody(request, ADMIN_BODY_LIMIT);
 const noParse = { parse: "none" } as const;
 
@@ -39,14 +47,14 @@ export function adminRoutes(deps: { admin: AdminService; adminToken: string | un
     .use(adminGuard(deps.adminToken))
     .post("/accounts", async ({ request }) => admin.createAccount(await body(request)), noParse)
     .get("/accounts", () => admin.listAccounts())
-    .get("/accounts/:id", ({ params }) => admin.getAccount(params.id))
-    .post("/accounts/:id/credit", async ({ params, request }) => admin.creditAccount(params.id, await body(request)), noParse)
+    .get("/accounts/:id", ({ params }) => admin.getAccount(named(params.id, "id")))
+    .post("/accounts/:id/credit", async ({ params, request }) => admin.creditAccount(named(params.id, "id"), await body(request)), noParse)
     .post("/keys", async ({ request }) => admin.createKey(await body(request)), noParse)
     .get("/keys", ({ query }) => admin.listKeys(query.account_id))
-    .delete("/keys/:id", ({ params }) => admin.revokeKey(params.id))
+    .delete("/keys/:id", ({ params }) => admin.revokeKey(named(params.id, "id")))
     .post("/provider-tokens", async ({ request }) => admin.createProviderToken(await body(request)), noParse)
     .get("/provider-tokens", ({ query }) => admin.listProviderTokens(query.account_id))
-    .delete("/provider-tokens/:id", ({ params }) => admin.revokeProviderToken(params.id))
+    .delete("/provider-tokens/:id", ({ params }) => admin.revokeProviderToken(named(params.id, "id")))
     .get("/models", () => admin.listBuilds())
     .put("/models/*", async ({ params, request }) => admin.upsertModel(id(params["*"], "id"), await body(request)), noParse)
     .get("/aliases", () => admin.listAliases())

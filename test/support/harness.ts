@@ -76,8 +76,15 @@ export async function call(app: App, method: string, path: string, options: Call
 export async function testApp(options: TestAppOptions = {}): Promise<TestApp> {
   const dir = tempDir();
   const env = { UMBRA_DB: join(dir.path, "umbra.db"), UMBRA_ADMIN_TOKEN: ADMIN_TOKEN, UMBRA_LOG_LEVEL: "debug", ...options.env };
-  const config = loadConfig({}, env, "development");
-  const store = createSqliteStore(config.db);
+  let config: Config;
+  let store: Store;
+  try {
+    config = loadConfig({}, env, "development");
+    store = createSqliteStore(config.db);
+  } catch (e) {
+    dir[Symbol.dispose]();
+    throw e;
+  }
   const logs: string[] = [];
   const app = createApp({
     config,
@@ -95,6 +102,7 @@ export async function testApp(options: TestAppOptions = {}): Promise<TestApp> {
     call: (method, path, o) => call(app, method, path, o),
     admin: (method, path, body) => call(app, method, `/admin/v1${path}`, { token: ADMIN_TOKEN, ...(body === undefined ? {} : { body }) }),
     async [Symbol.asyncDispose]() {
+      app.close();
       store.close();
       dir[Symbol.dispose]();
     },
