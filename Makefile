@@ -4,7 +4,7 @@ BUN := node_modules/.bin/bun
 STAMP := node_modules/.umbra-installed
 BUILD_FLAGS := --compile --minify --bytecode --format=esm --sourcemap=none
 
-.PHONY: dev test check typecheck lint format build migrations clean deps
+.PHONY: dev test check typecheck lint format build bench migrations clean deps
 
 deps: $(STAMP)
 
@@ -44,3 +44,7 @@ migrations: deps
 
 clean:
 	rm -rf dist .tmp
+
+# Benchmarks (not tests): results in bench/results/. See bench/README.md.
+bench: deps
+	$(BUN) bench/run.ts

@@ -1,10 +1,17 @@
 /**
  * `umbra-coordinator dev`: the newcomer's main job. Seeds (idempotently) a demo account with credit, a
- * demo catalog with aliases and prices, issues a fresh demo API key, and prints ready-to-paste examples.
+ * demo catalog with aliases and prices, issues a fresh demo API key, connects one local provider (the
+ * echo engine, in this process, over a real WebSocket to the listening port), and prints
+ * ready-to-paste examples.
  */
+import { type Agent, startAgent } from "../provider/agent.ts";
+import { createEchoEngine } from "../provider/engines/echo.ts";
 import type { App } from "./app.ts";
 
 const DEMO_SUBJECT = "umbra-demo";
+const DEMO_PROVIDER_SUBJECT = "umbra-demo-provider";
+/** The demo provider streams at a readable pace. */
+const DEMO_TOKENS_PER_SECOND = 40;
 const DEMO_CREDIT = 10_000_000; // $10
 
 export const DEMO_CATALOG = [
@@ -48,6 +55,7 @@ export const DEMO_CATALOG = [
 export interface DevSeed {
   readonly accountId: string;
   readonly apiKey: string;
+  readonly providerToken: string;
 }
 
 export async function seedDevelopment(app: App): Promise<DevSeed> {
@@ -62,7 +70,35 @@ export async function seedDevelopment(app: App): Promise<DevSeed> {
     await admin.setPrice(m.alias, m.price);
   }
   const key = await admin.createKey({ account_id: account.id, name: "demo" });
-  return { accountId: account.id, apiKey: key.key };
+  const provider =
+    (await store.accounts.findBySubject(DEMO_PROVIDER_SUBJECT)) ??
+    (await admin.createAccount({ name: "Demo provider", jwt_subject: DEMO_PROVIDER_SUBJECT }));
+  const token = await admin.createProviderToken({ account_id: provider.id });
+  return { accountId: account.id, apiKey: key.key, providerToken: token.token };
+}
+
+/** Starts the local echo provider and resolves once the coordinator welcomed it. */
+export async function startDevProvider(app: App, url: string, token: string): Promise<Agent> {
+  const agent = startAgent({
+    url: `${url.replace(/^http/, "ws")}/v1/provider/connect`,
+    token,
+    engine: createEchoEngine({ models: DEMO_CATALOG.map((m) => m.id), tokensPerSecond: DEMO_TOKENS_PER_SECOND }),
+    maxConcurrency: 64,
+    logger: app.logger,
+  });
+  await new Promise<void>((resolve, reject) => {
+    const check = setInterval(() => {
+      if (agent.state().connected) {
+        clearInterval(check);
+        resolve();
+      }
+    }, 20);
+    void agent.done.then((exit) => {
+      clearInterval(check);
+      reject(new Error(`the local provider stopped: ${exit.message}`));
+    });
+  });
+  return agent;
 }
 
 export function devBanner(url: string, seed: DevSeed, adminToken: string): string {
@@ -74,18 +110,30 @@ Umbra development coordinator on ${url}
   Admin token:    ${adminToken}
   Demo account:   ${seed.accountId}
 
+A local provider (echo engine: it answers with the words of your last message) is connected.
+
 List the models and prices:
 
   curl -s ${url}/v1/models -H "Authorization: Bearer ${seed.apiKey}"
   curl -s ${url}/v1/models/${model} -H "Authorization: Bearer ${seed.apiKey}"
   curl -s ${url}/v1/pricing
 
+Chat, as one JSON answer and as a stream:
+
+  curl -s ${url}/v1/chat/completions -H "Authorization: Bearer ${seed.apiKey}" -H "Content-Type: application/json" \\
+    -d '{"model":"${model}","messages":[{"role":"user","content":"Hello from Umbra"}]}'
+  curl -N ${url}/v1/chat/completions -H "Authorization: Bearer ${seed.apiKey}" -H "Content-Type: application/json" \\
+    -d '{"model":"${model}","stream":true,"messages":[{"role":"user","content":"Hello from Umbra, streaming"}]}'
+
 With the official openai client (npm i openai), in a file demo.mjs:
 
   import OpenAI from "openai";
   const client = new OpenAI({ baseURL: "${url}/v1", apiKey: "${seed.apiKey}" });
   for await (const m of client.models.list()) console.log(m.id);
-  console.log(await client.models.retrieve("${model}"));
+  const answer = await client.chat.completions.create({ model: "${model}", messages: [{ role: "user", content: "Hello there" }] });
+  console.log(answer.choices[0].message.content);
+  const stream = await client.chat.completions.create({ model: "${model}", stream: true, messages: [{ role: "user", content: "one two three" }] });
+  for await (const chunk of stream) process.stdout.write(chunk.choices[0]?.delta?.content ?? "");
 
 Administration (same database):
 

@@ -10,7 +10,7 @@ import { createSqliteStore } from "../store/sqlite/index.ts";
 import { StoreOpenError } from "../store/types.ts";
 import { VERSION } from "../version.ts";
 import { createApp } from "./app.ts";
-import { devBanner, seedDevelopment } from "./dev.ts";
+import { devBanner, seedDevelopment, startDevProvider } from "./dev.ts";
 import { listen } from "./server.ts";
 
 const USAGE = `umbra-coordinator ${VERSION}
@@ -32,12 +32,15 @@ async function serve(config: Config, dev: boolean): Promise<void> {
   const seed = dev ? await seedDevelopment(app) : undefined;
   const server = listen(app);
   app.logger.info("coordinator listening", { url: server.url, mode: config.mode, db: config.db, version: VERSION });
+  const provider = seed ? await startDevProvider(app, server.url, seed.providerToken) : undefined;
   if (seed) print(devBanner(server.url, seed, config.adminToken ?? ""));
   let stopping = false;
   const stop = async () => {
     if (stopping) return;
     stopping = true;
     app.logger.info("coordinator stopping");
+    await provider?.stop();
+    app.close();
     await server.stop();
     store.close();
     process.exit(0);

@@ -36,7 +36,8 @@ export function listen(app: App, host = app.config.host, port = app.config.port)
       return app.http.handle(request);
     },
     websocket: socket.websocket,
-    error: () => new Response(JSON.stringify(Errors.internal().toEnvelope()), { status: 500, headers: { "content-type": "application/json" } }),
+    error: () =>
+      new Response(JSON.stringify(Errors.internal().toEnvelope()), { status: 500, headers: { "content-type": "application/json" } }),
   });
   const shownHost = host.includes(":") ? `[${host}]` : host;
   return {

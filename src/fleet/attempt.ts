@@ -85,7 +85,8 @@ export class Attempt {
       }
       return Promise.resolve(e);
     }
-    if (this.ended) return Promise.resolve({ type: "lost", reason: this.cancelReason ? `cancelled: ${this.cancelReason}` : "attempt ended" });
+    if (this.ended)
+      return Promise.resolve({ type: "lost", reason: this.cancelReason ? `cancelled: ${this.cancelReason}` : "attempt ended" });
     return new Promise((resolve) => {
       this.waiter = resolve;
     });

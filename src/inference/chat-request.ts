@@ -72,7 +72,8 @@ export function parseChatRequest(body: unknown): ChatRequest {
   }
 
   const stream = body.stream;
-  if (stream !== undefined && stream !== null && typeof stream !== "boolean") throw Errors.invalidValue("'stream' must be a boolean", "stream");
+  if (stream !== undefined && stream !== null && typeof stream !== "boolean")
+    throw Errors.invalidValue("'stream' must be a boolean", "stream");
   if (body.stream_options !== undefined && body.stream_options !== null && !isObject(body.stream_options)) {
     throw Errors.invalidValue("'stream_options' must be an object", "stream_options");
   }

@@ -13,8 +13,8 @@
  *   - the client went away: ClientGone (nobody reads the answer).
  */
 import { Errors } from "../errors/api-error.ts";
-import type { Fleet } from "../fleet/fleet.ts";
 import type { Attempt, AttemptEvent } from "../fleet/attempt.ts";
+import type { Fleet } from "../fleet/fleet.ts";
 import type { ProviderSession } from "../fleet/session.ts";
 import type { EngineRequestBody } from "../protocol/messages.ts";
 
@@ -127,7 +127,8 @@ async function untilFirstContent(attempt: Attempt, settings: DispatchSettings, d
     const remaining = deadline - now();
     const limit = attempt.acceptedAt === undefined ? Math.min(settings.acceptTimeoutMs, remaining) : remaining;
     const event = await waitFor(attempt, limit);
-    if (event === TIMEOUT) return attempt.acceptedAt === undefined && remaining > settings.acceptTimeoutMs ? { kind: "silent" } : { kind: "deadline" };
+    if (event === TIMEOUT)
+      return attempt.acceptedAt === undefined && remaining > settings.acceptTimeoutMs ? { kind: "silent" } : { kind: "deadline" };
     switch (event.type) {
       case "accepted":
         continue;

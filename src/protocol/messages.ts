@@ -339,7 +339,8 @@ export function parseCoordinatorFrame(text: string | Buffer | ArrayBuffer | Uint
     }
     case "cancel": {
       const reason = o.reason;
-      if (reason !== "client_gone" && reason !== "deadline" && reason !== "failover" && reason !== "shutdown") fail("unknown cancel reason");
+      if (reason !== "client_gone" && reason !== "deadline" && reason !== "failover" && reason !== "shutdown")
+        fail("unknown cancel reason");
       return { type: "cancel", ...attemptIds(o), reason };
     }
     default:

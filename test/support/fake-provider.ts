@@ -2,7 +2,14 @@
  * A scriptable provider for coordinator tests: a real WebSocket client speaking protocol v1, whose
  * answer to each inference is decided by a `behave` function. Use `await using`.
  */
-import { type CoordinatorFrame, type Delta, encode, type Inference, parseCoordinatorFrame, type Usage } from "../../src/protocol/messages.ts";
+import {
+  type CoordinatorFrame,
+  type Delta,
+  encode,
+  type Inference,
+  parseCoordinatorFrame,
+  type Usage,
+} from "../../src/protocol/messages.ts";
 
 export type Step =
   | { readonly do: "accept" }
@@ -148,8 +155,7 @@ export async function connectFakeProvider(options: FakeProviderOptions): Promise
   if (welcome?.type === "welcome") {
     providerId = welcome.provider_id;
     if (options.heartbeat !== false) {
-      const beat = () =>
-        send(JSON.stringify({ type: "heartbeat", status: "serving", warm_models: options.models, active: 0, queued: 0 }));
+      const beat = () => send(JSON.stringify({ type: "heartbeat", status: "serving", warm_models: options.models, active: 0, queued: 0 }));
       heartbeatTimer = setInterval(beat, welcome.heartbeat_interval_ms);
     }
   }

@@ -1,0 +1,278 @@
+/**
+ * Provider configuration (`umbra-provider start`): parsed once from flags and `UMBRA_PROVIDER_*`
+ * environment variables, validated, frozen.
+ *
+ * Precedence: flag > environment > `<NAME>_FILE` (secrets only) > default. `--model` repeats; its
+ * environment twin holds a comma-separated list. Each model is `BUILD` or `BUILD=UPSTREAM_NAME` (the
+ * name the OpenAI-compatible runtime knows the weights by; defaults to the build id).
+ * The device token never travels in plaintext to another machine: plain `http`/`ws` coordinator URLs
+ * are accepted for loopback hosts only.
+ */
+import { readFileSync } from "node:fs";
+import { type ParseArgsConfig, parseArgs } from "node:util";
+import { ConfigError, type Env, type FlagValues, LOG_LEVELS, type LogLevel } from "./config.ts";
+
+export type EngineName = "echo" | "openai";
+export const ENGINE_NAMES: readonly EngineName[] = ["echo", "openai"];
+
+/** Path the agent dials on the coordinator. */
+export const CONNECT_PATH = "/v1/provider/connect";
+
+export interface ModelMapping {
+  /** The build id the coordinator routes by. */
+  readonly buildId: string;
+  /** The model name sent to the upstream runtime (openai engine). */
+  readonly upstreamName: string;
+}
+
+export interface ProviderConfig {
+  /** `ws(s)://host[:port][/base]/v1/provider/connect`. */
+  readonly connectUrl: string;
+  readonly token: string;
+  readonly engine: EngineName;
+  /** OpenAI-compatible base URL including `/v1`, without a trailing slash (openai engine only). */
+  readonly upstream?: string;
+  readonly models: readonly ModelMapping[];
+  readonly maxConcurrency: number;
+  /** 0 = as fast as possible. */
+  readonly echoTokensPerSecond: number;
+  readonly echoFirstTokenDelayMs: number;
+  readonly drainTimeoutMs: number;
+  readonly logLevel: LogLevel;
+}
+
+type Kind = "string" | "int" | "enum" | "list";
+interface Setting {
+  readonly flag: string;
+  readonly env: string;
+  readonly kind: Kind;
+  readonly secret?: boolean;
+  readonly values?: readonly string[];
+  readonly help: string;
+}
+
+/** Every `start` setting with its flag and environment twin. docs/operations.md lists the same table. */
+export const PROVIDER_SETTINGS = {
+  coordinator: {
+    flag: "coordinator",
+    env: "UMBRA_PROVIDER_COORDINATOR",
+    kind: "string",
+    help: "coordinator base URL (https://, wss://; http:// and ws:// for loopback only)",
+  },
+  token: { flag: "token", env: "UMBRA_PROVIDER_TOKEN", kind: "string", secret: true, help: "provider device token" },
+  engine: { flag: "engine", env: "UMBRA_PROVIDER_ENGINE", kind: "enum", values: ENGINE_NAMES, help: "echo or openai" },
+  upstream: {
+    flag: "upstream",
+    env: "UMBRA_PROVIDER_UPSTREAM",
+    kind: "string",
+    help: "OpenAI-compatible base URL including /v1 (openai engine)",
+  },
+  model: { flag: "model", env: "UMBRA_PROVIDER_MODEL", kind: "list", help: "BUILD or BUILD=UPSTREAM_NAME, repeatable" },
+  maxConcurrency: { flag: "max-concurrency", env: "UMBRA_PROVIDER_MAX_CONCURRENCY", kind: "int", help: "attempts served at once" },
+  echoTokensPerSecond: {
+    flag: "echo-tokens-per-second",
+    env: "UMBRA_PROVIDER_ECHO_TOKENS_PER_SECOND",
+    kind: "int",
+    help: "echo engine token rate (0 = as fast as possible)",
+  },
+  echoFirstTokenDelayMs: {
+    flag: "echo-first-token-delay-ms",
+    env: "UMBRA_PROVIDER_ECHO_FIRST_TOKEN_DELAY_MS",
+    kind: "int",
+    help: "echo engine delay before the first token",
+  },
+  drainTimeoutMs: {
+    flag: "drain-timeout-ms",
+    env: "UMBRA_PROVIDER_DRAIN_TIMEOUT_MS",
+    kind: "int",
+    help: "longest wait for active attempts on shutdown",
+  },
+  logLevel: { flag: "log-level", env: "UMBRA_PROVIDER_LOG_LEVEL", kind: "enum", values: LOG_LEVELS, help: "error, warn, info or debug" },
+} as const satisfies Record<string, Setting>;
+
+type SettingName = keyof typeof PROVIDER_SETTINGS;
+
+/** parseArgs option descriptors for `umbra-provider start`. */
+export const PROVIDER_OPTIONS: NonNullable<ParseArgsConfig["options"]> = Object.fromEntries(
+  Object.values(PROVIDER_SETTINGS).map((s: Setting) => [
+    s.flag,
+    s.kind === "list" ? { type: "string", multiple: true } : { type: "string" },
+  ]),
+);
+
+const DEFAULTS = {
+  maxConcurrency: 8,
+  echoTokensPerSecond: 0,
+  echoFirstTokenDelayMs: 0,
+  drainTimeoutMs: 120_000,
+  logLevel: "info",
+} as const;
+
+/** Protocol limits (src/protocol/messages.ts): models per hello, max_concurrency. */
+const MAX_MODELS = 64;
+const MAX_CONCURRENCY = 4096;
+const MAX_BUILD_ID = 256;
+const DAY_MS = 86_400_000;
+
+const flagName = (name: SettingName) => `--${PROVIDER_SETTINGS[name].flag}`;
+
+function raw(name: SettingName, flags: FlagValues, env: Env): string | undefined {
+  const s: Setting = PROVIDER_SETTINGS[name];
+  const flag = flags[s.flag];
+  if (typeof flag === "string") return flag;
+  const fromEnv = env[s.env];
+  if (fromEnv !== undefined && fromEnv !== "") return fromEnv;
+  if (s.secret) {
+    const file = env[`${s.env}_FILE`];
+    if (file) {
+      try {
+        return readFileSync(file, "utf8").trim();
+      } catch {
+        throw new ConfigError(`${s.env}_FILE: cannot read ${file}`);
+      }
+    }
+  }
+  return undefined;
+}
+
+function rawList(name: SettingName, flags: FlagValues, env: Env): string[] {
+  const s: Setting = PROVIDER_SETTINGS[name];
+  const flag = flags[s.flag];
+  if (Array.isArray(flag)) return flag.filter((v): v is string => typeof v === "string");
+  if (typeof flag === "string") return [flag];
+  const fromEnv = env[s.env];
+  if (fromEnv === undefined || fromEnv === "") return [];
+  return fromEnv.split(",").map((v) => v.trim());
+}
+
+function enumOf<T extends string>(name: SettingName, value: string | undefined, fallback: T | undefined): T {
+  const allowed = (PROVIDER_SETTINGS[name] as Setting).values ?? [];
+  if (value === undefined) {
+    if (fallback === undefined) throw new ConfigError(`${flagName(name)} is required: one of ${allowed.join(", ")}`);
+    return fallback;
+  }
+  if (!allowed.includes(value)) throw new ConfigError(`${flagName(name)}: '${value}' is not one of ${allowed.join(", ")}`);
+  return value as T;
+}
+
+function intOf(name: SettingName, value: string | undefined, fallback: number, min: number, max: number): number {
+  if (value === undefined) return fallback;
+  if (!/^\d+$/.test(value)) throw new ConfigError(`${flagName(name)}: '${value}' is not a whole number`);
+  const n = Number(value);
+  if (!Number.isSafeInteger(n) || n < min || n > max) throw new ConfigError(`${flagName(name)}: ${value} is outside ${min}..${max}`);
+  return n;
+}
+
+function isLoopback(hostname: string): boolean {
+  const host = hostname.replace(/^\[(.*)\]$/, "$1").toLowerCase();
+  return host === "localhost" || host === "::1" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host);
+}
+
+function parseUrl(name: SettingName, value: string): URL {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw new ConfigError(`${flagName(name)}: '${value}' is not a URL`);
+  }
+  if (url.username !== "" || url.password !== "") throw new ConfigError(`${flagName(name)}: credentials do not belong in the URL`);
+  if (url.search !== "" || url.hash !== "") throw new ConfigError(`${flagName(name)}: the URL must not carry a query or fragment`);
+  return url;
+}
+
+/** Base URL (http, https, ws, wss) -> the WebSocket URL of the connect endpoint. */
+function connectUrlOf(value: string): string {
+  const url = parseUrl("coordinator", value);
+  const secure = url.protocol === "https:" || url.protocol === "wss:";
+  if (!secure && url.protocol !== "http:" && url.protocol !== "ws:") {
+    throw new ConfigError(`--coordinator: '${url.protocol}' is not http, https, ws or wss`);
+  }
+  if (!secure && !isLoopback(url.hostname)) {
+    throw new ConfigError(
+      "--coordinator: plaintext http/ws would expose the device token; use https or wss (plaintext is for loopback only)",
+    );
+  }
+  let path = url.pathname.replace(/\/+$/, "");
+  if (!path.endsWith(CONNECT_PATH)) path += CONNECT_PATH;
+  return `${secure ? "wss" : "ws"}://${url.host}${path}`;
+}
+
+function upstreamOf(value: string): string {
+  const url = parseUrl("upstream", value);
+  if (url.protocol !== "http:" && url.protocol !== "https:") throw new ConfigError(`--upstream: '${url.protocol}' is not http or https`);
+  return `${url.protocol}//${url.host}${url.pathname.replace(/\/+$/, "")}`;
+}
+
+function modelsOf(entries: readonly string[]): ModelMapping[] {
+  if (entries.length === 0) throw new ConfigError("--model is required: give at least one BUILD or BUILD=UPSTREAM_NAME");
+  if (entries.length > MAX_MODELS) throw new ConfigError(`--model: at most ${MAX_MODELS} models per provider`);
+  const seen = new Set<string>();
+  return entries.map((entry) => {
+    const eq = entry.indexOf("=");
+    const buildId = (eq < 0 ? entry : entry.slice(0, eq)).trim();
+    const upstreamName = (eq < 0 ? buildId : entry.slice(eq + 1)).trim();
+    if (buildId === "" || buildId.length > MAX_BUILD_ID || /\s/.test(buildId)) {
+      throw new ConfigError(`--model: '${entry}' needs a build id of 1..${MAX_BUILD_ID} characters without spaces`);
+    }
+    if (upstreamName === "") throw new ConfigError(`--model: '${entry}' has an empty upstream name after '='`);
+    if (seen.has(buildId)) throw new ConfigError(`--model: build '${buildId}' is given twice`);
+    seen.add(buildId);
+    return Object.freeze({ buildId, upstreamName });
+  });
+}
+
+/**
+ * Builds the frozen provider configuration. Throws ConfigError with a message naming the flag for any
+ * missing, invalid or unsafe value.
+ */
+export function loadProviderConfig(flags: FlagValues, env: Env): ProviderConfig {
+  const coordinator = raw("coordinator", flags, env);
+  if (coordinator === undefined) throw new ConfigError("--coordinator is required: the coordinator's base URL");
+  const connectUrl = connectUrlOf(coordinator);
+
+  const token = raw("token", flags, env);
+  if (token === undefined || token === "") {
+    throw new ConfigError("--token is required: the provider device token (or UMBRA_PROVIDER_TOKEN / UMBRA_PROVIDER_TOKEN_FILE)");
+  }
+  if (!/^[\x21-\x7e]{1,4096}$/.test(token)) throw new ConfigError("--token: must be printable ASCII without spaces");
+
+  const engine = enumOf<EngineName>("engine", raw("engine", flags, env), undefined);
+  const upstreamRaw = raw("upstream", flags, env);
+  if (engine === "openai" && upstreamRaw === undefined) {
+    throw new ConfigError("--upstream is required with --engine openai (e.g. http://127.0.0.1:11434/v1)");
+  }
+  if (engine !== "openai" && upstreamRaw !== undefined) throw new ConfigError(`--upstream does not apply to --engine ${engine}`);
+  const upstream = upstreamRaw === undefined ? undefined : upstreamOf(upstreamRaw);
+
+  const config: ProviderConfig = {
+    connectUrl,
+    token,
+    engine,
+    ...(upstream !== undefined ? { upstream } : {}),
+    models: Object.freeze(modelsOf(rawList("model", flags, env))),
+    maxConcurrency: intOf("maxConcurrency", raw("maxConcurrency", flags, env), DEFAULTS.maxConcurrency, 1, MAX_CONCURRENCY),
+    echoTokensPerSecond: intOf("echoTokensPerSecond", raw("echoTokensPerSecond", flags, env), DEFAULTS.echoTokensPerSecond, 0, 1_000_000),
+    echoFirstTokenDelayMs: intOf(
+      "echoFirstTokenDelayMs",
+      raw("echoFirstTokenDelayMs", flags, env),
+      DEFAULTS.echoFirstTokenDelayMs,
+      0,
+      DAY_MS,
+    ),
+    drainTimeoutMs: intOf("drainTimeoutMs", raw("drainTimeoutMs", flags, env), DEFAULTS.drainTimeoutMs, 0, DAY_MS),
+    logLevel: enumOf<LogLevel>("logLevel", raw("logLevel", flags, env), DEFAULTS.logLevel),
+  };
+  return Object.freeze(config);
+}
+
+/** Parses `start` argv; unknown flags and positionals are an error (ConfigError naming the flag). */
+export function parseProviderFlags(argv: readonly string[], extra: NonNullable<ParseArgsConfig["options"]> = {}): FlagValues {
+  let parsed: { values: FlagValues; positionals: string[] };
+  try {
+    parsed = parseArgs({ args: [...argv], options: { ...PROVIDER_OPTIONS, ...extra }, allowPositionals: true, strict: true });
+  } catch (e) {
+    throw new ConfigError(e instanceof Error ? e.message : String(e));
+  }
+  if (parsed.positionals.length > 0) throw new ConfigError(`unexpected argument '${parsed.positionals[0]}'`);
+  return parsed.values;
+}

@@ -1,0 +1,197 @@
+/**
+ * The attempts a provider is running: each one drives one engine call and turns its events into
+ * protocol frames (docs/protocol.md, "One attempt").
+ *
+ * Frames per attempt: `accepted`, then `chunk` seq 0, 1, 2, ..., then `complete` (seq = chunks sent) or
+ * exactly one `error`. After `end()` (cancel, lost connection, stop) or a terminal frame, nothing more
+ * is sent for the attempt, its engine call is aborted and its slot is free at once. No first content
+ * within `first_content_deadline_ms` -> `error` timeout. A delta too large for one frame is split over
+ * several chunks (MAX_CHUNK_CHARS UTF-16 units each, surrogate pairs kept whole).
+ */
+import type { Logger } from "../observability/logger.ts";
+import type { Delta, Inference, ProviderErrorCode, ProviderFrame, Usage } from "../protocol/messages.ts";
+import { type Engine, EngineError } from "./engines/engine.ts";
+
+/** Largest delta text per chunk frame, in UTF-16 units: JSON escaping stays far below MAX_FRAME_BYTES. */
+export const MAX_CHUNK_CHARS = 32_768;
+
+/** Sends a frame on the connection the attempt arrived on; a no-op once that connection is gone. */
+export type SendFrame = (frame: ProviderFrame) => void;
+
+export interface AttemptsHooks {
+  /** The set of running attempts changed (for heartbeats and the status line). */
+  readonly changed: () => void;
+  /** An attempt completed with this usage. */
+  readonly completed: (usage: Usage) => void;
+}
+
+interface Running {
+  readonly key: string;
+  readonly requestId: string;
+  readonly attempt: number;
+  readonly send: SendFrame;
+  readonly controller: AbortController;
+  seq: number;
+  /** Once set, nothing more is sent for this attempt. */
+  silenced: boolean;
+  deadline?: ReturnType<typeof setTimeout>;
+}
+
+const keyOf = (requestId: string, attempt: number) => `${attempt}:${requestId}`;
+
+export class Attempts {
+  private readonly running = new Map<string, Running>();
+  private idleWaiters: (() => void)[] = [];
+
+  constructor(
+    private readonly engine: Engine,
+    private readonly logger: Logger,
+    private readonly hooks: AttemptsHooks,
+  ) {}
+
+  get size(): number {
+    return this.running.size;
+  }
+
+  has(requestId: string, attempt: number): boolean {
+    return this.running.has(keyOf(requestId, attempt));
+  }
+
+  /** Sends `accepted` and runs the engine; the caller decided to accept (capacity, model, not draining). */
+  start(frame: Inference, send: SendFrame): void {
+    const run: Running = {
+      key: keyOf(frame.request_id, frame.attempt),
+      requestId: frame.request_id,
+      attempt: frame.attempt,
+      send,
+      controller: new AbortController(),
+      seq: 0,
+      silenced: false,
+    };
+    this.running.set(run.key, run);
+    send({ type: "accepted", request_id: run.requestId, attempt: run.attempt });
+    run.deadline = setTimeout(() => {
+      this.logger.info("first content deadline passed", { request_id: run.requestId, attempt: run.attempt });
+      this.terminate(run, "timeout", "no first content before the deadline");
+    }, frame.first_content_deadline_ms);
+    this.hooks.changed();
+    void this.run(run, frame);
+  }
+
+  /** Ends one attempt without another frame (the coordinator cancelled it). Returns false if unknown. */
+  cancel(requestId: string, attempt: number): boolean {
+    const run = this.running.get(keyOf(requestId, attempt));
+    if (!run) return false;
+    this.terminate(run);
+    return true;
+  }
+
+  /** Ends every attempt: with one `error` frame each when `code` is given, silently otherwise. */
+  endAll(code?: ProviderErrorCode, message?: string): void {
+    for (const run of [...this.running.values()]) this.terminate(run, code, message);
+  }
+
+  /** Resolves when no attempt runs. */
+  whenIdle(): Promise<void> {
+    if (this.running.size === 0) return Promise.resolve();
+    return new Promise((resolve) => this.idleWaiters.push(resolve));
+  }
+
+  private async run(run: Running, frame: Inference): Promise<void> {
+    const started = performance.now();
+    let completed = false;
+    try {
+      const events = this.engine.generate({ model: frame.model, body: frame.request }, run.controller.signal);
+      for await (const event of events) {
+        if (run.silenced) break;
+        if (event.type === "delta") {
+          for (const delta of splitDelta(event.delta)) {
+            clearTimeout(run.deadline);
+            run.send({ type: "chunk", request_id: run.requestId, attempt: run.attempt, seq: run.seq++, delta });
+          }
+          continue;
+        }
+        run.send({
+          type: "complete",
+          request_id: run.requestId,
+          attempt: run.attempt,
+          seq: run.seq,
+          finish_reason: event.finishReason,
+          usage: event.usage,
+        });
+        completed = true;
+        this.hooks.completed(event.usage);
+        this.logger.debug("attempt complete", {
+          request_id: run.requestId,
+          attempt: run.attempt,
+          count: event.usage.completion_tokens,
+          duration_ms: Math.round(performance.now() - started),
+        });
+        break;
+      }
+      if (!completed) this.terminate(run, "engine_error", "engine ended without a result");
+    } catch (e) {
+      const code: ProviderErrorCode = e instanceof EngineError ? e.code : "engine_error";
+      // Only an EngineError's message is a fixed phrase; anything else could carry content.
+      const message = e instanceof EngineError ? e.message : "engine failed";
+      if (!run.silenced) this.logger.warn("attempt failed", { request_id: run.requestId, attempt: run.attempt, error_code: code });
+      this.terminate(run, code, message);
+    } finally {
+      this.release(run);
+    }
+  }
+
+  /** Optionally one error frame, then silence, abort the engine call and free the slot. */
+  private terminate(run: Running, code?: ProviderErrorCode, message?: string): void {
+    if (!run.silenced && code !== undefined) {
+      run.send({
+        type: "error",
+        request_id: run.requestId,
+        attempt: run.attempt,
+        code,
+        ...(message ? { message: message.slice(0, 200) } : {}),
+      });
+    }
+    run.silenced = true;
+    run.controller.abort();
+    this.release(run);
+  }
+
+  private release(run: Running): void {
+    clearTimeout(run.deadline);
+    run.silenced = true;
+    if (this.running.get(run.key) !== run) return;
+    this.running.delete(run.key);
+    this.hooks.changed();
+    if (this.running.size === 0) {
+      const waiters = this.idleWaiters;
+      this.idleWaiters = [];
+      for (const w of waiters) w();
+    }
+  }
+}
+
+/** Splits a delta whose text would make an oversized frame; drops an empty one. */
+export function splitDelta(delta: Delta): Delta[] {
+  const content = delta.content ?? "";
+  const reasoning = delta.reasoning_content ?? "";
+  if (content === "" && reasoning === "") return [];
+  if (content.length + reasoning.length <= MAX_CHUNK_CHARS) return [delta];
+  return [
+    ...splitText(reasoning).map((reasoning_content): Delta => ({ reasoning_content })),
+    ...splitText(content).map((c): Delta => ({ content: c })),
+  ];
+}
+
+function splitText(text: string): string[] {
+  const out: string[] = [];
+  let i = 0;
+  while (i < text.length) {
+    let end = Math.min(text.length, i + MAX_CHUNK_CHARS);
+    const last = text.charCodeAt(end - 1);
+    if (end < text.length && last >= 0xd800 && last <= 0xdbff) end--;
+    out.push(text.slice(i, end));
+    i = end;
+  }
+  return out;
+}

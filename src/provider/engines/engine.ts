@@ -1,0 +1,60 @@
+/**
+ * The engine interface: what the provider agent calls to turn one chat request into a stream of deltas.
+ *
+ * Contract:
+ * - `generate` yields zero or more `delta` events, then exactly one `done` event, then ends.
+ * - A failure throws EngineError with a code from the protocol's closed vocabulary; its message is a
+ *   fixed phrase (status codes allowed), never prompt or completion text.
+ * - When `signal` aborts, the engine stops at once (pending waits and upstream requests included) and
+ *   throws EngineError("cancelled") or simply ends; the agent sends nothing more for that attempt.
+ * - Core code calls engines only through this interface; it never branches on `name`.
+ */
+import type { Delta, EngineRequestBody, ProviderErrorCode, ServedModel, Usage } from "../../protocol/messages.ts";
+
+export interface EngineRequest {
+  /** The build id the coordinator routed (one of `models()`). */
+  readonly model: string;
+  readonly body: EngineRequestBody;
+}
+
+export type EngineEvent =
+  | { readonly type: "delta"; readonly delta: Delta }
+  | { readonly type: "done"; readonly finishReason: string; readonly usage: Usage };
+
+export interface Engine {
+  /** Reported in `hello` (e.g. "echo", "openai"). */
+  readonly name: string;
+  /** The builds this engine serves, as announced in `hello`. */
+  models(): readonly ServedModel[];
+  /** Build ids ready to answer without a load delay, as reported in heartbeats. */
+  warmModels(): readonly string[];
+  /** Streams one completion. Throws EngineError. */
+  generate(request: EngineRequest, signal: AbortSignal): AsyncIterable<EngineEvent>;
+}
+
+export class EngineError extends Error {
+  override readonly name = "EngineError";
+  constructor(
+    readonly code: ProviderErrorCode,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** Resolves after `ms`, or rejects with EngineError("cancelled") as soon as `signal` aborts. */
+export function abortableDelay(ms: number, signal: AbortSignal): Promise<void> {
+  if (signal.aborted) return Promise.reject(new EngineError("cancelled", "cancelled"));
+  if (ms <= 0) return Promise.resolve();
+  return new Promise((resolve, reject) => {
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(new EngineError("cancelled", "cancelled"));
+    };
+    const timer = setTimeout(() => {
+      signal.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    signal.addEventListener("abort", onAbort, { once: true });
+  });
+}

@@ -1,0 +1,242 @@
+/**
+ * OpenAI-compatible engine: serves models from any runtime speaking `POST /v1/chat/completions` with
+ * server-sent events (llama.cpp server, Ollama, vLLM, mlx-lm).
+ *
+ * Request: `{...body without messages/max_tokens/max_completion_tokens, model: <upstream name>, messages,
+ * max_tokens, stream: true, stream_options: {include_usage: true}}`: every sampling and pass-through
+ * field (temperature, top_p, stop, seed, penalties, ...) is forwarded as-is.
+ * Stream: `data: <chat.completion.chunk JSON>` events until `data: [DONE]` (or the end of the body after
+ * a finish_reason). `delta.content` and `delta.reasoning_content` (or `delta.reasoning`) become deltas;
+ * the last `finish_reason` and the `usage` chunk become `done`. Without a usage chunk, usage is
+ * estimated (prompt: 4 characters per token + 4 per message; completion: one token per delta).
+ * Errors (closed vocabulary; messages are fixed phrases with the status code, never content):
+ *   unreachable -> engine_unavailable; 404 -> model_not_loaded; 400/422 naming the context length ->
+ *   context_length_exceeded, other 400/422 -> invalid_request; 429, 503 -> busy; 401, 403 ->
+ *   engine_unavailable; other statuses, 5xx, an in-stream error or a malformed stream -> engine_error;
+ *   abort -> cancelled (the upstream request is aborted too).
+ */
+import { createParser, type EventSourceMessage } from "eventsource-parser";
+import type { Delta, EngineRequestBody, ServedModel, Usage } from "../../protocol/messages.ts";
+import type { Engine, EngineEvent, EngineRequest } from "./engine.ts";
+import { EngineError } from "./engine.ts";
+
+export interface OpenAIEngineOptions {
+  /** Base URL including `/v1`, without a trailing slash. */
+  readonly upstream: string;
+  readonly models: readonly { readonly buildId: string; readonly upstreamName: string }[];
+  /** Injected for tests; defaults to the global fetch. */
+  readonly fetch?: (input: string, init: RequestInit) => Promise<Response>;
+}
+
+/** Fields the engine sets itself; the rest of the body is forwarded untouched. */
+const OWN_FIELDS = new Set(["model", "messages", "max_tokens", "max_completion_tokens", "stream", "stream_options"]);
+/** Bytes of an error body read to classify a 400 (never echoed). */
+const MAX_ERROR_BODY = 16 * 1024;
+const CONTEXT_PATTERN = /context[ _-]?(length|window|size)|maximum context|too many tokens|prompt is too long|exceeds? the (model|max)/i;
+/** Codes that mean the runtime cannot be used right now; the model is reported cold until a success. */
+const COLD_CODES = new Set(["engine_unavailable", "model_not_loaded"]);
+
+type Obj = Record<string, unknown>;
+const isObj = (v: unknown): v is Obj => typeof v === "object" && v !== null && !Array.isArray(v);
+const count = (v: unknown): number | undefined => (typeof v === "number" && Number.isInteger(v) && v >= 0 ? v : undefined);
+
+function upstreamBody(name: string, body: EngineRequestBody): Obj {
+  const out: Obj = {};
+  for (const [k, v] of Object.entries(body)) if (!OWN_FIELDS.has(k)) out[k] = v;
+  return {
+    ...out,
+    model: name,
+    messages: body.messages,
+    max_tokens: body.max_tokens,
+    stream: true,
+    stream_options: { include_usage: true },
+  };
+}
+
+async function readBounded(response: Response): Promise<string> {
+  if (!response.body) return "";
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let text = "";
+  try {
+    while (text.length < MAX_ERROR_BODY) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      text += decoder.decode(value, { stream: true });
+    }
+  } catch {
+    // a broken error body classifies as a plain status
+  } finally {
+    reader.cancel().catch(() => {});
+  }
+  return text;
+}
+
+async function statusError(response: Response): Promise<EngineError> {
+  const s = response.status;
+  if (s === 404) return new EngineError("model_not_loaded", "upstream answered 404");
+  if (s === 400 || s === 422) {
+    const text = await readBounded(response);
+    return CONTEXT_PATTERN.test(text)
+      ? new EngineError("context_length_exceeded", `upstream answered ${s}: context length exceeded`)
+      : new EngineError("invalid_request", `upstream answered ${s}: request refused`);
+  }
+  response.body?.cancel().catch(() => {});
+  if (s === 429 || s === 503) return new EngineError("busy", `upstream answered ${s}: busy`);
+  if (s === 401 || s === 403) return new EngineError("engine_unavailable", `upstream answered ${s}: not authorized`);
+  return new EngineError("engine_error", `upstream answered ${s}`);
+}
+
+function streamError(value: unknown): EngineError {
+  const text = JSON.stringify(value) ?? "";
+  return CONTEXT_PATTERN.test(text)
+    ? new EngineError("context_length_exceeded", "upstream stream error: context length exceeded")
+    : new EngineError("engine_error", "upstream stream error");
+}
+
+function usageOf(v: unknown): Usage | undefined {
+  if (!isObj(v)) return undefined;
+  const prompt = count(v.prompt_tokens);
+  const completion = count(v.completion_tokens);
+  if (prompt === undefined || completion === undefined) return undefined;
+  const cached = isObj(v.prompt_tokens_details) ? count(v.prompt_tokens_details.cached_tokens) : undefined;
+  const reasoning = isObj(v.completion_tokens_details) ? count(v.completion_tokens_details.reasoning_tokens) : undefined;
+  return {
+    prompt_tokens: prompt,
+    completion_tokens: completion,
+    ...(cached !== undefined ? { cached_tokens: Math.min(cached, prompt) } : {}),
+    ...(reasoning !== undefined ? { reasoning_tokens: reasoning } : {}),
+  };
+}
+
+function estimatePromptTokens(body: EngineRequestBody): number {
+  return body.messages.reduce((sum, m) => sum + Math.ceil(m.content.length / 4) + 4, 0);
+}
+
+export function createOpenAIEngine(options: OpenAIEngineOptions): Engine {
+  const doFetch = options.fetch ?? ((input: string, init: RequestInit) => fetch(input, init));
+  const names = new Map(options.models.map((m) => [m.buildId, m.upstreamName]));
+  const served: readonly ServedModel[] = Object.freeze(options.models.map((m) => Object.freeze({ build_id: m.buildId })));
+  const cold = new Set<string>();
+  const url = `${options.upstream}/chat/completions`;
+
+  async function* generate(request: EngineRequest, signal: AbortSignal): AsyncGenerator<EngineEvent> {
+    const name = names.get(request.model);
+    if (name === undefined) throw new EngineError("model_not_loaded", "model not served by this engine");
+    try {
+      yield* stream(name, request, signal);
+      cold.delete(request.model);
+    } catch (e) {
+      const error = toEngineError(e, signal);
+      if (COLD_CODES.has(error.code)) cold.add(request.model);
+      throw error;
+    }
+  }
+
+  async function* stream(name: string, request: EngineRequest, signal: AbortSignal): AsyncGenerator<EngineEvent> {
+    let response: Response;
+    try {
+      response = await doFetch(url, {
+        method: "POST",
+        headers: { "content-type": "application/json", accept: "text/event-stream" },
+        body: JSON.stringify(upstreamBody(name, request.body)),
+        signal,
+      });
+    } catch {
+      if (signal.aborted) throw new EngineError("cancelled", "cancelled");
+      throw new EngineError("engine_unavailable", "upstream unreachable");
+    }
+    if (!response.ok) throw await statusError(response);
+    if (!response.body || !(response.headers.get("content-type") ?? "").includes("text/event-stream")) {
+      response.body?.cancel().catch(() => {});
+      throw new EngineError("engine_error", "upstream did not answer with an event stream");
+    }
+
+    const pending: EventSourceMessage[] = [];
+    const parser = createParser({ onEvent: (event) => pending.push(event) });
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let finishReason: string | undefined;
+    let usage: Usage | undefined;
+    let deltas = 0;
+    let finished = false;
+    try {
+      while (!finished) {
+        let chunk: Awaited<ReturnType<typeof reader.read>>;
+        try {
+          chunk = await reader.read();
+        } catch {
+          if (signal.aborted) throw new EngineError("cancelled", "cancelled");
+          throw new EngineError("engine_error", "upstream stream broke");
+        }
+        if (chunk.done) {
+          parser.feed(decoder.decode());
+          parser.reset({ consume: true });
+        } else {
+          parser.feed(decoder.decode(chunk.value, { stream: true }));
+        }
+        for (const event of pending.splice(0)) {
+          if (event.data === "[DONE]") {
+            finished = true;
+            break;
+          }
+          let data: unknown;
+          try {
+            data = JSON.parse(event.data);
+          } catch {
+            throw new EngineError("engine_error", "malformed upstream stream");
+          }
+          if (!isObj(data)) throw new EngineError("engine_error", "malformed upstream stream");
+          if (data.error !== undefined && data.error !== null) throw streamError(data.error);
+          usage = usageOf(data.usage) ?? usage;
+          const choices = data.choices;
+          if (choices === undefined || choices === null) continue;
+          if (!Array.isArray(choices)) throw new EngineError("engine_error", "malformed upstream stream");
+          const choice: unknown = choices[0];
+          if (choice === undefined) continue;
+          if (!isObj(choice)) throw new EngineError("engine_error", "malformed upstream stream");
+          const delta = deltaOf(choice.delta);
+          if (delta) {
+            deltas++;
+            yield { type: "delta", delta };
+          }
+          const reason = choice.finish_reason;
+          if (typeof reason === "string" && reason.length > 0 && reason.length <= 64) finishReason = reason;
+        }
+        if (chunk.done) break;
+      }
+    } finally {
+      reader.cancel().catch(() => {});
+    }
+    if (signal.aborted) throw new EngineError("cancelled", "cancelled");
+    if (!finished && finishReason === undefined) throw new EngineError("engine_error", "upstream stream ended early");
+    yield {
+      type: "done",
+      finishReason: finishReason ?? "stop",
+      usage: usage ?? { prompt_tokens: estimatePromptTokens(request.body), completion_tokens: deltas },
+    };
+  }
+
+  return {
+    name: "openai",
+    models: () => served,
+    warmModels: () => options.models.map((m) => m.buildId).filter((id) => !cold.has(id)),
+    generate,
+  };
+}
+
+function deltaOf(v: unknown): Delta | undefined {
+  if (v === undefined || v === null) return undefined;
+  if (!isObj(v)) throw new EngineError("engine_error", "malformed upstream stream");
+  const content = typeof v.content === "string" && v.content.length > 0 ? v.content : undefined;
+  const reasoningRaw = typeof v.reasoning_content === "string" ? v.reasoning_content : v.reasoning;
+  const reasoning = typeof reasoningRaw === "string" && reasoningRaw.length > 0 ? reasoningRaw : undefined;
+  if (content === undefined && reasoning === undefined) return undefined;
+  return { ...(content !== undefined ? { content } : {}), ...(reasoning !== undefined ? { reasoning_content: reasoning } : {}) };
+}
+
+function toEngineError(e: unknown, signal: AbortSignal): EngineError {
+  if (signal.aborted) return new EngineError("cancelled", "cancelled");
+  if (e instanceof EngineError) return e;
+  return new EngineError("engine_error", "engine failed");
+}

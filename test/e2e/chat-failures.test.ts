@@ -1,0 +1,472 @@
+/**
+ * The spec's phase table for a chat request, over real sockets with fake providers:
+ *   pre-commit failure  -> failover to another provider, or a JSON error with its real status;
+ *   committed failure   -> HTTP 200 stream, then one `data: {"error": ...}` event and no [DONE];
+ *   cancellation        -> the provider receives `cancel` with the right reason.
+ * After each failure the coordinator still serves an ordinary request.
+ */
+import { describe, expect, test } from "bun:test";
+import { type CoordinatorFrame, encode, type Inference } from "../../src/protocol/messages.ts";
+import { connectFakeProvider, echo, type FakeProvider, type Step } from "../support/fake-provider.ts";
+import { seedAccount, seedCatalog, type TestApp, testApp } from "../support/harness.ts";
+import { chatBody, postChat, providerToken, readSse, sseReader, startServer, type TestServer } from "../support/server.ts";
+import { waitFor } from "../support/wait.ts";
+
+const BUILD = "org/base-build-4bit";
+
+interface Ctx {
+  readonly t: TestApp;
+  readonly server: TestServer;
+  readonly apiKey: string;
+  readonly token: string;
+  provider(behave?: (inf: Inference) => readonly Step[], extra?: { maxConcurrency?: number; models?: string[] }): Promise<FakeProvider>;
+  /** Disconnects every provider connected so far. */
+  disconnectAll(): Promise<void>;
+}
+
+/** App, server and a helper to connect providers; everything is disposed with the returned object. */
+async function setup(env: Record<string, string> = {}): Promise<Ctx & AsyncDisposable> {
+  const t = await testApp({ env });
+  await seedCatalog(t);
+  const { accountId, apiKey } = await seedAccount(t);
+  const token = await providerToken(t, accountId);
+  const server = startServer(t);
+  const providers: FakeProvider[] = [];
+  return {
+    t,
+    server,
+    apiKey,
+    token,
+    async provider(behave = echo, extra = {}) {
+      const p = await connectFakeProvider({
+        url: server.url,
+        token,
+        models: extra.models ?? [BUILD],
+        behave,
+        ...(extra.maxConcurrency !== undefined ? { maxConcurrency: extra.maxConcurrency } : {}),
+      });
+      providers.push(p);
+      return p;
+    },
+    async disconnectAll() {
+      for (const p of providers.splice(0)) await p[Symbol.asyncDispose]();
+    },
+    async [Symbol.asyncDispose]() {
+      for (const p of providers.splice(0).reverse()) await p[Symbol.asyncDispose]();
+      await server[Symbol.asyncDispose]();
+      await t[Symbol.asyncDispose]();
+    },
+  };
+}
+
+const inferences = (p: FakeProvider) => p.received.filter((f): f is Inference => f.type === "inference");
+function firstInference(p: FakeProvider): Inference {
+  const found = inferences(p)[0];
+  if (!found) throw new Error("the provider received no inference");
+  return found;
+}
+const isCancel = (reason: string) => (f: CoordinatorFrame) => f.type === "cancel" && f.reason === reason;
+
+/** The content of a non-streaming answer. */
+async function contentOf(response: Response): Promise<string> {
+  expect(response.status).toBe(200);
+  const body = (await response.json()) as { choices: { message: { content: string } }[] };
+  return body.choices[0]?.message.content ?? "";
+}
+
+/** The concatenated content of a streamed answer and its last event. */
+function streamed(data: string[]): { content: string; last: string | undefined } {
+  let content = "";
+  for (const d of data) {
+    if (d === "[DONE]") continue;
+    const chunk = JSON.parse(d) as { choices?: { delta?: { content?: string } }[] };
+    content += chunk.choices?.[0]?.delta?.content ?? "";
+  }
+  return { content, last: data.at(-1) };
+}
+
+async function errorOf(response: Response) {
+  return {
+    status: response.status,
+    contentType: response.headers.get("content-type"),
+    retryAfter: response.headers.get("retry-after"),
+    body: await response.json(),
+  };
+}
+
+/** After a failure, the coordinator still serves an ordinary request (on a fresh healthy provider). */
+async function stillServes(ctx: Ctx): Promise<void> {
+  await ctx.disconnectAll();
+  await ctx.provider(echo);
+  const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("still alive", { stream: true }));
+  expect(response.status).toBe(200);
+  const { content, last } = streamed((await readSse(response)).data);
+  expect([content, last]).toEqual(["still alive", "[DONE]"]);
+}
+
+const envelope = (type: string, code: string) => ({ error: { message: expect.any(String), type, code } });
+
+describe("pre-commit failover", () => {
+  test.each<[string, readonly Step[]]>([
+    ["a provider error (engine_error)", [{ do: "accept" }, { do: "error", code: "engine_error" }]],
+    ["a provider error before accepting", [{ do: "error", code: "engine_unavailable" }]],
+    ["a provider disconnect", [{ do: "accept" }, { do: "close" }]],
+    ["an accepted attempt that ends with only empty chunks then dies", [{ do: "accept" }, { do: "chunk", delta: {} }, { do: "close" }]],
+  ])("%s before first content -> the second provider answers", async (_name, steps) => {
+    await using ctx = await setup();
+    // Equal load, neither warm nor measured: candidates keep connection order, so the bad one is tried first.
+    const bad = await ctx.provider(() => steps);
+    const good = await ctx.provider(echo);
+    for (const stream of [false, true]) {
+      const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("alpha beta", { stream }));
+      if (stream) {
+        expect(response.status).toBe(200);
+        expect(streamed((await readSse(response)).data)).toEqual({ content: "alpha beta", last: "[DONE]" });
+      } else {
+        expect(await contentOf(response)).toBe("alpha beta");
+      }
+    }
+    expect(inferences(bad).length).toBeGreaterThanOrEqual(1);
+    expect(inferences(good).length).toBe(2);
+    // The attempt on the second provider is a new attempt number of the same request.
+    const first = firstInference(bad);
+    const retried = inferences(good).find((f) => f.request_id === first?.request_id);
+    expect(retried?.attempt).toBe(1);
+  });
+
+  test("a silent provider (never accepts) is cancelled with reason failover and the second answers", async () => {
+    await using ctx = await setup({ UMBRA_ACCEPT_TIMEOUT_MS: "200" });
+    const silent = await ctx.provider(() => [{ do: "hang" }]);
+    const good = await ctx.provider(echo);
+    const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("gamma delta"));
+    expect(await contentOf(response)).toBe("gamma delta");
+    const cancel = await silent.waitFor(isCancel("failover"));
+    const dispatched = firstInference(silent);
+    expect(cancel).toEqual({ type: "cancel", request_id: dispatched.request_id, attempt: dispatched.attempt, reason: "failover" });
+    expect(inferences(good)).toHaveLength(1);
+  });
+});
+
+describe("pre-commit failure -> JSON error with its real status", () => {
+  test.each([false, true])("every provider fails -> 502 provider_error JSON (stream %p)", async (stream) => {
+    await using ctx = await setup();
+    const a = await ctx.provider(() => [{ do: "accept" }, { do: "error", code: "engine_error" }]);
+    const b = await ctx.provider(() => [{ do: "error", code: "engine_error" }]);
+    const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("x", { stream }));
+    expect(await errorOf(response)).toEqual({
+      status: 502,
+      contentType: "application/json",
+      retryAfter: null,
+      body: envelope("provider_error", "provider_error"),
+    });
+    expect([inferences(a).length, inferences(b).length]).toEqual([1, 1]);
+    await stillServes(ctx);
+  });
+
+  test.each<[string, string | undefined]>([
+    ["context_length_exceeded", "messages"],
+    ["invalid_request", undefined],
+  ])("a runtime refusal (%s) -> 400 without failover", async (code, param) => {
+    await using ctx = await setup();
+    const refusing = await ctx.provider(() => [{ do: "accept" }, { do: "error", code }]);
+    const other = await ctx.provider(echo);
+    const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("x", { stream: true }));
+    expect(await errorOf(response)).toEqual({
+      status: 400,
+      contentType: "application/json",
+      retryAfter: null,
+      body: { error: { message: expect.any(String), type: "invalid_request_error", code: "invalid_value", ...(param ? { param } : {}) } },
+    });
+    expect([inferences(refusing).length, inferences(other).length]).toEqual([1, 0]);
+  });
+
+  test("UMBRA_MAX_ATTEMPTS bounds how many providers are tried", async () => {
+    await using ctx = await setup({ UMBRA_MAX_ATTEMPTS: "2" });
+    const failing = [];
+    for (let i = 0; i < 3; i++) failing.push(await ctx.provider(() => [{ do: "error", code: "engine_error" }]));
+    const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("x"));
+    expect(response.status).toBe(502);
+    expect(failing.map((p) => inferences(p).length).reduce((s, n) => s + n, 0)).toBe(2);
+  });
+
+  test("every provider busy -> 503 service_unavailable with Retry-After", async () => {
+    await using ctx = await setup();
+    await ctx.provider(() => [{ do: "error", code: "busy" }]);
+    await ctx.provider(() => [{ do: "accept" }, { do: "error", code: "draining" }]);
+    const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("x", { stream: true }));
+    const error = await errorOf(response);
+    expect(error).toEqual({
+      status: 503,
+      contentType: "application/json",
+      retryAfter: expect.stringMatching(/^\d+$/),
+      body: envelope("service_unavailable", "service_unavailable"),
+    });
+  });
+
+  test("no provider at all -> 503 model_unavailable", async () => {
+    await using ctx = await setup();
+    const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("x", { stream: true }));
+    expect(await errorOf(response)).toEqual({
+      status: 503,
+      contentType: "application/json",
+      retryAfter: null,
+      body: { error: { message: expect.any(String), type: "service_unavailable", code: "model_unavailable", param: "model" } },
+    });
+  });
+
+  test("providers only for other models -> 503 model_unavailable", async () => {
+    await using ctx = await setup();
+    const other = await ctx.provider(echo, { models: ["other/plain"] });
+    const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("x"));
+    expect(await errorOf(response)).toEqual({
+      status: 503,
+      contentType: "application/json",
+      retryAfter: null,
+      body: { error: { message: expect.any(String), type: "service_unavailable", code: "model_unavailable", param: "model" } },
+    });
+    expect(inferences(other)).toEqual([]);
+    // The other model is served.
+    expect(await contentOf(await postChat(ctx.server.url, ctx.apiKey, { ...chatBody("plain"), model: "other/plain" }))).toBe("plain");
+  });
+
+  test("every provider at max concurrency -> 503 service_unavailable with an integer Retry-After", async () => {
+    await using ctx = await setup();
+    const p = await ctx.provider((inf) => (inf.request.messages[0]?.content === "hold" ? [{ do: "accept" }, { do: "hang" }] : echo(inf)), {
+      maxConcurrency: 1,
+    });
+    const controller = new AbortController();
+    const held = postChat(ctx.server.url, ctx.apiKey, chatBody("hold", { stream: true }), { signal: controller.signal }).catch(
+      () => undefined,
+    );
+    await p.waitFor((f) => f.type === "inference");
+    const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("x", { stream: true }));
+    expect(await errorOf(response)).toEqual({
+      status: 503,
+      contentType: "application/json",
+      retryAfter: expect.stringMatching(/^\d+$/),
+      body: envelope("service_unavailable", "service_unavailable"),
+    });
+    expect(inferences(p)).toHaveLength(1);
+    // Freeing the slot (the held client leaves) makes the provider usable again.
+    controller.abort();
+    await held;
+    await p.waitFor(isCancel("client_gone"));
+    expect(await contentOf(await postChat(ctx.server.url, ctx.apiKey, chatBody("free again")))).toBe("free again");
+  });
+
+  test.each([false, true])(
+    "no content before UMBRA_FIRST_CONTENT_TIMEOUT_MS -> 429 first_content_timeout, provider cancelled (deadline) (stream %p)",
+    async (stream) => {
+      await using ctx = await setup({ UMBRA_FIRST_CONTENT_TIMEOUT_MS: "300" });
+      const p = await ctx.provider(() => [{ do: "accept" }, { do: "hang" }]);
+      const started = Date.now();
+      const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("x", { stream }));
+      const error = await errorOf(response);
+      expect(Date.now() - started).toBeGreaterThanOrEqual(290);
+      expect(error).toEqual({
+        status: 429,
+        contentType: "application/json",
+        retryAfter: expect.stringMatching(/^\d+$/),
+        body: envelope("rate_limit_error", "first_content_timeout"),
+      });
+      expect(Number(error.retryAfter)).toBeGreaterThanOrEqual(0);
+      const dispatched = firstInference(p);
+      expect(await p.waitFor(isCancel("deadline"))).toEqual({
+        type: "cancel",
+        request_id: dispatched.request_id,
+        attempt: dispatched.attempt,
+        reason: "deadline",
+      });
+      await stillServes(ctx);
+    },
+  );
+
+  test("the first-content deadline covers all attempts together", async () => {
+    await using ctx = await setup({ UMBRA_FIRST_CONTENT_TIMEOUT_MS: "400", UMBRA_ACCEPT_TIMEOUT_MS: "250" });
+    const a = await ctx.provider(() => [{ do: "hang" }]);
+    const b = await ctx.provider(() => [{ do: "accept" }, { do: "hang" }]);
+    const started = Date.now();
+    const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("x"));
+    expect(response.status).toBe(429);
+    expect(Date.now() - started).toBeLessThan(1500);
+    // The silent one (tried first: connection order) was failed over, the other accepted and ran into the
+    // deadline that started with the first attempt.
+    expect([(await a.waitFor(isCancel("failover"))).type, (await b.waitFor(isCancel("deadline"))).type]).toEqual(["cancel", "cancel"]);
+    expect([inferences(a).length, inferences(b).length]).toEqual([1, 1]);
+  });
+});
+
+describe("committed failure -> in-band error, no [DONE]", () => {
+  const twoChunks: Step[] = [{ do: "accept" }, { do: "chunk", delta: { content: "one " } }, { do: "chunk", delta: { content: "two" } }];
+
+  test.each<[string, readonly Step[], string, string]>([
+    ["disconnect after 2 chunks", [...twoChunks, { do: "close" }], "provider_error", "provider_error"],
+    [
+      "error frame (engine_error) after 2 chunks",
+      [...twoChunks, { do: "error", code: "engine_error" }],
+      "provider_error",
+      "provider_error",
+    ],
+    ["error frame (timeout) after 2 chunks", [...twoChunks, { do: "error", code: "timeout" }], "timeout", "timeout"],
+  ])("%s -> 200 stream with the chunks, then one error event", async (_name, steps, type, code) => {
+    await using ctx = await setup();
+    await ctx.provider(() => steps);
+    await ctx.provider(() => steps);
+    const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("x", { stream: true }));
+    expect(response.status).toBe(200);
+    expect(response.headers.get("content-type")).toStartWith("text/event-stream");
+    const { data, raw } = await readSse(response);
+    expect(data).not.toContain("[DONE]");
+    expect(data).toHaveLength(3);
+    expect(streamed(data.slice(0, 2)).content).toBe("one two");
+    expect(JSON.parse(data[2] ?? "null")).toEqual(envelope(type, code));
+    expect(raw.endsWith("\n\n")).toBe(true);
+    await stillServes(ctx);
+  });
+
+  test.each<[string, readonly Step[], number, string]>([
+    ["disconnect", [...twoChunks, { do: "close" }], 502, "provider_error"],
+    ["engine_error", [...twoChunks, { do: "error", code: "engine_error" }], 502, "provider_error"],
+  ])("the same failure (%s) without streaming -> a JSON error", async (_name, steps, status, code) => {
+    await using ctx = await setup();
+    await ctx.provider(() => steps);
+    const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("x"));
+    expect(await errorOf(response)).toEqual({
+      status,
+      contentType: "application/json",
+      retryAfter: null,
+      body: envelope(code, code),
+    });
+    await stillServes(ctx);
+  });
+
+  test("a committed request is never failed over: the second provider is not asked", async () => {
+    await using ctx = await setup();
+    const a = await ctx.provider(() => [...twoChunks, { do: "close" }]);
+    const b = await ctx.provider(() => [...twoChunks, { do: "close" }]);
+    await readSse(await postChat(ctx.server.url, ctx.apiKey, chatBody("x", { stream: true })));
+    expect(inferences(a).length + inferences(b).length).toBe(1);
+  });
+
+  test("request timeout after commit -> in-band timeout error, provider cancelled (deadline)", async () => {
+    await using ctx = await setup({ UMBRA_REQUEST_TIMEOUT_MS: "300" });
+    const p = await ctx.provider(() => [{ do: "accept" }, { do: "chunk", delta: { content: "first" } }, { do: "hang" }]);
+    const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("x", { stream: true }));
+    expect(response.status).toBe(200);
+    const { data } = await readSse(response);
+    expect(data).toHaveLength(2);
+    expect(streamed(data.slice(0, 1)).content).toBe("first");
+    expect(JSON.parse(data[1] ?? "null")).toEqual(envelope("timeout", "timeout"));
+    const dispatched = firstInference(p);
+    expect(await p.waitFor(isCancel("deadline"))).toEqual({
+      type: "cancel",
+      request_id: dispatched.request_id,
+      attempt: dispatched.attempt,
+      reason: "deadline",
+    });
+    await stillServes(ctx);
+  });
+
+  test("request timeout after commit without streaming -> 504 timeout JSON", async () => {
+    await using ctx = await setup({ UMBRA_REQUEST_TIMEOUT_MS: "300" });
+    const p = await ctx.provider(() => [{ do: "accept" }, { do: "chunk", delta: { content: "first" } }, { do: "hang" }]);
+    const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("x"));
+    expect(await errorOf(response)).toEqual({
+      status: 504,
+      contentType: "application/json",
+      retryAfter: null,
+      body: envelope("timeout", "timeout"),
+    });
+    await p.waitFor(isCancel("deadline"));
+  });
+});
+
+describe("client cancellation", () => {
+  test.each([false, true])(
+    "client aborts while waiting for first content -> provider cancelled (client_gone) (stream %p)",
+    async (stream) => {
+      await using ctx = await setup();
+      const p = await ctx.provider((inf) => (inf.request.messages[0]?.content === "slow" ? [{ do: "accept" }, { do: "hang" }] : echo(inf)));
+      const controller = new AbortController();
+      const pending = postChat(ctx.server.url, ctx.apiKey, chatBody("slow", { stream }), { signal: controller.signal });
+      const inference = (await p.waitFor((f) => f.type === "inference")) as Inference;
+      controller.abort();
+      await expect(pending).rejects.toThrow();
+      expect(await p.waitFor(isCancel("client_gone"))).toEqual({
+        type: "cancel",
+        request_id: inference.request_id,
+        attempt: inference.attempt,
+        reason: "client_gone",
+      });
+      // The slot was freed: the same provider serves the next request.
+      expect(await contentOf(await postChat(ctx.server.url, ctx.apiKey, chatBody("next one")))).toBe("next one");
+    },
+  );
+
+  test("client aborts a non-streaming request after first content -> provider cancelled (client_gone)", async () => {
+    await using ctx = await setup();
+    const p = await ctx.provider((inf) =>
+      inf.request.messages[0]?.content === "long"
+        ? [{ do: "accept" }, { do: "chunk", delta: { content: "part" } }, { do: "hang" }]
+        : echo(inf),
+    );
+    const controller = new AbortController();
+    const pending = postChat(ctx.server.url, ctx.apiKey, chatBody("long"), { signal: controller.signal });
+    const inference = (await p.waitFor((f) => f.type === "inference")) as Inference;
+    // The chunk is sent right after accepted; wait until the coordinator has it (the attempt committed).
+    await waitFor(() => ctx.t.app.fleet.list()[0]?.firstContentMs !== undefined, "first content at the coordinator");
+    controller.abort();
+    await expect(pending).rejects.toThrow();
+    expect(await p.waitFor(isCancel("client_gone"))).toEqual({
+      type: "cancel",
+      request_id: inference.request_id,
+      attempt: inference.attempt,
+      reason: "client_gone",
+    });
+    expect(await contentOf(await postChat(ctx.server.url, ctx.apiKey, chatBody("after abort")))).toBe("after abort");
+  });
+
+  test("client aborts mid-stream -> provider cancelled (client_gone)", async () => {
+    await using ctx = await setup();
+    const p = await ctx.provider((inf) =>
+      inf.request.messages[0]?.content === "long"
+        ? [{ do: "accept" }, { do: "chunk", delta: { content: "part" } }, { do: "hang" }]
+        : echo(inf),
+    );
+    const controller = new AbortController();
+    const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("long", { stream: true }), { signal: controller.signal });
+    expect(response.status).toBe(200);
+    const reader = sseReader(response);
+    expect(streamed([(await reader.next()) ?? ""]).content).toBe("part");
+    const inference = firstInference(p);
+    controller.abort();
+    expect(await p.waitFor(isCancel("client_gone"))).toEqual({
+      type: "cancel",
+      request_id: inference.request_id,
+      attempt: inference.attempt,
+      reason: "client_gone",
+    });
+    expect(await contentOf(await postChat(ctx.server.url, ctx.apiKey, chatBody("after abort")))).toBe("after abort");
+  });
+
+  test("a provider that keeps streaming after the client left is cancelled and its late frames are ignored", async () => {
+    await using ctx = await setup();
+    const p = await ctx.provider((inf) =>
+      inf.request.messages[0]?.content === "chatty"
+        ? [{ do: "accept" }, { do: "chunk", delta: { content: "a" } }, { do: "hang" }]
+        : echo(inf),
+    );
+    const controller = new AbortController();
+    const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("chatty", { stream: true }), { signal: controller.signal });
+    const reader = sseReader(response);
+    await reader.next();
+    const inference = firstInference(p);
+    controller.abort();
+    await p.waitFor(isCancel("client_gone"));
+    const ids = { request_id: inference.request_id, attempt: inference.attempt };
+    p.send(encode({ type: "chunk", ...ids, seq: 1, delta: { content: "late" } }));
+    p.send(encode({ type: "complete", ...ids, seq: 2, finish_reason: "stop", usage: { prompt_tokens: 1, completion_tokens: 2 } }));
+    // Sent after the late frames on the same socket: the session survived them.
+    expect(await contentOf(await postChat(ctx.server.url, ctx.apiKey, chatBody("survived")))).toBe("survived");
+  });
+});

@@ -1,0 +1,432 @@
+/**
+ * GET /v1/provider/connect over a real socket: upgrade authentication, protocol violations (each closes
+ * only the offending provider, with the right close code, while a healthy provider keeps streaming),
+ * version negotiation, late frames after a cancel, liveness eviction with failover, and the capacity
+ * figures /v1/models derives from the fleet.
+ */
+import { describe, expect, test } from "bun:test";
+import { CLOSE, encode, type Inference, MAX_FRAME_BYTES } from "../../src/protocol/messages.ts";
+import { connectFakeProvider, echo, type FakeProvider, type Step } from "../support/fake-provider.ts";
+import { seedAccount, seedCatalog, type TestApp, testApp } from "../support/harness.ts";
+import { chatBody, postChat, providerToken, readSse, sseReader, startServer } from "../support/server.ts";
+import { waitFor } from "../support/wait.ts";
+
+const BUILD = "org/base-build-4bit";
+const CONNECT = "/v1/provider/connect";
+
+async function setup(env: Record<string, string> = {}) {
+  const t = await testApp({ env });
+  await seedCatalog(t);
+  const account = await seedAccount(t);
+  const token = await providerToken(t, account.accountId);
+  return { t, ...account, token };
+}
+
+const inferences = (p: FakeProvider) => p.received.filter((f): f is Inference => f.type === "inference");
+
+/** A bare WebSocket with the provider token: for frames the fake provider cannot send (before hello). */
+async function rawSocket(url: string, token: string) {
+  const ws = new WebSocket(`${url.replace(/^http/, "ws")}${CONNECT}`, {
+    headers: { authorization: `Bearer ${token}` },
+  } as unknown as string[]);
+  const messages: string[] = [];
+  ws.addEventListener("message", (e) => messages.push(String(e.data)));
+  const closed = new Promise<{ code: number; reason: string }>((resolve) => {
+    ws.addEventListener("close", (e) => resolve({ code: e.code, reason: e.reason }));
+  });
+  await new Promise<void>((resolve, reject) => {
+    ws.addEventListener("open", () => resolve(), { once: true });
+    ws.addEventListener("error", () => reject(new Error("could not connect")), { once: true });
+  });
+  return {
+    ws,
+    messages,
+    closed,
+    async [Symbol.asyncDispose]() {
+      if (ws.readyState === WebSocket.OPEN) ws.close();
+      await closed;
+    },
+  };
+}
+
+function hello(extra: Record<string, unknown> = {}): string {
+  return JSON.stringify({
+    type: "hello",
+    protocol_versions: [1],
+    provider_version: "test",
+    engine: "fake",
+    models: [{ build_id: BUILD }],
+    max_concurrency: 4,
+    ...extra,
+  });
+}
+
+function content(data: string[]): string {
+  return data
+    .filter((d) => d !== "[DONE]")
+    .map((d) => (JSON.parse(d) as { choices?: { delta?: { content?: string } }[] }).choices?.[0]?.delta?.content ?? "")
+    .join("");
+}
+
+describe("upgrade authentication", () => {
+  test.each<[string, (t: TestApp, ctx: { apiKey: string; accountId: string }) => Promise<Record<string, string>>]>([
+    ["no token", async () => ({})],
+    ["an empty bearer", async () => ({ authorization: "Bearer " })],
+    ["a consumer API key", async (_t, { apiKey }) => ({ authorization: `Bearer ${apiKey}` })],
+    ["an unknown provider token", async () => ({ authorization: "Bearer umbra_pt_nope" })],
+    [
+      "a revoked provider token",
+      async (t, { accountId }) => {
+        const created = await t.app.admin.createProviderToken({ account_id: accountId });
+        await t.app.admin.revokeProviderToken(created.id);
+        return { authorization: `Bearer ${created.token}` };
+      },
+    ],
+  ])("%s -> 401 with the error envelope", async (_name, headersFor) => {
+    const { t, apiKey, accountId } = await setup();
+    await using _t = t;
+    await using server = startServer(t);
+    const headers = await headersFor(t, { apiKey, accountId });
+    const response = await fetch(`${server.url}${CONNECT}`, {
+      headers: {
+        ...headers,
+        connection: "Upgrade",
+        upgrade: "websocket",
+        "sec-websocket-version": "13",
+        "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==",
+      },
+    });
+    expect({ status: response.status, contentType: response.headers.get("content-type"), body: await response.json() }).toEqual({
+      status: 401,
+      contentType: "application/json",
+      body: { error: { message: expect.any(String), type: "authentication_error", code: "invalid_token" } },
+    });
+    expect(t.app.fleet.size).toBe(0);
+  });
+
+  test("a WebSocket client with a revoked token cannot connect", async () => {
+    const { t, accountId } = await setup();
+    await using _t = t;
+    await using server = startServer(t);
+    const created = await t.app.admin.createProviderToken({ account_id: accountId });
+    await t.app.admin.revokeProviderToken(created.id);
+    await expect(connectFakeProvider({ url: server.url, token: created.token, models: [BUILD] })).rejects.toThrow();
+    expect(t.app.fleet.size).toBe(0);
+  });
+
+  test("a valid token is welcomed with the configured heartbeat and liveness", async () => {
+    const { t, token } = await setup({ UMBRA_PROVIDER_HEARTBEAT_MS: "1000", UMBRA_PROVIDER_LIVENESS_MS: "4000" });
+    await using _t = t;
+    await using server = startServer(t);
+    await using p = await connectFakeProvider({ url: server.url, token, models: [BUILD] });
+    expect(p.received[0]).toEqual({
+      type: "welcome",
+      protocol_version: 1,
+      provider_id: p.providerId,
+      trust_level: "none",
+      heartbeat_interval_ms: 1000,
+      liveness_timeout_ms: 4000,
+    });
+    expect(t.app.fleet.list().map((s) => s.id)).toEqual([p.providerId]);
+  });
+});
+
+/** How a misbehaving provider breaks the protocol; `victim` requests (if any) are sent to it. */
+interface Violation {
+  readonly behave?: (inf: Inference) => readonly Step[];
+  /** Sends the offending frames; may send a victim chat request that must still be answered (failover). */
+  readonly trigger: (bad: FakeProvider, victim: () => Promise<string>) => Promise<void>;
+  readonly code: number;
+}
+
+const ids = (inf: Inference) => ({ request_id: inf.request_id, attempt: inf.attempt });
+
+const VIOLATIONS: Record<string, Violation> = {
+  "garbage (not JSON)": { trigger: async (bad) => bad.send("this is not json {"), code: CLOSE.protocolError },
+  "a JSON array": { trigger: async (bad) => bad.send("[1,2,3]"), code: CLOSE.protocolError },
+  "an unknown frame type": { trigger: async (bad) => bad.send(JSON.stringify({ type: "teleport" })), code: CLOSE.protocolError },
+  "a heartbeat with a mistyped field": {
+    trigger: async (bad) => bad.send(JSON.stringify({ type: "heartbeat", status: "bored", warm_models: [], active: 0, queued: 0 })),
+    code: CLOSE.protocolError,
+  },
+  "a second hello": { trigger: async (bad) => bad.send(hello()), code: CLOSE.protocolError },
+  "a chunk for an attempt never dispatched": {
+    trigger: async (bad) => bad.send(encode({ type: "chunk", request_id: "req_never", attempt: 0, seq: 0, delta: { content: "x" } })),
+    code: CLOSE.protocolError,
+  },
+  "a chunk before accepted": {
+    behave: () => [{ do: "chunk", delta: { content: "too early" } }],
+    trigger: async (_bad, victim) => expect(await victim()).toBe("victim request"),
+    code: CLOSE.protocolError,
+  },
+  "a seq gap": {
+    behave: (inf) => [
+      { do: "accept" },
+      { do: "raw", text: encode({ type: "chunk", ...ids(inf), seq: 1, delta: { content: "skipped 0" } }) },
+    ],
+    trigger: async (_bad, victim) => expect(await victim()).toBe("victim request"),
+    code: CLOSE.protocolError,
+  },
+  "a duplicate accepted": {
+    behave: () => [{ do: "accept" }, { do: "accept" }],
+    trigger: async (_bad, victim) => expect(await victim()).toBe("victim request"),
+    code: CLOSE.protocolError,
+  },
+  "complete with the wrong chunk count": {
+    behave: (inf) => [
+      { do: "accept" },
+      {
+        do: "raw",
+        text: encode({ type: "complete", ...ids(inf), seq: 3, finish_reason: "stop", usage: { prompt_tokens: 1, completion_tokens: 1 } }),
+      },
+    ],
+    trigger: async (_bad, victim) => expect(await victim()).toBe("victim request"),
+    code: CLOSE.protocolError,
+  },
+  "an error code outside the vocabulary": {
+    behave: (inf) => [{ do: "accept" }, { do: "raw", text: JSON.stringify({ type: "error", ...ids(inf), code: "kaboom" }) }],
+    trigger: async (_bad, victim) => expect(await victim()).toBe("victim request"),
+    code: CLOSE.protocolError,
+  },
+  "a frame after the attempt completed": {
+    behave: (inf) => [...echo(inf), { do: "raw", text: encode({ type: "chunk", ...ids(inf), seq: 9, delta: { content: "more" } }) }],
+    trigger: async (_bad, victim) => expect(await victim()).toBe("victim request"),
+    code: CLOSE.protocolError,
+  },
+  "an oversized frame (> 1 MiB)": {
+    trigger: async (bad) =>
+      bad.send(JSON.stringify({ type: "heartbeat", status: "idle", warm_models: ["x".repeat(MAX_FRAME_BYTES)], active: 0, queued: 0 })),
+    code: CLOSE.tooBig,
+  },
+};
+
+describe("protocol violations close only the offending provider", () => {
+  test.each(Object.keys(VIOLATIONS))("%s", async (name) => {
+    const violation = VIOLATIONS[name] as Violation;
+    const { t, apiKey, token } = await setup();
+    await using _t = t;
+    await using server = startServer(t);
+    // The healthy provider holds a stream open (first chunk sent) across the violation.
+    await using healthy = await connectFakeProvider({
+      url: server.url,
+      token,
+      models: [BUILD],
+      behave: (inf) =>
+        inf.request.messages[0]?.content === "hold" ? [{ do: "accept" }, { do: "chunk", delta: { content: "one " } }] : echo(inf),
+    });
+    const held = await postChat(server.url, apiKey, chatBody("hold", { stream: true }));
+    expect(held.status).toBe(200);
+    const reader = sseReader(held);
+    expect(content([(await reader.next()) ?? ""])).toBe("one ");
+    const holdFrame = inferences(healthy)[0] as Inference;
+
+    // The offender is less loaded than the healthy provider, so victim requests are dispatched to it first.
+    await using bad = await connectFakeProvider({
+      url: server.url,
+      token,
+      models: [BUILD],
+      ...(violation.behave ? { behave: violation.behave } : {}),
+    });
+    const victim = async () => {
+      const response = await postChat(server.url, apiKey, chatBody("victim request"));
+      expect(response.status).toBe(200);
+      return ((await response.json()) as { choices: { message: { content: string } }[] }).choices[0]?.message.content ?? "";
+    };
+    await violation.trigger(bad, victim);
+    expect((await bad.closed).code).toBe(violation.code);
+    if (violation.behave) expect(inferences(bad)).toHaveLength(1);
+    expect(t.app.fleet.list().map((s) => s.id)).toEqual([healthy.providerId]);
+
+    // The healthy stream finishes normally.
+    healthy.send(encode({ type: "chunk", ...ids(holdFrame), seq: 1, delta: { content: "two" } }));
+    healthy.send(
+      encode({ type: "complete", ...ids(holdFrame), seq: 2, finish_reason: "stop", usage: { prompt_tokens: 1, completion_tokens: 2 } }),
+    );
+    const rest = await reader.rest();
+    expect(content(rest)).toBe("two");
+    expect(rest.at(-1)).toBe("[DONE]");
+    // And it serves new requests.
+    expect(content((await readSse(await postChat(server.url, apiKey, chatBody("new request", { stream: true })))).data)).toBe(
+      "new request",
+    );
+  });
+
+  test("a frame before hello -> 1002", async () => {
+    const { t, token } = await setup();
+    await using _t = t;
+    await using server = startServer(t);
+    await using raw = await rawSocket(server.url, token);
+    raw.ws.send(JSON.stringify({ type: "heartbeat", status: "idle", warm_models: [], active: 0, queued: 0 }));
+    expect((await raw.closed).code).toBe(CLOSE.protocolError);
+    expect(raw.messages).toEqual([]);
+    expect(t.app.fleet.size).toBe(0);
+  });
+
+  test("garbage before hello -> 1002", async () => {
+    const { t, token } = await setup();
+    await using _t = t;
+    await using server = startServer(t);
+    await using raw = await rawSocket(server.url, token);
+    raw.ws.send("\u0000\u0001binary-ish");
+    expect((await raw.closed).code).toBe(CLOSE.protocolError);
+  });
+
+  test("a hello with only unsupported protocol versions -> 4002, never welcomed", async () => {
+    const { t, token } = await setup();
+    await using _t = t;
+    await using server = startServer(t);
+    await using p = await connectFakeProvider({ url: server.url, token, models: [BUILD], hello: { protocol_versions: [99] } });
+    expect((await p.closed).code).toBe(CLOSE.version);
+    expect(p.received).toEqual([]);
+    expect(t.app.fleet.size).toBe(0);
+  });
+
+  test("a hello listing several versions including 1 is welcomed with version 1", async () => {
+    const { t, token } = await setup();
+    await using _t = t;
+    await using server = startServer(t);
+    await using p = await connectFakeProvider({ url: server.url, token, models: [BUILD], hello: { protocol_versions: [3, 2, 1] } });
+    expect(p.received[0]?.type === "welcome" && p.received[0].protocol_version).toBe(1);
+  });
+});
+
+describe("late frames and liveness", () => {
+  test("late frames for a cancelled (failed-over) attempt do not end the session", async () => {
+    const { t, apiKey, token } = await setup({ UMBRA_ACCEPT_TIMEOUT_MS: "150" });
+    await using _t = t;
+    await using server = startServer(t);
+    await using slow = await connectFakeProvider({
+      url: server.url,
+      token,
+      models: [BUILD],
+      behave: (inf) => (inf.request.messages[0]?.content === "first" ? [{ do: "hang" }] : echo(inf)),
+    });
+    const fast = await connectFakeProvider({ url: server.url, token, models: [BUILD] });
+    expect(content((await readSse(await postChat(server.url, apiKey, chatBody("first", { stream: true })))).data)).toBe("first");
+    const cancel = await slow.waitFor((f) => f.type === "cancel");
+    expect(cancel.type === "cancel" && cancel.reason).toBe("failover");
+    const late = inferences(slow)[0] as Inference;
+    slow.send(encode({ type: "accepted", ...ids(late) }));
+    slow.send(encode({ type: "chunk", ...ids(late), seq: 0, delta: { content: "late" } }));
+    slow.send(encode({ type: "complete", ...ids(late), seq: 1, finish_reason: "stop", usage: { prompt_tokens: 1, completion_tokens: 1 } }));
+    slow.send(encode({ type: "error", ...ids(late), code: "cancelled" }));
+    // Only the slow provider is left: it must still be connected and serve (its frames after the late
+    // ones prove the coordinator processed those first).
+    await fast[Symbol.asyncDispose]();
+    expect(content((await readSse(await postChat(server.url, apiKey, chatBody("second", { stream: true })))).data)).toBe("second");
+    expect(t.app.fleet.list().map((s) => s.id)).toEqual([slow.providerId]);
+  });
+
+  test("a provider that stops heartbeating is evicted (4008) and its request fails over", async () => {
+    const { t, apiKey, token } = await setup({ UMBRA_PROVIDER_HEARTBEAT_MS: "50", UMBRA_PROVIDER_LIVENESS_MS: "400" });
+    await using _t = t;
+    await using server = startServer(t);
+    await using silent = await connectFakeProvider({
+      url: server.url,
+      token,
+      models: [BUILD],
+      heartbeat: false,
+      behave: () => [{ do: "accept" }, { do: "hang" }],
+    });
+    const started = Date.now();
+    const pending = postChat(server.url, apiKey, chatBody("fail me over"));
+    await silent.waitFor((f) => f.type === "inference");
+    // The healthy provider joins after the dispatch, so the silent one held the request.
+    await using _healthy = await connectFakeProvider({ url: server.url, token, models: [BUILD] });
+    const response = await pending;
+    expect(response.status).toBe(200);
+    expect(((await response.json()) as { choices: { message: { content: string } }[] }).choices[0]?.message.content).toBe("fail me over");
+    expect((await silent.closed).code).toBe(CLOSE.timeout);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(350);
+    expect(t.app.fleet.size).toBe(1);
+  });
+
+  test("heartbeating providers are not evicted", async () => {
+    const { t, apiKey, token } = await setup({ UMBRA_PROVIDER_HEARTBEAT_MS: "50", UMBRA_PROVIDER_LIVENESS_MS: "300" });
+    await using _t = t;
+    await using server = startServer(t);
+    await using p = await connectFakeProvider({
+      url: server.url,
+      token,
+      models: [BUILD],
+      behave: (inf) => [{ do: "accept" }, { do: "wait", ms: 900 }, ...echo(inf).slice(1)],
+    });
+    // The answer takes three liveness periods; heartbeats keep the session alive throughout.
+    expect(content((await readSse(await postChat(server.url, apiKey, chatBody("kept alive", { stream: true })))).data)).toBe("kept alive");
+    expect(t.app.fleet.list().map((s) => s.id)).toEqual([p.providerId]);
+  });
+
+  test("a connection that never says hello is closed after the liveness timeout", async () => {
+    const { t, token } = await setup({ UMBRA_PROVIDER_HEARTBEAT_MS: "50", UMBRA_PROVIDER_LIVENESS_MS: "200" });
+    await using _t = t;
+    await using server = startServer(t);
+    await using raw = await rawSocket(server.url, token);
+    expect((await raw.closed).code).toBe(CLOSE.timeout);
+    expect(t.app.fleet.size).toBe(0);
+  });
+});
+
+describe("/v1/models capacity metadata", () => {
+  test("provider_count, routable, warm, can_accept follow the fleet; nothing is attested", async () => {
+    const { t, apiKey, token } = await setup();
+    await using _t = t;
+    await using server = startServer(t);
+    const metadata = async () => {
+      const response = await fetch(`${server.url}/v1/models/org%2Fmodel`, { headers: { authorization: `Bearer ${apiKey}` } });
+      expect(response.status).toBe(200);
+      return ((await response.json()) as { metadata: Record<string, unknown> }).metadata;
+    };
+    const figures = (provider_count: number, routable_providers: number, warm_providers: number, can_accept: boolean) => ({
+      model_type: "chat",
+      quantization: "4bit",
+      provider_count,
+      attested_providers: 0,
+      trust_level: "none",
+      routable_providers,
+      warm_providers,
+      can_accept,
+    });
+
+    expect(await metadata()).toEqual(figures(0, 0, 0, false));
+
+    // A provider for another build does not count.
+    await using _other = await connectFakeProvider({ url: server.url, token, models: ["other/plain"], heartbeat: false });
+    expect(await metadata()).toEqual(figures(0, 0, 0, false));
+
+    await using p = await connectFakeProvider({
+      url: server.url,
+      token,
+      models: [BUILD],
+      heartbeat: false,
+      maxConcurrency: 1,
+      behave: () => [{ do: "accept" }, { do: "hang" }],
+    });
+    expect(await metadata()).toEqual(figures(1, 1, 0, true));
+
+    const beat = (status: string, warm: string[]) =>
+      p.send(JSON.stringify({ type: "heartbeat", status, warm_models: warm, active: 0, queued: 0 }));
+    beat("serving", [BUILD]);
+    await waitFor(() => t.app.fleet.capacity(BUILD).warmProviders === 1, "the heartbeat to be processed");
+    expect(await metadata()).toEqual(figures(1, 1, 1, true));
+
+    // Its only slot taken: still routable, cannot accept.
+    const controller = new AbortController();
+    const held = postChat(server.url, apiKey, chatBody("hold"), { signal: controller.signal }).catch(() => undefined);
+    await p.waitFor((f) => f.type === "inference");
+    expect(await metadata()).toEqual(figures(1, 1, 1, false));
+    controller.abort();
+    await held;
+    await p.waitFor((f) => f.type === "cancel");
+    await waitFor(() => t.app.fleet.capacity(BUILD).canAccept, "the slot to be freed");
+    expect(await metadata()).toEqual(figures(1, 1, 1, true));
+
+    // Draining: counted, not routable, cannot accept.
+    beat("draining", [BUILD]);
+    await waitFor(() => t.app.fleet.capacity(BUILD).routableProviders === 0, "the draining heartbeat to be processed");
+    expect(await metadata()).toEqual(figures(1, 0, 1, false));
+
+    p.close();
+    await p.closed;
+    expect(await metadata()).toEqual(figures(0, 0, 0, false));
+  });
+});

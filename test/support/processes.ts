@@ -1,0 +1,115 @@
+/**
+ * Real processes for end-to-end tests and benchmarks: a coordinator (`serve`, development mode, on a
+ * temp database, port 0) seeded over its admin API, and providers (`umbra-provider start`). Every
+ * handle is AsyncDisposable: `await using` kills the process and removes its files.
+ */
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { Subprocess } from "bun";
+
+export const ROOT = join(import.meta.dir, "../..");
+export const BUN = join(ROOT, "node_modules/.bin/bun");
+const ADMIN = "process-admin-token-0123456789abcdef0123456789";
+
+/** Reads a process's stream until `pattern` matches; returns the first group. Keeps draining after. */
+async function waitForLine(stream: ReadableStream<Uint8Array>, pattern: RegExp, what: string): Promise<string> {
+  const reader = stream.getReader();
+  const decoder = new TextDecoder();
+  let text = "";
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) throw new Error(`${what} exited before it was ready:\n${text.slice(-2000)}`);
+    text += decoder.decode(value, { stream: true });
+    const match = pattern.exec(text);
+    if (match) {
+      void (async () => {
+        for (;;) if ((await reader.read()).done) return;
+      })();
+      return match[1] ?? match[0];
+    }
+  }
+}
+
+export interface CoordinatorProcess extends AsyncDisposable {
+  readonly url: string;
+  readonly proc: Subprocess<"ignore", "pipe", "pipe">;
+  readonly dir: string;
+  admin<T = Record<string, unknown>>(method: string, path: string, body?: unknown): Promise<T>;
+  /** Creates an account with credit, a key, and a provider token; registers each build (no prices). */
+  seed(builds: readonly string[], key?: Record<string, unknown>): Promise<{ apiKey: string; providerToken: string; accountId: string }>;
+}
+
+export async function startCoordinator(env: Record<string, string> = {}): Promise<CoordinatorProcess> {
+  const dir = mkdtempSync(join(tmpdir(), "umbra-proc-"));
+  const proc = Bun.spawn([BUN, join(ROOT, "src/coordinator/main.ts"), "serve", "--listen", "127.0.0.1:0", "--db", join(dir, "umbra.db")], {
+    cwd: ROOT,
+    env: {
+      PATH: process.env.PATH ?? "",
+      HOME: process.env.HOME ?? dir,
+      UMBRA_MODE: "development",
+      UMBRA_ADMIN_TOKEN: ADMIN,
+      UMBRA_LOG_LEVEL: "info",
+      ...env,
+    },
+    stdin: "ignore",
+    stdout: "pipe",
+    stderr: "pipe",
+  });
+  const url = await waitForLine(proc.stderr, /"msg":"coordinator listening","url":"(http:\/\/[^"]+)"/, "coordinator");
+  const admin = async <T>(method: string, path: string, body?: unknown): Promise<T> => {
+    const response = await fetch(`${url}/admin/v1${path}`, {
+      method,
+      headers: { authorization: `Bearer ${ADMIN}`, "content-type": "application/json" },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    });
+    if (!response.ok) throw new Error(`admin ${method} ${path}: ${response.status} ${await response.text()}`);
+    return (await response.json()) as T;
+  };
+  return {
+    url,
+    proc,
+    dir,
+    admin,
+    async seed(builds, key = {}) {
+      const account = await admin<{ id: string }>("POST", "/accounts", { name: "e2e" });
+      await admin("POST", `/accounts/${account.id}/credit`, { amount_micro_usd: 1_000_000_000 });
+      for (const b of builds) await admin("PUT", `/models/${b}`, {});
+      const created = await admin<{ key: string }>("POST", "/keys", { account_id: account.id, ...key });
+      const token = await admin<{ token: string }>("POST", "/provider-tokens", { account_id: account.id });
+      return { apiKey: created.key, providerToken: token.token, accountId: account.id };
+    },
+    async [Symbol.asyncDispose]() {
+      proc.kill("SIGKILL");
+      await proc.exited;
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+export interface ProviderProcess extends AsyncDisposable {
+  readonly proc: Subprocess<"ignore", "pipe", "pipe">;
+  /** Resolves when the coordinator has welcomed the provider. */
+  readonly connected: Promise<string>;
+}
+
+/** Starts `umbra-provider start` with the given flags (coordinator and token included by the caller). */
+export function startProvider(args: readonly string[], env: Record<string, string> = {}): ProviderProcess {
+  const proc = Bun.spawn([BUN, join(ROOT, "src/provider/main.ts"), "start", ...args], {
+    cwd: ROOT,
+    env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? tmpdir(), ...env },
+    stdin: "ignore",
+    stdout: "pipe",
+    stderr: "pipe",
+  });
+  const connected = waitForLine(proc.stderr, /"msg":"connected to coordinator","provider_id":"([^"]+)"/, "provider");
+  connected.catch(() => {});
+  return {
+    proc,
+    connected,
+    async [Symbol.asyncDispose]() {
+      proc.kill("SIGKILL");
+      await proc.exited;
+    },
+  };
+}

@@ -1,0 +1,290 @@
+/** parseChatRequest and the output budget rules of the spec (TextChatRequest, rules 1-5, Limits). */
+import { describe, expect, test } from "bun:test";
+import { ApiError } from "../../../src/errors/api-error.ts";
+import { effectiveBudget, engineBody, parseChatRequest } from "../../../src/inference/chat-request.ts";
+
+const CANARY = "canary-7f3a-secret-prompt";
+const DEFAULT = 4096;
+const MODEL_LIMIT = 2048;
+
+function base(extra: Record<string, unknown> = {}): Record<string, unknown> {
+  return { model: "org/model", messages: [{ role: "user", content: CANARY }], ...extra };
+}
+
+/** The rejection of a body, as status + envelope (undefined when the body was accepted). */
+function rejection(body: unknown): { status: number; error: { message: string; type: string; code: string; param?: string } } | undefined {
+  try {
+    parseChatRequest(body);
+    return undefined;
+  } catch (e) {
+    if (!(e instanceof ApiError)) throw e;
+    return { status: e.status, error: e.toEnvelope().error };
+  }
+}
+
+/** The max_tokens the engine would receive for this body and the seeded model's limit. */
+function budgetOf(body: Record<string, unknown>): number {
+  const request = parseChatRequest(body);
+  return engineBody(request, effectiveBudget(request.requestedMaxTokens, DEFAULT, MODEL_LIMIT)).max_tokens;
+}
+
+describe("output budget", () => {
+  describe.each(["max_tokens", "max_completion_tokens"])("%s", (field) => {
+    test.each([
+      ["omitted", undefined, MODEL_LIMIT],
+      ["null", null, MODEL_LIMIT],
+      ["0", 0, MODEL_LIMIT],
+      ["positive", 100, 100],
+      ["positive above the model limit (clamped)", 5000, MODEL_LIMIT],
+      ["exactly the model limit", MODEL_LIMIT, MODEL_LIMIT],
+    ])("%s -> budget", (_name, value, expected) => {
+      expect(budgetOf(base(value === undefined ? {} : { [field]: value }))).toBe(expected);
+    });
+
+    test.each([
+      ["negative", -1],
+      ["fractional", 1.5],
+      ["numeric string", "10"],
+      ["boolean", true],
+      ["object", {}],
+      ["NaN-like string", "NaN"],
+    ])("%s -> 400 invalid_value with param", (_name, value) => {
+      expect(rejection(base({ [field]: value }))).toEqual({
+        status: 400,
+        error: { message: expect.any(String), type: "invalid_request_error", code: "invalid_value", param: field },
+      });
+    });
+  });
+
+  test("omitted budget without a model limit -> the server default", () => {
+    const request = parseChatRequest(base());
+    expect(request.requestedMaxTokens).toBeUndefined();
+    expect(effectiveBudget(request.requestedMaxTokens, DEFAULT, null)).toBe(DEFAULT);
+    expect(effectiveBudget(request.requestedMaxTokens, 100, MODEL_LIMIT)).toBe(100);
+  });
+
+  test.each([
+    ["max_tokens positive wins over max_completion_tokens", { max_tokens: 10, max_completion_tokens: 20 }, 10],
+    ["max_tokens positive wins even when smaller limit is second", { max_tokens: 30, max_completion_tokens: 5 }, 30],
+    ["max_completion_tokens copied when max_tokens omitted", { max_completion_tokens: 20 }, 20],
+    ["max_completion_tokens copied when max_tokens is 0", { max_tokens: 0, max_completion_tokens: 20 }, 20],
+    ["max_completion_tokens copied when max_tokens is null", { max_tokens: null, max_completion_tokens: 20 }, 20],
+    ["both 0 -> default (clamped)", { max_tokens: 0, max_completion_tokens: 0 }, MODEL_LIMIT],
+    ["copied value clamped to the model limit", { max_completion_tokens: 9999 }, MODEL_LIMIT],
+  ])("%s", (_name, fields, expected) => {
+    expect(budgetOf(base(fields))).toBe(expected);
+  });
+
+  test("a negative max_completion_tokens is rejected even when max_tokens is positive", () => {
+    expect(rejection(base({ max_tokens: 10, max_completion_tokens: -1 }))?.error.param).toBe("max_completion_tokens");
+  });
+
+  test("the budget fields never reach the runtime as given: only max_tokens, after the rules", () => {
+    const request = parseChatRequest(base({ max_tokens: 0, max_completion_tokens: 77 }));
+    expect(engineBody(request, 77)).toEqual({ messages: [{ role: "user", content: CANARY }], max_tokens: 77 });
+  });
+});
+
+describe("n", () => {
+  test.each([
+    ["absent", undefined],
+    ["1", 1],
+    ["null", null],
+  ])("%s is accepted", (_name, n) => {
+    expect(rejection(base(n === undefined ? {} : { n }))).toBeUndefined();
+  });
+
+  test("2 -> 400 unsupported_value, param n", () => {
+    expect(rejection(base({ n: 2 }))).toEqual({
+      status: 400,
+      error: { message: expect.any(String), type: "invalid_request_error", code: "unsupported_value", param: "n" },
+    });
+  });
+
+  test.each([
+    ["0", 0],
+    ["1.5", 1.5],
+    ['"1"', "1"],
+    ["-1", -1],
+  ])("%s -> 400 invalid_value, param n", (_name, n) => {
+    expect(rejection(base({ n }))).toEqual({
+      status: 400,
+      error: { message: expect.any(String), type: "invalid_request_error", code: "invalid_value", param: "n" },
+    });
+  });
+});
+
+describe("messages and model", () => {
+  test.each<[string, Record<string, unknown>, string, string]>([
+    ["messages missing", { model: "org/model" }, "missing_field", "messages"],
+    ["messages null", { model: "org/model", messages: null }, "missing_field", "messages"],
+    ["messages empty", { model: "org/model", messages: [] }, "invalid_value", "messages"],
+    ["messages not an array", { model: "org/model", messages: { role: "user", content: CANARY } }, "invalid_value", "messages"],
+    ["messages a string", { model: "org/model", messages: CANARY }, "invalid_value", "messages"],
+    ["item not an object", { model: "org/model", messages: [CANARY] }, "invalid_value", "messages[0]"],
+    ["item an array", { model: "org/model", messages: [[CANARY]] }, "invalid_value", "messages[0]"],
+    ["role missing", { model: "org/model", messages: [{ content: CANARY }] }, "invalid_value", "messages[0].role"],
+    ["role not a string", { model: "org/model", messages: [{ role: 7, content: CANARY }] }, "invalid_value", "messages[0].role"],
+    [
+      "content not a string (second item)",
+      {
+        model: "org/model",
+        messages: [
+          { role: "system", content: CANARY },
+          { role: "user", content: [CANARY] },
+        ],
+      },
+      "invalid_value",
+      "messages[1].content",
+    ],
+    ["content missing", { model: "org/model", messages: [{ role: "user" }] }, "invalid_value", "messages[0].content"],
+    ["model missing", { messages: [{ role: "user", content: CANARY }] }, "missing_field", "model"],
+    ["model not a string", { model: 12, messages: [{ role: "user", content: CANARY }] }, "invalid_value", "model"],
+    ["model empty", { model: "", messages: [{ role: "user", content: CANARY }] }, "invalid_value", "model"],
+  ])("%s -> 400", (_name, body, code, param) => {
+    expect(rejection(body)).toEqual({ status: 400, error: { message: expect.any(String), type: "invalid_request_error", code, param } });
+  });
+
+  test("a valid request keeps model, messages and stream", () => {
+    const request = parseChatRequest(
+      base({
+        stream: true,
+        messages: [
+          { role: "system", content: "s" },
+          { role: "user", content: CANARY },
+        ],
+      }),
+    );
+    expect(request).toEqual({
+      model: "org/model",
+      messages: [
+        { role: "system", content: "s" },
+        { role: "user", content: CANARY },
+      ],
+      stream: true,
+      requestedMaxTokens: undefined,
+      passThrough: {},
+    });
+  });
+
+  test("extra message fields are not forwarded (only role and content)", () => {
+    const request = parseChatRequest(base({ messages: [{ role: "user", content: "x", name: "bob" }] }));
+    expect(request.messages).toEqual([{ role: "user", content: "x" }]);
+  });
+});
+
+describe("typed optional fields", () => {
+  test.each<[string, Record<string, unknown>, string | undefined]>([
+    ["stream false", { stream: false }, undefined],
+    ["stream string", { stream: "true" }, "stream"],
+    ["stream number", { stream: 1 }, "stream"],
+    ["temperature number", { temperature: 0.7 }, undefined],
+    ["temperature string", { temperature: "0.7" }, "temperature"],
+    ["top_p number", { top_p: 1 }, undefined],
+    ["top_p boolean", { top_p: true }, "top_p"],
+    ["stop string", { stop: "END" }, undefined],
+    ["stop array of strings", { stop: ["a", "b"] }, undefined],
+    ["stop empty array", { stop: [] }, undefined],
+    ["stop number", { stop: 5 }, "stop"],
+    ["stop array with a number", { stop: ["a", 5] }, "stop"],
+    ["stop object", { stop: { a: 1 } }, "stop"],
+  ])("%s", (_name, fields, param) => {
+    const r = rejection(base(fields));
+    if (param === undefined) expect(r).toBeUndefined();
+    else
+      expect(r).toEqual({
+        status: 400,
+        error: { message: expect.any(String), type: "invalid_request_error", code: "invalid_value", param },
+      });
+  });
+
+  test("stream absent means false", () => {
+    expect(parseChatRequest(base()).stream).toBe(false);
+  });
+});
+
+describe("pass-through", () => {
+  test("identity fields are dropped; sampling and other fields pass through unchanged", () => {
+    const tools = [{ type: "function", function: { name: "f", parameters: {} } }];
+    const request = parseChatRequest(
+      base({
+        user: "user-123",
+        safety_identifier: "sid",
+        metadata: { k: "v" },
+        store: true,
+        seed: 42,
+        tools,
+        response_format: { type: "json_object" },
+        frequency_penalty: 0.5,
+        temperature: 0.2,
+        top_p: 0.9,
+        stop: ["x"],
+        stream: false,
+        stream_options: { include_usage: true },
+        max_tokens: 9,
+        n: 1,
+      }),
+    );
+    expect(request.passThrough).toEqual({
+      seed: 42,
+      tools,
+      response_format: { type: "json_object" },
+      frequency_penalty: 0.5,
+      temperature: 0.2,
+      top_p: 0.9,
+      stop: ["x"],
+    });
+    expect(engineBody(request, 9)).toEqual({
+      seed: 42,
+      tools,
+      response_format: { type: "json_object" },
+      frequency_penalty: 0.5,
+      temperature: 0.2,
+      top_p: 0.9,
+      stop: ["x"],
+      messages: [{ role: "user", content: CANARY }],
+      max_tokens: 9,
+    });
+  });
+
+  test("a pass-through field cannot override messages or max_tokens in the engine body", () => {
+    const request = parseChatRequest(base({ max_tokens: 3 }));
+    expect(engineBody(request, 3).max_tokens).toBe(3);
+    expect(engineBody(request, 3).messages).toEqual([{ role: "user", content: CANARY }]);
+  });
+});
+
+describe("body", () => {
+  test.each([
+    ["undefined", undefined],
+    ["null", null],
+    ["an array", [base()]],
+    ["a string", "{}"],
+    ["a number", 5],
+  ])("%s -> 400 invalid_json", (_name, body) => {
+    expect(rejection(body)).toEqual({
+      status: 400,
+      error: { message: expect.any(String), type: "invalid_request_error", code: "invalid_json" },
+    });
+  });
+});
+
+describe("error messages never quote content", () => {
+  test.each<[string, Record<string, unknown>]>([
+    ["bad role", { model: "org/model", messages: [{ role: 1, content: CANARY }] }],
+    ["bad content", { model: "org/model", messages: [{ role: "user", content: [CANARY] }] }],
+    ["bad item", { model: "org/model", messages: [CANARY] }],
+    ["bad messages", { model: "org/model", messages: CANARY }],
+    ["bad model", { model: [CANARY], messages: [{ role: "user", content: CANARY }] }],
+    ["bad budget", base({ max_tokens: CANARY })],
+    ["bad n", base({ n: CANARY })],
+    ["bad stop", base({ stop: [CANARY, 1] })],
+    ["bad temperature", base({ temperature: CANARY })],
+    ["bad stream", base({ stream: CANARY })],
+    ["model too long", { model: CANARY.repeat(20), messages: [{ role: "user", content: CANARY }] }],
+  ])("%s", (_name, body) => {
+    const r = rejection(body);
+    expect(r?.status).toBe(400);
+    expect(JSON.stringify(r)).not.toContain(CANARY);
+  });
+});

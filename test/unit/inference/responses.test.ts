@@ -1,0 +1,144 @@
+/**
+ * The response writers on a hand-driven Attempt: exact SSE bytes (content, usage-only chunk, terminal
+ * chunk, one [DONE]), the in-band error event without [DONE], cancellation when the reader goes away,
+ * and the non-streaming collector's errors. No sockets.
+ */
+import { describe, expect, test } from "bun:test";
+import { ApiError } from "../../../src/errors/api-error.ts";
+import { Attempt, type AttemptOwner, type CancelReason } from "../../../src/fleet/attempt.ts";
+import type { Committed } from "../../../src/inference/dispatch.ts";
+import { collectCompletion, finishReason, type Outcome, streamCompletion, usageJson } from "../../../src/inference/responses.ts";
+
+const CTX = { id: "chatcmpl-test", model: "org/model", maxTokens: 10, created: 1_700_000_000 };
+const HEAD = `{"id":"chatcmpl-test","object":"chat.completion.chunk","created":1700000000,"model":"org/model",`;
+
+function attempt() {
+  const released: (CancelReason | undefined)[] = [];
+  const owner: AttemptOwner = { release: (_a, cancel) => released.push(cancel) };
+  return { attempt: new Attempt("req_1", 0, "prov_1", 0, owner), released };
+}
+
+function committed(a: Attempt, content: string): Committed {
+  return { attempt: a, first: { type: "chunk", delta: { content } } };
+}
+
+async function readAll(stream: ReadableStream<Uint8Array>): Promise<string> {
+  return new Response(stream).text();
+}
+
+describe("streamCompletion", () => {
+  test("exact bytes of a successful stream", async () => {
+    const { attempt: a, released } = attempt();
+    const outcomes: Outcome[] = [];
+    a.push({ type: "chunk", delta: {} });
+    a.push({ type: "chunk", delta: { content: ' "quoted"\n' } });
+    a.push({ type: "complete", finishReason: "stop", usage: { prompt_tokens: 3, completion_tokens: 2 } });
+    const text = await readAll(streamCompletion(committed(a, "Hi"), CTX, (o) => outcomes.push(o)));
+    expect(text).toBe(
+      [
+        `data: ${HEAD}"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}\n\n`,
+        `data: ${HEAD}"choices":[{"index":0,"delta":{"content":" \\"quoted\\"\\n"},"finish_reason":null}]}\n\n`,
+        `data: ${HEAD}"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}\n\n`,
+        `data: ${HEAD}"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n`,
+        "data: [DONE]\n\n",
+      ].join(""),
+    );
+    expect(outcomes).toEqual([
+      { status: "completed", usage: { prompt_tokens: 3, completion_tokens: 2 }, completionChars: 12, finishReason: "stop" },
+    ]);
+    expect(released).toEqual([undefined]);
+  });
+
+  test("an alias with characters needing escapes is JSON-encoded in every chunk", async () => {
+    const { attempt: a } = attempt();
+    a.push({ type: "complete", finishReason: "stop", usage: { prompt_tokens: 1, completion_tokens: 1 } });
+    const text = await readAll(streamCompletion(committed(a, "x"), { ...CTX, model: 'org/"odd"' }, () => {}));
+    for (const line of text.split("\n\n").filter((l) => l && l !== "data: [DONE]")) {
+      expect((JSON.parse(line.slice(6)) as { model: string }).model).toBe('org/"odd"');
+    }
+  });
+
+  test.each<[string, Parameters<Attempt["push"]>[0], { type: string; code: string }]>([
+    ["a disconnect", { type: "lost", reason: "provider disconnected" }, { type: "provider_error", code: "provider_error" }],
+    ["an engine error", { type: "error", code: "engine_error" }, { type: "provider_error", code: "provider_error" }],
+    ["a provider timeout", { type: "error", code: "timeout" }, { type: "timeout", code: "timeout" }],
+  ])("a failure after commit (%s) is one error event and no [DONE]", async (_name, failure, expected) => {
+    const { attempt: a } = attempt();
+    const outcomes: Outcome[] = [];
+    a.push(failure);
+    const text = await readAll(streamCompletion(committed(a, "Hi"), CTX, (o) => outcomes.push(o)));
+    const events = text.split("\n\n").filter(Boolean);
+    expect(events).toHaveLength(2);
+    expect(JSON.parse(events[1]?.slice("data: ".length) ?? "")).toEqual({ error: { message: expect.any(String), ...expected } });
+    expect(text).not.toContain("[DONE]");
+    expect(outcomes.map((o) => o.status)).toEqual(["failed"]);
+  });
+
+  test("the request deadline (cancel with reason deadline) ends the stream with a timeout error", async () => {
+    const { attempt: a, released } = attempt();
+    const stream = streamCompletion(committed(a, "Hi"), CTX, () => {});
+    const reader = stream.getReader();
+    await reader.read();
+    const pending = reader.read();
+    a.cancel("deadline");
+    const { value } = await pending;
+    expect(JSON.parse(new TextDecoder().decode(value).slice("data: ".length))).toEqual({
+      error: { message: expect.any(String), type: "timeout", code: "timeout" },
+    });
+    expect((await reader.read()).done).toBe(true);
+    expect(released).toEqual(["deadline"]);
+  });
+
+  test("a reader that goes away cancels the attempt (client_gone) once", async () => {
+    const { attempt: a, released } = attempt();
+    const outcomes: Outcome[] = [];
+    const stream = streamCompletion(committed(a, "Hi"), CTX, (o) => outcomes.push(o));
+    const reader = stream.getReader();
+    await reader.read();
+    await reader.cancel();
+    a.push({ type: "chunk", delta: { content: "late" } });
+    expect(released).toEqual(["client_gone"]);
+    expect(outcomes.map((o) => o.status)).toEqual(["cancelled"]);
+  });
+});
+
+describe("collectCompletion", () => {
+  test("throws a 502 provider_error when the attempt fails before complete", async () => {
+    const { attempt: a } = attempt();
+    a.push({ type: "lost", reason: "provider disconnected" });
+    const error = await collectCompletion(committed(a, "Hi"), CTX, () => {}).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ApiError);
+    expect([(error as ApiError).status, (error as ApiError).code]).toEqual([502, "provider_error"]);
+  });
+
+  test("throws a 504 timeout when the request deadline cancels it", async () => {
+    const { attempt: a } = attempt();
+    const pending = collectCompletion(committed(a, "Hi"), CTX, () => {}).catch((e: unknown) => e);
+    a.cancel("deadline");
+    const error = await pending;
+    expect([(error as ApiError).status, (error as ApiError).code]).toEqual([504, "timeout"]);
+  });
+});
+
+describe("finishReason and usageJson", () => {
+  test.each([
+    ["stop", 9, 10, "stop"],
+    ["stop", 10, 10, "length"],
+    ["stop", 11, 10, "length"],
+    ["tool_calls", 3, 10, "tool_calls"],
+    ["length", 3, 10, "length"],
+  ])("%s with %d of %d tokens -> %s", (reported, used, budget, expected) => {
+    expect(finishReason(reported, { prompt_tokens: 1, completion_tokens: used }, budget)).toBe(expected);
+  });
+
+  test("usage details only when reported", () => {
+    expect(usageJson({ prompt_tokens: 4, completion_tokens: 6 })).toEqual({ prompt_tokens: 4, completion_tokens: 6, total_tokens: 10 });
+    expect(usageJson({ prompt_tokens: 4, completion_tokens: 6, cached_tokens: 0, reasoning_tokens: 2 })).toEqual({
+      prompt_tokens: 4,
+      completion_tokens: 6,
+      total_tokens: 10,
+      prompt_tokens_details: { cached_tokens: 0 },
+      completion_tokens_details: { reasoning_tokens: 2 },
+    });
+  });
+});
