@@ -43,6 +43,9 @@ export async function readJsonBody(request: Request, maxBytes: number): Promise<
     throw Errors.requestTooLarge(`the request body exceeds ${maxBytes} bytes`);
   }
   if (!request.body) return undefined;
+  // A declared length within the limit is read in one call (the server reads exactly that many bytes);
+  // only a body of unknown length is counted as it streams.
+  if (declared !== null) return parseJson(new Uint8Array(await request.arrayBuffer()));
   const reader = request.body.getReader();
   const chunks: Uint8Array[] = [];
   let size = 0;
@@ -56,10 +59,13 @@ export async function readJsonBody(request: Request, maxBytes: number): Promise<
     }
     chunks.push(value);
   }
-  if (size === 0) return undefined;
-  const text = new TextDecoder("utf-8", { fatal: false }).decode(Buffer.concat(chunks, size));
+  return parseJson(Buffer.concat(chunks, size));
+}
+
+function parseJson(bytes: Uint8Array): unknown {
+  if (bytes.byteLength === 0) return undefined;
   try {
-    return JSON.parse(text) as unknown;
+    return JSON.parse(new TextDecoder().decode(bytes)) as unknown;
   } catch {
     throw Errors.invalidJson("the body is not valid JSON");
   }

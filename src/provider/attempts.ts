@@ -35,6 +35,10 @@ interface Running {
   /** Once set, nothing more is sent for this attempt. */
   silenced: boolean;
   deadline?: ReturnType<typeof setTimeout>;
+  /** Text waiting to be sent as one chunk (see `buffer`). */
+  pendingContent: string;
+  pendingReasoning: string;
+  flushScheduled: boolean;
 }
 
 const keyOf = (requestId: string, attempt: number) => `${attempt}:${requestId}`;
@@ -67,6 +71,9 @@ export class Attempts {
       controller: new AbortController(),
       seq: 0,
       silenced: false,
+      pendingContent: "",
+      pendingReasoning: "",
+      flushScheduled: false,
     };
     this.running.set(run.key, run);
     send({ type: "accepted", request_id: run.requestId, attempt: run.attempt });
@@ -105,12 +112,11 @@ export class Attempts {
       for await (const event of events) {
         if (run.silenced) break;
         if (event.type === "delta") {
-          for (const delta of splitDelta(event.delta)) {
-            clearTimeout(run.deadline);
-            run.send({ type: "chunk", request_id: run.requestId, attempt: run.attempt, seq: run.seq++, delta });
-          }
+          clearTimeout(run.deadline);
+          this.buffer(run, event.delta);
           continue;
         }
+        this.flush(run);
         run.send({
           type: "complete",
           request_id: run.requestId,
@@ -141,9 +147,41 @@ export class Attempts {
     }
   }
 
+  /**
+   * Coalesces deltas: text produced in the same event-loop turn goes out as one chunk frame (flushed
+   * on the next turn, before `complete`, or when it would exceed the frame budget). A model emitting
+   * tokens one at a time still sends them one at a time; a burst shares a frame.
+   */
+  private buffer(run: Running, delta: Delta): void {
+    if (delta.reasoning_content && run.pendingContent) this.flush(run);
+    if (delta.reasoning_content) run.pendingReasoning += delta.reasoning_content;
+    if (delta.content) run.pendingContent += delta.content;
+    if (run.pendingContent.length + run.pendingReasoning.length >= MAX_CHUNK_CHARS) {
+      this.flush(run);
+    } else if (!run.flushScheduled) {
+      run.flushScheduled = true;
+      setImmediate(() => this.flush(run));
+    }
+  }
+
+  private flush(run: Running): void {
+    run.flushScheduled = false;
+    if (run.silenced || (run.pendingContent === "" && run.pendingReasoning === "")) return;
+    const pending: Delta = {
+      ...(run.pendingReasoning ? { reasoning_content: run.pendingReasoning } : {}),
+      ...(run.pendingContent ? { content: run.pendingContent } : {}),
+    };
+    run.pendingContent = "";
+    run.pendingReasoning = "";
+    for (const delta of splitDelta(pending)) {
+      run.send({ type: "chunk", request_id: run.requestId, attempt: run.attempt, seq: run.seq++, delta });
+    }
+  }
+
   /** Optionally one error frame, then silence, abort the engine call and free the slot. */
   private terminate(run: Running, code?: ProviderErrorCode, message?: string): void {
     if (!run.silenced && code !== undefined) {
+      this.flush(run);
       run.send({
         type: "error",
         request_id: run.requestId,

@@ -103,9 +103,24 @@ describe("session", () => {
 });
 
 describe("attempts", () => {
-  test("accepted, chunks with consecutive seq, complete with usage", async () => {
+  test("text produced in one burst shares one chunk frame", async () => {
     await using fake = new FakeCoordinator();
     const agent = agentFor(fake);
+    await waitFor(() => agent.state().connected, "welcome");
+    fake.send(inference("req_burst", "org/echo", "hello brave new world"));
+    await waitFor(() => terminal(fake, "req_burst"), "complete");
+    const ids = { request_id: "req_burst", attempt: 0 };
+    expect(fake.framesFor("req_burst")).toEqual([
+      { type: "accepted", ...ids },
+      { type: "chunk", ...ids, seq: 0, delta: { content: "hello brave new world" } },
+      { type: "complete", ...ids, seq: 1, finish_reason: "stop", usage: { prompt_tokens: 8, completion_tokens: 4 } },
+    ]);
+  });
+
+  test("accepted, chunks with consecutive seq, complete with usage", async () => {
+    await using fake = new FakeCoordinator();
+    // Tokens a few ms apart: each goes out in its own frame.
+    const agent = agentFor(fake, { engine: createEchoEngine({ models: ["org/echo"], tokensPerSecond: 500 }) });
     await waitFor(() => agent.state().connected, "welcome");
     fake.send(inference("req_1", "org/echo", "hello brave new world"));
     await waitFor(() => terminal(fake, "req_1"), "complete");

@@ -1,4 +1,4 @@
-import { desc, eq } from "drizzle-orm";
+import { desc, eq, sql } from "drizzle-orm";
 import { modelAliases, modelBuilds, modelPrices, usage } from "../schema.ts";
 import type { CatalogStore, ModelBuild, PriceRow, PriceStore, UsageStore } from "../types.ts";
 import type { Db } from "./open.ts";
@@ -9,12 +9,22 @@ function toBuild(row: typeof modelBuilds.$inferSelect): ModelBuild {
 }
 
 export function sqliteCatalog(db: Db): CatalogStore {
+  // Looked up on every chat request: prepared once, not rebuilt per call.
+  const buildById = db
+    .select()
+    .from(modelBuilds)
+    .where(eq(modelBuilds.id, sql.placeholder("id")))
+    .prepare();
+  const aliasById = db
+    .select({ alias: modelAliases.alias, buildId: modelAliases.buildId })
+    .from(modelAliases)
+    .where(eq(modelAliases.alias, sql.placeholder("alias")))
+    .prepare();
   const getBuild = (id: string) => {
-    const row = db.select().from(modelBuilds).where(eq(modelBuilds.id, id)).get();
+    const row = buildById.get({ id });
     return row && toBuild(row);
   };
-  const getAlias = (alias: string) =>
-    db.select({ alias: modelAliases.alias, buildId: modelAliases.buildId }).from(modelAliases).where(eq(modelAliases.alias, alias)).get();
+  const getAlias = (alias: string) => aliasById.get({ alias });
   return {
     async upsertBuild(build, at) {
       const values = {
@@ -54,7 +64,12 @@ const priceColumns = {
 };
 
 export function sqlitePrices(db: Db): PriceStore {
-  const get = (model: string): PriceRow | undefined => db.select(priceColumns).from(modelPrices).where(eq(modelPrices.model, model)).get();
+  const byModel = db
+    .select(priceColumns)
+    .from(modelPrices)
+    .where(eq(modelPrices.model, sql.placeholder("model")))
+    .prepare();
+  const get = (model: string): PriceRow | undefined => byModel.get({ model });
   return {
     async set(row, at) {
       const { model: _model, ...update } = row;
