@@ -120,10 +120,16 @@ const BUILD_FIELDS = [
 
 const LABEL = { max: 128, pattern: /^[\x21-\x7e]+$/, patternHint: "must be printable ASCII without spaces" };
 
+export interface AdminHooks {
+  /** A provider device token was revoked: its live sessions must end. */
+  providerTokenRevoked?(tokenId: string): void;
+}
+
 export class AdminService {
   constructor(
     private readonly store: Store,
     private readonly now: () => number,
+    private readonly hooks: AdminHooks = {},
   ) {}
 
   private async account(id: string, param = "account_id"): Promise<Account> {
@@ -238,6 +244,7 @@ export class AdminService {
   async revokeProviderToken(id: string) {
     const token = await this.store.providerTokens.revoke(id, this.now());
     if (!token) throw Errors.notFound(`no provider token '${id.slice(0, 64)}'`, "id");
+    this.hooks.providerTokenRevoked?.(token.id);
     return providerTokenJson(token);
   }
 

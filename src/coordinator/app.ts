@@ -48,6 +48,9 @@ export interface App {
   close(): void;
 }
 
+/** How often live provider sessions' device tokens are checked against the store. */
+const TOKEN_RECHECK_MS = 30_000;
+
 export function createApp(deps: AppDeps): App {
   const { config, store } = deps;
   const clock = deps.clock ?? systemClock;
@@ -63,7 +66,14 @@ export function createApp(deps: AppDeps): App {
     now,
   }).start();
   const catalog = new CatalogService(store.catalog, deps.fleet ?? fleet, pricing);
-  const admin = new AdminService(store, now);
+  const admin = new AdminService(store, now, { providerTokenRevoked: (id) => fleet.disconnectToken(id) });
+  // A token revoked by another process (the admin CLI) is noticed within one interval.
+  const recheck = setInterval(() => {
+    fleet
+      .revalidateTokens(async (id) => (await store.providerTokens.get(id))?.revokedAt === null)
+      .catch(() => logger.warn("provider token re-check failed", { reason: "store" }));
+  }, TOKEN_RECHECK_MS);
+  recheck.unref?.();
   const authenticate = createAuthenticator(store, config.jwt && createJwtVerifier(config.jwt, now));
   const chat = new ChatService({ catalog, fleet, settings: config, logger, metrics, now });
   const http = createHttpApp({
@@ -78,5 +88,21 @@ export function createApp(deps: AppDeps): App {
     logger,
     metrics,
   });
-  return { config, store, http, admin, catalog, pricing, authenticate, fleet, chat, logger, metrics, close: () => fleet.stop() };
+  return {
+    config,
+    store,
+    http,
+    admin,
+    catalog,
+    pricing,
+    authenticate,
+    fleet,
+    chat,
+    logger,
+    metrics,
+    close: () => {
+      clearInterval(recheck);
+      fleet.stop();
+    },
+  };
 }

@@ -78,6 +78,19 @@ export class Fleet implements FleetView {
     return session;
   }
 
+  /** Ends, at once, every session opened with this device token (it was revoked). */
+  disconnectToken(tokenId: string): void {
+    for (const s of [...this.sessions.values()]) {
+      if (s.identity.tokenId === tokenId) s.terminate(CLOSE.unauthorized, "device token revoked");
+    }
+  }
+
+  /** Ends the sessions whose device token `isLive` no longer accepts (revoked by another process). */
+  async revalidateTokens(isLive: (tokenId: string) => Promise<boolean>): Promise<void> {
+    const ids = new Set([...this.sessions.values()].map((s) => s.identity.tokenId));
+    for (const id of ids) if (!(await isLive(id))) this.disconnectToken(id);
+  }
+
   /** Ends sessions that were silent past the liveness timeout (and those that never said hello). */
   sweep(): void {
     const cutoff = this.options.now() - this.options.livenessTimeoutMs;

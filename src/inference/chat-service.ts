@@ -52,7 +52,13 @@ export class ChatService {
     const committed = await dispatch(
       fleet,
       settings,
-      { requestId, buildId: resolved.build.id, body: engineBody(request, maxTokens), signal },
+      {
+        requestId,
+        buildId: resolved.build.id,
+        body: engineBody(request, maxTokens),
+        signal,
+        requestDeadline: started + settings.requestTimeoutMs,
+      },
       now,
     );
 

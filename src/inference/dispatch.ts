@@ -8,7 +8,8 @@
  *   - no provider serves the model: 503 model_unavailable;
  *   - providers exist but none has a free slot: 503 service_unavailable with Retry-After;
  *   - every tried provider failed: 502 provider_error (503 when all of them were merely busy);
- *   - the deadline passed: 429 first_content_timeout with Retry-After;
+ *   - the deadline passed: 429 first_content_timeout with Retry-After (504 timeout when the request's
+ *     own timeout is the earlier of the two);
  *   - the runtime refused the request itself (context length, invalid request): 400;
  *   - the client went away: ClientGone (nobody reads the answer).
  */
@@ -29,6 +30,8 @@ export interface DispatchRequest {
   readonly buildId: string;
   readonly body: EngineRequestBody;
   readonly signal: AbortSignal;
+  /** When the whole request times out (Unix ms); before first content it ends the wait with 504. */
+  readonly requestDeadline: number;
   /** Extra filter on candidates (self-route: the caller's own machines). */
   readonly accept?: (s: ProviderSession) => boolean;
 }
@@ -61,7 +64,12 @@ function waitFor(attempt: Attempt, ms: number): Promise<AttemptEvent | typeof TI
 }
 
 export async function dispatch(fleet: Fleet, settings: DispatchSettings, request: DispatchRequest, now: () => number): Promise<Committed> {
-  const deadline = now() + settings.firstContentTimeoutMs;
+  const firstContentDeadline = now() + settings.firstContentTimeoutMs;
+  const deadline = Math.min(firstContentDeadline, request.requestDeadline);
+  const timedOut = () =>
+    deadline < firstContentDeadline
+      ? Errors.timeout("the request timed out before the provider produced content")
+      : Errors.firstContentTimeout("no provider produced content before the first-content deadline", 1);
   const tried = new Set<string>();
   let current: Attempt | undefined;
   let failures = 0;
@@ -88,7 +96,7 @@ export async function dispatch(fleet: Fleet, settings: DispatchSettings, request
       if (request.signal.aborted) throw new ClientGone();
       if (outcome.kind === "deadline") {
         attempt.cancel("deadline");
-        throw Errors.firstContentTimeout("no provider produced content before the first-content deadline", 1);
+        throw timedOut();
       }
       attempt.cancel("failover");
       if (outcome.kind === "refused") {
@@ -99,7 +107,7 @@ export async function dispatch(fleet: Fleet, settings: DispatchSettings, request
       }
       failures++;
       if (outcome.kind === "failed" && BUSY.has(outcome.code)) busyFailures++;
-      if (now() >= deadline) throw Errors.firstContentTimeout("no provider produced content before the first-content deadline", 1);
+      if (now() >= deadline) throw timedOut();
     }
   } finally {
     request.signal.removeEventListener("abort", onAbort);

@@ -81,6 +81,7 @@ export interface ProviderTokenRecord {
 
 export interface ProviderTokenStore {
   create(token: Omit<ProviderTokenRecord, "revokedAt">): Promise<ProviderTokenRecord | undefined>;
+  get(id: string): Promise<ProviderTokenRecord | undefined>;
   findByHash(tokenHash: string): Promise<ProviderTokenRecord | undefined>;
   /** Ordered by creation time, then id. */
   list(accountId?: string): Promise<ProviderTokenRecord[]>;

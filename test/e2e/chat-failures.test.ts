@@ -400,8 +400,24 @@ describe("client cancellation", () => {
       });
       // The slot was freed: the same provider serves the next request.
       expect(await contentOf(await postChat(ctx.server.url, ctx.apiKey, chatBody("next one")))).toBe("next one");
+      // A client that left is not our error: recorded as 499, nothing logged at error level.
+      const metrics = await (await fetch(`${ctx.server.url}/metrics`)).text();
+      expect(metrics).toContain('umbra_http_requests_total{method="POST",route="/v1/chat/completions",status="499"} 1');
+      expect(metrics).not.toContain('route="/v1/chat/completions",status="500"');
+      expect(ctx.t.logs.filter((l) => l.includes('"level":"error"'))).toEqual([]);
     },
   );
+
+  test("the request timeout also bounds the wait for first content: 504 timeout", async () => {
+    await using ctx = await setup({ UMBRA_REQUEST_TIMEOUT_MS: "150", UMBRA_FIRST_CONTENT_TIMEOUT_MS: "10000" });
+    const p = await ctx.provider(() => [{ do: "accept" }, { do: "hang" }]);
+    const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("never"));
+    expect([response.status, ((await response.json()) as { error: { type: string; code: string } }).error]).toEqual([
+      504,
+      expect.objectContaining({ type: "timeout", code: "timeout" }),
+    ]);
+    await p.waitFor(isCancel("deadline"));
+  });
 
   test("client aborts a non-streaming request after first content -> provider cancelled (client_gone)", async () => {
     await using ctx = await setup();

@@ -68,6 +68,34 @@ function content(data: string[]): string {
     .join("");
 }
 
+describe("revocation", () => {
+  test("revoking a device token over the admin API closes its live session at once (4001)", async () => {
+    const { t, accountId } = await setup();
+    await using _t = t;
+    await using server = startServer(t);
+    const created = await t.app.admin.createProviderToken({ account_id: accountId });
+    await using p = await connectFakeProvider({ url: server.url, token: created.token, models: [BUILD] });
+    await using other = await connectFakeProvider({ url: server.url, token: await providerToken(t, accountId), models: [BUILD] });
+    const revoked = await t.admin("DELETE", `/provider-tokens/${created.id}`);
+    expect(revoked.status).toBe(200);
+    expect((await p.closed).code).toBe(CLOSE.unauthorized);
+    expect(t.app.fleet.list().map((s) => s.id)).toEqual([other.providerId]);
+  });
+
+  test("a token revoked elsewhere (the admin CLI, another process) is noticed by the periodic re-check", async () => {
+    const { t, accountId } = await setup();
+    await using _t = t;
+    await using server = startServer(t);
+    const created = await t.app.admin.createProviderToken({ account_id: accountId });
+    await using p = await connectFakeProvider({ url: server.url, token: created.token, models: [BUILD] });
+    // Straight to the store: no in-process hook fires.
+    await t.store.providerTokens.revoke(created.id, Date.now());
+    expect(t.app.fleet.list()).toHaveLength(1);
+    await t.app.fleet.revalidateTokens(async (id) => (await t.store.providerTokens.get(id))?.revokedAt === null);
+    expect((await p.closed).code).toBe(CLOSE.unauthorized);
+  });
+});
+
 describe("upgrade authentication", () => {
   test.each<[string, (t: TestApp, ctx: { apiKey: string; accountId: string }) => Promise<Record<string, string>>]>([
     ["no token", async () => ({})],

@@ -370,14 +370,16 @@ export function runStoreConformance(name: string, open: OpenStore): void {
     });
 
     describe("provider tokens", () => {
-      test("create returns the token unrevoked and findByHash returns the same", async () => {
+      test("create returns the token unrevoked; get and findByHash return the same", async () => {
         await using t = await open();
         await createAccounts(t.store, "acct-1");
         const input = newToken({ id: "tok-1", accountId: "acct-1", tokenHash: "b".repeat(64), hint: "…9876", createdAt: T0 + 7 });
         const expected: ProviderTokenRecord = { ...input, revokedAt: null };
         expect(await t.store.providerTokens.create(input)).toEqual(expected);
         expect(await t.store.providerTokens.findByHash("b".repeat(64))).toEqual(expected);
+        expect(await t.store.providerTokens.get("tok-1")).toEqual(expected);
         expect(await t.store.providerTokens.findByHash("c".repeat(64))).toBeUndefined();
+        expect(await t.store.providerTokens.get("tok-2")).toBeUndefined();
       });
 
       test("create for an unknown account returns undefined and writes nothing", async () => {

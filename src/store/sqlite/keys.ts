@@ -48,6 +48,7 @@ export function sqliteProviderTokens(db: Db): ProviderTokenStore {
         .run();
       return get(token.id);
     },
+    get: async (id) => get(id),
     findByHash: async (hash) => db.select().from(providerTokens).where(eq(providerTokens.tokenHash, hash)).get(),
     list: async (accountId) =>
       (accountId === undefined
