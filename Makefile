@@ -8,10 +8,14 @@ BUILD_FLAGS := --compile --minify --bytecode --format=esm --sourcemap=none
 
 deps: $(STAMP)
 
-# npm ci brings the pinned Bun (devDependency). If Bun's postinstall was skipped, its binary is a
-# stub: repair it once here rather than fail later with a confusing error.
+# npm ci brings the pinned Bun (devDependency). npm 11 can refuse a lockfile that npm install itself
+# wrote when optional per-platform packages are involved (npm/cli#9846); then npm install, which keeps
+# every locked version, does the same job. If Bun's postinstall was skipped, its binary is a stub:
+# repair it once here rather than fail later with a confusing error.
 $(STAMP): package.json package-lock.json
-	npm ci --no-audit --no-fund --loglevel=error
+	@npm ci --no-audit --no-fund --loglevel=error 2>/dev/null || { \
+	  echo "npm ci refused the lockfile (npm/cli#9846); installing with npm install"; \
+	  npm install --no-audit --no-fund --loglevel=error; }
 	@$(BUN) --version >/dev/null 2>&1 || node node_modules/bun/install.js
 	@$(BUN) --version >/dev/null
 	@touch $@
