@@ -54,6 +54,18 @@ export const ADMIN_COMMANDS: Readonly<Record<string, Readonly<Record<string, Ver
       positionals: 1,
       run: (a, [id], v) => a.creditAccount(id as string, defined({ amount_micro_usd: num(v.amount) })),
     },
+    ledger: {
+      usage: "accounts ledger ACCOUNT_ID [--limit N]",
+      options: { limit: str },
+      positionals: 1,
+      run: (a, [id], v) => a.accountLedger(id as string, { limit: v.limit }),
+    },
+    usage: {
+      usage: "accounts usage ACCOUNT_ID [--since YYYY-MM-DD] [--until YYYY-MM-DD]",
+      options: { since: str, until: str },
+      positionals: 1,
+      run: (a, [id], v) => a.accountUsage(id as string, { since: v.since, until: v.until }),
+    },
   },
   keys: {
     create: {

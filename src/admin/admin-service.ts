@@ -5,10 +5,23 @@
  *
  * Errors: 400 with `param` for bad values, 404 for unknown ids, 409 for id collisions. Every operation
  * validates everything before its first write, and multi-row writes are single store transactions.
+ *
+ * Reports: an account's `reserved_micro_usd` is the running coordinator's live holds when the hooks
+ * provide them (`reservedFor`), else the stored value (the CLI, a separate process, has no live holds).
+ * Usage reports take UTC dates (YYYY-MM-DD), both bounds inclusive.
  */
 import { API_KEY_PREFIX, issueSecret, newId, PROVIDER_TOKEN_PREFIX } from "../auth/secrets.ts";
 import { Errors } from "../errors/api-error.ts";
-import type { Account, ApiKeyRecord, ModelBuild, PriceRow, ProviderTokenRecord, Store } from "../store/types.ts";
+import type {
+  Account,
+  ApiKeyRecord,
+  LedgerEntry,
+  ModelBuild,
+  PriceRow,
+  ProviderTokenRecord,
+  Store,
+  UsageTotalsRow,
+} from "../store/types.ts";
 import { DuplicateError } from "../store/types.ts";
 import {
   MODEL_ID,
@@ -26,6 +39,8 @@ const MAX_MONEY = Number.MAX_SAFE_INTEGER;
 const MAX_PRICE = 1_000_000_000_000;
 const seconds = (ms: number) => Math.floor(ms / 1000);
 const SUBJECT = { max: 256 };
+const DAY_MS = 86_400_000;
+const LEDGER_LIMIT = { min: 1, max: 1000, fallback: 100 } as const;
 
 export function accountJson(a: Account) {
   return {
@@ -90,6 +105,61 @@ export function buildJson(b: ModelBuild) {
   };
 }
 
+export function ledgerEntryJson(e: LedgerEntry) {
+  return {
+    id: e.id,
+    /** A string, not a closed set: kinds are added as the money path grows. */
+    kind: e.kind as string,
+    amount_micro_usd: e.amount,
+    balance_after_micro_usd: e.balanceAfter,
+    request_id: e.requestId,
+    created: seconds(e.createdAt),
+  };
+}
+
+function usageSumsJson(r: Omit<UsageTotalsRow, "key">) {
+  return {
+    requests: r.requests,
+    prompt_tokens: r.promptTokens,
+    cached_tokens: r.cachedTokens,
+    completion_tokens: r.completionTokens,
+    cost_micro_usd: r.cost,
+  };
+}
+
+function usageTotal(rows: readonly UsageTotalsRow[]): Omit<UsageTotalsRow, "key"> {
+  const total = { requests: 0, promptTokens: 0, cachedTokens: 0, completionTokens: 0, cost: 0 };
+  for (const r of rows) {
+    total.requests += r.requests;
+    total.promptTokens += r.promptTokens;
+    total.cachedTokens += r.cachedTokens;
+    total.completionTokens += r.completionTokens;
+    total.cost += r.cost;
+  }
+  return total;
+}
+
+/** A whole number from a query string (or a JSON number), within bounds; `fallback` when absent. */
+function queryInt(value: unknown, param: string, bounds: { min: number; max: number; fallback: number }): number {
+  if (value === undefined) return bounds.fallback;
+  const n = typeof value === "string" && /^[0-9]{1,16}$/.test(value) ? Number(value) : value;
+  if (typeof n !== "number" || !Number.isSafeInteger(n) || n < bounds.min || n > bounds.max) {
+    throw Errors.invalidValue(`'${param}' must be an integer between ${bounds.min} and ${bounds.max}`, param);
+  }
+  return n;
+}
+
+/** A UTC calendar date as YYYY-MM-DD and the Unix ms of its midnight; undefined when absent. */
+function utcDay(value: unknown, param: string): { day: string; start: number } | undefined {
+  if (value === undefined) return undefined;
+  const refused = () => Errors.invalidValue(`'${param}' must be a UTC date as YYYY-MM-DD`, param);
+  if (typeof value !== "string" || !/^\d{4}-\d{2}-\d{2}$/.test(value)) throw refused();
+  // Date.parse rolls over or refuses impossible days (02-30); the round trip catches both.
+  const start = Date.parse(`${value}T00:00:00Z`);
+  if (Number.isNaN(start) || new Date(start).toISOString().slice(0, 10) !== value) throw refused();
+  return { day: value, start };
+}
+
 function priceJson(p: PriceRow) {
   return {
     model: p.model,
@@ -123,6 +193,10 @@ const LABEL = { max: 128, pattern: /^[\x21-\x7e]+$/, patternHint: "must be print
 export interface AdminHooks {
   /** A provider device token was revoked: its live sessions must end. */
   providerTokenRevoked?(tokenId: string): void;
+  /** The running coordinator's live holds on the account, in micro-USD (its in-memory reservations). */
+  reservedFor?(accountId: string): number;
+  /** Credit was added: the running coordinator re-reads the balance it holds in memory. */
+  accountCredited?(accountId: string): void;
 }
 
 export class AdminService {
@@ -138,6 +212,11 @@ export class AdminService {
     return account;
   }
 
+  /** The account answer, with the live reserved amount when the hooks know it. */
+  private accountJson(a: Account) {
+    return { ...accountJson(a), reserved_micro_usd: this.hooks.reservedFor?.(a.id) ?? a.reserved };
+  }
+
   private modelId(id: string, param: string): string {
     return requiredString({ [param]: id }, param, MODEL_ID);
   }
@@ -147,7 +226,7 @@ export class AdminService {
     const name = requiredString(o, "name", { max: 200 });
     const jwtSubject = optionalString(o, "jwt_subject", SUBJECT) ?? null;
     try {
-      return accountJson(await this.store.accounts.create({ id: newId("acct"), name, jwtSubject, at: this.now() }));
+      return this.accountJson(await this.store.accounts.create({ id: newId("acct"), name, jwtSubject, at: this.now() }));
     } catch (e) {
       if (e instanceof DuplicateError) throw Errors.conflict("another account already has this jwt_subject", "jwt_subject");
       throw e;
@@ -155,11 +234,41 @@ export class AdminService {
   }
 
   async listAccounts() {
-    return { object: "list" as const, data: (await this.store.accounts.list()).map(accountJson) };
+    return { object: "list" as const, data: (await this.store.accounts.list()).map((a) => this.accountJson(a)) };
   }
 
+  /** The account with its earnings as a provider: the sum of its `earning` ledger entries. */
   async getAccount(id: string) {
-    return accountJson(await this.account(id, "id"));
+    const account = await this.account(id, "id");
+    return { ...this.accountJson(account), earnings_micro_usd: await this.store.accounts.earnings(id) };
+  }
+
+  /** Ledger entries, newest first; `limit` 1..1000, default 100. */
+  async accountLedger(id: string, query: { readonly limit?: unknown }) {
+    const limit = queryInt(query.limit, "limit", LEDGER_LIMIT);
+    await this.account(id, "id");
+    return { object: "list" as const, data: (await this.store.accounts.ledger(id, limit)).map(ledgerEntryJson) };
+  }
+
+  /** Usage totals per model, per key (`jwt` for JWT requests) and per UTC day, from `since` to `until` inclusive. */
+  async accountUsage(id: string, query: { readonly since?: unknown; readonly until?: unknown }) {
+    const since = utcDay(query.since, "since");
+    const until = utcDay(query.until, "until");
+    if (since && until && until.start < since.start) throw Errors.invalidValue("'until' must not be before 'since'", "until");
+    await this.account(id, "id");
+    const totals = await this.store.usage.totals(id, {
+      ...(since ? { since: since.start } : {}),
+      ...(until ? { until: until.start + DAY_MS } : {}),
+    });
+    return {
+      account_id: id,
+      since: since?.day ?? null,
+      until: until?.day ?? null,
+      by_model: totals.byModel.map((r) => ({ model: r.key, ...usageSumsJson(r) })),
+      by_key: totals.byKey.map((r) => ({ key_id: r.key, ...usageSumsJson(r) })),
+      by_day: totals.byDay.map((r) => ({ day: r.key, ...usageSumsJson(r) })),
+      total: usageSumsJson(usageTotal(totals.byModel)),
+    };
   }
 
   async creditAccount(id: string, body: unknown) {
@@ -171,7 +280,8 @@ export class AdminService {
     }
     const updated = await this.store.accounts.credit({ accountId: id, amount, at: this.now() });
     if (!updated) throw Errors.notFound(`no account '${id.slice(0, 64)}'`, "id");
-    return accountJson(updated);
+    this.hooks.accountCredited?.(id);
+    return this.accountJson(updated);
   }
 
   async createKey(body: unknown) {

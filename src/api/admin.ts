@@ -48,6 +48,10 @@ export function adminRoutes(deps: { admin: AdminService; adminToken: string | un
     .post("/accounts", async ({ request }) => admin.createAccount(await body(request)), noParse)
     .get("/accounts", () => admin.listAccounts())
     .get("/accounts/:id", ({ params }) => admin.getAccount(named(params.id, "id")))
+    .get("/accounts/:id/ledger", ({ params, query }) => admin.accountLedger(named(params.id, "id"), { limit: query.limit }))
+    .get("/accounts/:id/usage", ({ params, query }) =>
+      admin.accountUsage(named(params.id, "id"), { since: query.since, until: query.until }),
+    )
     .post("/accounts/:id/credit", async ({ params, request }) => admin.creditAccount(named(params.id, "id"), await body(request)), noParse)
     .post("/keys", async ({ request }) => admin.createKey(await body(request)), noParse)
     .get("/keys", ({ query }) => admin.listKeys(query.account_id))

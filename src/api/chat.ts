@@ -25,8 +25,8 @@ export function chatRoutes(deps: { chat: ChatService; authenticate: Authenticato
         if (e instanceof ClientGone) return new Response(null, { status: CLIENT_CLOSED });
         throw e;
       }
-      if (result.kind === "stream") return new Response(result.stream, { status: 200, headers: SSE_HEADERS });
-      return new Response(JSON.stringify(result.body), { status: 200, headers: { "content-type": "application/json" } });
+      if (result.kind === "stream") return new Response(result.stream, { status: 200, headers: { ...SSE_HEADERS, ...result.headers } });
+      return new Response(JSON.stringify(result.body), { status: 200, headers: { "content-type": "application/json", ...result.headers } });
     },
     { parse: "none" },
   );

@@ -8,7 +8,8 @@
  *   GET  /v1/provider/connect (WebSocket)          provider device token (provider-socket.ts, wired in server.ts)
  *   *    /admin/v1/...                             admin token
  *
- * Guard order per consumer route: auth -> (rate limit, sealed transport: later issues) -> handler.
+ * Guard order per consumer route: auth -> handler. The chat handler then applies, in order: validation,
+ * model and allowlist, rate limit (429), reservation (402), admission and dispatch (chat-service.ts).
  * `handle` wraps Elysia to time every request under its route template for /metrics.
  */
 import { Elysia } from "elysia";
@@ -16,6 +17,7 @@ import type { AdminService } from "../admin/admin-service.ts";
 import type { Authenticator } from "../auth/authenticator.ts";
 import type { PricingService } from "../billing/pricing.ts";
 import type { CatalogService } from "../catalog/catalog.ts";
+import type { Fleet } from "../fleet/fleet.ts";
 import type { ChatService } from "../inference/chat-service.ts";
 import type { Logger } from "../observability/logger.ts";
 import type { Metrics } from "../observability/metrics.ts";
@@ -33,6 +35,7 @@ export interface HttpDeps {
   readonly pricing: PricingService;
   readonly admin: AdminService;
   readonly chat: ChatService;
+  readonly fleet: Fleet;
   readonly authenticate: Authenticator;
   readonly adminToken: string | undefined;
   readonly maxBodyBytes: number;

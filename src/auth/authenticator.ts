@@ -84,11 +84,11 @@ export function createAuthenticator(store: Store, jwt: JwtVerifier | undefined):
 
 /**
  * A filter for the catalog: the principal's model allowlist, or undefined for every model. Naming a
- * build allows the aliases that point to it; naming an alias allows that alias only.
+ * build allows the aliases that point to it; naming an alias allows that alias only. `ownBuilds`, for a
+ * self-route-only principal, keeps only the builds its own live machines serve.
  */
-export function modelFilter(principal: Principal): ((id: string, buildId: string) => boolean) | undefined {
-  const allowed = principal.allowedModels;
-  if (allowed === null) return undefined;
-  const set = new Set(allowed);
-  return (id, buildId) => set.has(id) || set.has(buildId);
+export function modelFilter(principal: Principal, ownBuilds?: ReadonlySet<string>): ((id: string, buildId: string) => boolean) | undefined {
+  const allowed = principal.allowedModels === null ? undefined : new Set(principal.allowedModels);
+  if (!allowed && !ownBuilds) return undefined;
+  return (id, buildId) => (!allowed || allowed.has(id) || allowed.has(buildId)) && (!ownBuilds || ownBuilds.has(buildId));
 }

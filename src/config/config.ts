@@ -53,6 +53,15 @@ export interface Config {
   readonly providerHeartbeatMs: number;
   /** A provider silent for this long is disconnected and its requests fail over. */
   readonly providerLivenessMs: number;
+  /** The platform's share of every charge, in percent; the provider earns the rest. */
+  readonly platformFeePercent: number;
+  /** Billing and rate limits; off only in development (benchmarks compare both). */
+  readonly metering: boolean;
+  /** Requests and tokens per minute for keys (and JWT callers) without their own limits; null = none. */
+  readonly defaultRpm: number | null;
+  readonly defaultTpm: number | null;
+  /** Requests that may wait for a free provider slot, per model; beyond it 429 capacity_exhausted. */
+  readonly maxQueuedPerModel: number;
 }
 
 export class ConfigError extends Error {
@@ -141,6 +150,27 @@ export const SETTINGS = {
     help: "provider heartbeat interval",
   },
   providerLivenessMs: { flag: "provider-liveness-ms", env: "UMBRA_PROVIDER_LIVENESS_MS", kind: "int", help: "provider liveness timeout" },
+  platformFeePercent: { flag: "platform-fee", env: "UMBRA_PLATFORM_FEE", kind: "int", help: "platform share of each charge, percent" },
+  metering: {
+    flag: "metering",
+    env: "UMBRA_METERING",
+    kind: "enum",
+    values: ["on", "off"],
+    help: "billing and rate limits (off: development only)",
+  },
+  defaultRpm: {
+    flag: "default-rpm",
+    env: "UMBRA_DEFAULT_RPM",
+    kind: "int",
+    help: "requests per minute for keys without a limit (0 = none)",
+  },
+  defaultTpm: { flag: "default-tpm", env: "UMBRA_DEFAULT_TPM", kind: "int", help: "tokens per minute for keys without a limit (0 = none)" },
+  maxQueuedPerModel: {
+    flag: "max-queued-per-model",
+    env: "UMBRA_MAX_QUEUED_PER_MODEL",
+    kind: "int",
+    help: "requests waiting for a slot, per model",
+  },
 } as const satisfies Record<string, Setting>;
 
 type SettingName = keyof typeof SETTINGS;
@@ -168,6 +198,8 @@ const DEFAULTS = {
   maxAttempts: 3,
   providerHeartbeatMs: 5_000,
   providerLivenessMs: 15_000,
+  platformFeePercent: 10,
+  maxQueuedPerModel: 64,
 } as const;
 
 function raw(name: SettingName, flags: FlagValues, env: Env): string | undefined {
@@ -291,6 +323,11 @@ export function loadConfig(flags: FlagValues, env: Env, defaultMode: Mode = "pro
     maxAttempts: intOf("maxAttempts", raw("maxAttempts", flags, env), DEFAULTS.maxAttempts, 1, 16),
     providerHeartbeatMs: intOf("providerHeartbeatMs", raw("providerHeartbeatMs", flags, env), DEFAULTS.providerHeartbeatMs, 10, 600_000),
     providerLivenessMs: intOf("providerLivenessMs", raw("providerLivenessMs", flags, env), DEFAULTS.providerLivenessMs, 20, 3_600_000),
+    platformFeePercent: intOf("platformFeePercent", raw("platformFeePercent", flags, env), DEFAULTS.platformFeePercent, 0, 100),
+    metering: enumOf<"on" | "off">("metering", raw("metering", flags, env), "on") === "on",
+    defaultRpm: intOf("defaultRpm", raw("defaultRpm", flags, env), 0, 0, 1_000_000_000) || null,
+    defaultTpm: intOf("defaultTpm", raw("defaultTpm", flags, env), 0, 0, 1_000_000_000_000) || null,
+    maxQueuedPerModel: intOf("maxQueuedPerModel", raw("maxQueuedPerModel", flags, env), DEFAULTS.maxQueuedPerModel, 0, 1_000_000),
     ...(adminToken !== undefined ? { adminToken } : {}),
     ...(jwt !== undefined ? { jwt } : {}),
   };
@@ -303,6 +340,7 @@ export function loadConfig(flags: FlagValues, env: Env, defaultMode: Mode = "pro
 }
 
 function refuseUnsafe(config: Config): void {
+  if (!config.metering) throw new ConfigError("production mode refuses --metering off (billing and rate limits)");
   if (config.trustRoot === "development") {
     throw new ConfigError("production mode refuses the development trust root (--trust-root development)");
   }

@@ -6,12 +6,15 @@ import { AdminService } from "../admin/admin-service.ts";
 import { createHttpApp, type HttpApp } from "../api/http.ts";
 import { type Authenticator, createAuthenticator } from "../auth/authenticator.ts";
 import { createJwtVerifier } from "../auth/jwt.ts";
+import { Billing } from "../billing/billing.ts";
 import { PricingService } from "../billing/pricing.ts";
+import { Wallets } from "../billing/wallets.ts";
 import { CatalogService } from "../catalog/catalog.ts";
 import type { Config } from "../config/config.ts";
 import { Fleet } from "../fleet/fleet.ts";
 import type { FleetView } from "../fleet/fleet-view.ts";
 import { ChatService } from "../inference/chat-service.ts";
+import { RateLimiter } from "../limits/rate-limiter.ts";
 import { createLogger, type Logger } from "../observability/logger.ts";
 import { createMetrics, type Metrics } from "../observability/metrics.ts";
 import type { Store } from "../store/types.ts";
@@ -42,10 +45,13 @@ export interface App {
   readonly authenticate: Authenticator;
   readonly fleet: Fleet;
   readonly chat: ChatService;
+  readonly wallets: Wallets;
   readonly logger: Logger;
   readonly metrics: Metrics;
   /** Stops background work (liveness sweeps) and ends provider sessions. */
   close(): void;
+  /** Resolves when every settled charge is durable (call before exiting). */
+  flush(): Promise<void>;
 }
 
 /** How often live provider sessions' device tokens are checked against the store. */
@@ -66,7 +72,14 @@ export function createApp(deps: AppDeps): App {
     now,
   }).start();
   const catalog = new CatalogService(store.catalog, deps.fleet ?? fleet, pricing);
-  const admin = new AdminService(store, now, { providerTokenRevoked: (id) => fleet.disconnectToken(id) });
+  const wallets = new Wallets(store.money, logger);
+  const billing = new Billing(wallets, config);
+  const limiter = new RateLimiter({ now });
+  const admin = new AdminService(store, now, {
+    providerTokenRevoked: (id) => fleet.disconnectToken(id),
+    reservedFor: (id) => wallets.reservedFor(id),
+    accountCredited: (id) => void wallets.refresh(id),
+  });
   // A token revoked by another process (the admin CLI) is noticed within one interval.
   const recheck = setInterval(() => {
     fleet
@@ -75,13 +88,14 @@ export function createApp(deps: AppDeps): App {
   }, TOKEN_RECHECK_MS);
   recheck.unref?.();
   const authenticate = createAuthenticator(store, config.jwt && createJwtVerifier(config.jwt, now));
-  const chat = new ChatService({ catalog, fleet, settings: config, logger, metrics, now });
+  const chat = new ChatService({ catalog, pricing, fleet, billing, limiter, store, settings: config, logger, metrics, now });
   const http = createHttpApp({
     store,
     catalog,
     pricing,
     admin,
     chat,
+    fleet,
     authenticate,
     adminToken: config.adminToken,
     maxBodyBytes: config.maxBodyBytes,
@@ -98,8 +112,10 @@ export function createApp(deps: AppDeps): App {
     authenticate,
     fleet,
     chat,
+    wallets,
     logger,
     metrics,
+    flush: () => wallets.flushed(),
     close: () => {
       clearInterval(recheck);
       fleet.stop();

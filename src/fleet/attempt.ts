@@ -39,6 +39,8 @@ export class Attempt {
     readonly requestId: string,
     readonly attempt: number,
     readonly providerId: string,
+    /** The provider machine's account: it earns what this attempt is charged. */
+    readonly providerAccountId: string,
     readonly startedAt: number,
     private readonly owner: AttemptOwner,
   ) {}

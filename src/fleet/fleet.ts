@@ -23,9 +23,15 @@ export interface FleetOptions extends SessionSettings {
 
 const rank = (t: TrustLevel) => TRUST_LEVELS.indexOf(t);
 
+interface Waiter {
+  readonly wake: () => void;
+}
+
 export class Fleet implements FleetView {
   private readonly sessions = new Map<string, ProviderSession>();
   private readonly byBuild = new Map<string, Set<ProviderSession>>();
+  /** Requests waiting for a free slot, per build, first come first served. */
+  private readonly waiters = new Map<string, Waiter[]>();
   private sweeper: ReturnType<typeof setInterval> | undefined;
 
   constructor(private readonly options: FleetOptions) {}
@@ -59,7 +65,11 @@ export class Fleet implements FleetView {
               this.byBuild.set(build, set);
             }
             set.add(s);
+            this.wakeOne(build);
           }
+        },
+        onSlotFreed: (s) => {
+          for (const build of s.models.keys()) this.wakeOne(build);
         },
         onClosed: (s) => {
           this.sessions.delete(s.id);
@@ -89,6 +99,56 @@ export class Fleet implements FleetView {
   async revalidateTokens(isLive: (tokenId: string) => Promise<boolean>): Promise<void> {
     const ids = new Set([...this.sessions.values()].map((s) => s.identity.tokenId));
     for (const id of ids) if (!(await isLive(id))) this.disconnectToken(id);
+  }
+
+  /** Requests waiting for a slot on this build. */
+  waiting(buildId: string): number {
+    return this.waiters.get(buildId)?.length ?? 0;
+  }
+
+  /**
+   * Waits until a slot may be free for the build (a provider released one or joined), at most `ms`.
+   * Resolves true when woken, false on timeout or abort. The caller re-checks the candidates: a woken
+   * request that finds no slot (another took it) waits again.
+   */
+  waitForSlot(buildId: string, ms: number, signal: AbortSignal): Promise<boolean> {
+    if (ms <= 0 || signal.aborted) return Promise.resolve(false);
+    return new Promise((resolve) => {
+      let list = this.waiters.get(buildId);
+      if (!list) {
+        list = [];
+        this.waiters.set(buildId, list);
+      }
+      const finish = (woken: boolean) => {
+        clearTimeout(timer);
+        signal.removeEventListener("abort", onAbort);
+        const current = this.waiters.get(buildId);
+        const i = current ? current.indexOf(waiter) : -1;
+        if (current && i >= 0) {
+          current.splice(i, 1);
+          if (current.length === 0) this.waiters.delete(buildId);
+        }
+        resolve(woken);
+      };
+      const waiter: Waiter = { wake: () => finish(true) };
+      const onAbort = () => finish(false);
+      const timer = setTimeout(() => finish(false), ms);
+      signal.addEventListener("abort", onAbort, { once: true });
+      list.push(waiter);
+    });
+  }
+
+  private wakeOne(buildId: string): void {
+    this.waiters.get(buildId)?.[0]?.wake();
+  }
+
+  /** Builds that the account's own live, routable providers serve (self-route catalog). */
+  buildsOf(accountId: string): Set<string> {
+    const out = new Set<string>();
+    for (const s of this.sessions.values()) {
+      if (s.identity.accountId === accountId && this.routable(s)) for (const b of s.models.keys()) out.add(b);
+    }
+    return out;
   }
 
   /** Ends sessions that were silent past the liveness timeout (and those that never said hello). */

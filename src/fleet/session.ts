@@ -42,6 +42,8 @@ export interface SessionHooks {
   onReady(session: ProviderSession): void;
   /** The session ended: drop it from every index. */
   onClosed(session: ProviderSession): void;
+  /** A slot became free on this session: a waiting request may take it. */
+  onSlotFreed(session: ProviderSession): void;
 }
 
 export interface SessionSettings {
@@ -196,7 +198,7 @@ export class ProviderSession implements AttemptOwner {
 
   /** Sends an inference frame and returns its attempt; the caller checked `freeSlots`. */
   dispatch(frame: Inference): Attempt {
-    const attempt = new Attempt(frame.request_id, frame.attempt, this.id, this.now(), this);
+    const attempt = new Attempt(frame.request_id, frame.attempt, this.id, this.identity.accountId, this.now(), this);
     this.attempts.set(attempt.key, attempt);
     this.active++;
     try {
@@ -211,6 +213,7 @@ export class ProviderSession implements AttemptOwner {
   release(attempt: Attempt, cancel: CancelReason | undefined): void {
     if (!this.attempts.delete(attempt.key)) return;
     this.active--;
+    if (this.state !== "closed") this.hooks.onSlotFreed(this);
     if (cancel === undefined) return;
     this.remember(attempt.key);
     if (this.state !== "closed") {

@@ -21,6 +21,8 @@ export interface ChatRequest {
   readonly model: string;
   readonly messages: readonly ChatMessage[];
   readonly stream: boolean;
+  /** `self_route: true`: serve only on the caller's own provider machines, free of charge. */
+  readonly selfRoute: boolean;
   /** The positive budget the client asked for, if any (rules 1, 2, 4). */
   readonly requestedMaxTokens: number | undefined;
   /** Fields forwarded to the runtime as they came (sampling parameters and the like). */
@@ -28,7 +30,7 @@ export interface ChatRequest {
 }
 
 /** Fields the coordinator consumes itself, and identity fields it never forwards. */
-const CONSUMED = new Set(["model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens", "n"]);
+const CONSUMED = new Set(["model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens", "n", "self_route"]);
 const IDENTITY = new Set(["user", "safety_identifier", "metadata", "store"]);
 
 function budget(o: JsonObject, name: string): number | undefined {
@@ -78,6 +80,11 @@ export function parseChatRequest(body: unknown): ChatRequest {
     throw Errors.invalidValue("'stream_options' must be an object", "stream_options");
   }
 
+  const selfRoute = body.self_route;
+  if (selfRoute !== undefined && selfRoute !== null && typeof selfRoute !== "boolean") {
+    throw Errors.invalidValue("'self_route' must be a boolean", "self_route");
+  }
+
   const maxTokens = budget(body, "max_tokens");
   const maxCompletionTokens = budget(body, "max_completion_tokens");
 
@@ -101,7 +108,14 @@ export function parseChatRequest(body: unknown): ChatRequest {
     if (!CONSUMED.has(key) && !IDENTITY.has(key) && body[key] !== undefined) passThrough[key] = body[key];
   }
 
-  return { model, messages, stream: stream === true, requestedMaxTokens: maxTokens ?? maxCompletionTokens, passThrough };
+  return {
+    model,
+    messages,
+    stream: stream === true,
+    selfRoute: selfRoute === true,
+    requestedMaxTokens: maxTokens ?? maxCompletionTokens,
+    passThrough,
+  };
 }
 
 /** The output budget after the server default and the model's limit. */

@@ -1,16 +1,32 @@
 /**
- * One chat request end to end (DESIGN.md section 4): validate, resolve the model (alias -> build),
- * check the key's allowlist, apply the budget rules, dispatch with failover, then answer as JSON or
- * as an event stream. The request timeout covers the whole answer; after commit it ends the stream
- * with an in-band `timeout` error.
+ * One chat request end to end (DESIGN.md section 4):
+ *   validate -> resolve the model (alias -> build) -> key allowlist (403) -> budget rules ->
+ *   rate limit (429, per key: requests and estimated tokens) -> reserve the worst-case cost (402) ->
+ *   dispatch with failover (self-route: own machines only) -> answer as JSON or an event stream ->
+ *   settle the real cost (durable before the answer's last bytes) and true up the token limit.
+ * No request reaches a provider without a reservation, except self-routed ones, which cost nothing.
+ * The request timeout covers the whole answer; after commit it ends the stream with an in-band error.
  */
 import { randomBytes } from "node:crypto";
 import { modelFilter, type Principal } from "../auth/authenticator.ts";
+import {
+  type Billing,
+  estimatedUsage,
+  promptTokenBound,
+  promptTokenEstimate,
+  type RequestMoney,
+  reservationFor,
+} from "../billing/billing.ts";
+import type { PricingService } from "../billing/pricing.ts";
+import type { Hold } from "../billing/wallets.ts";
 import type { CatalogService } from "../catalog/catalog.ts";
 import { Errors } from "../errors/api-error.ts";
 import type { Fleet } from "../fleet/fleet.ts";
+import type { RateHeaders, RateLimiter } from "../limits/rate-limiter.ts";
 import type { Logger } from "../observability/logger.ts";
 import type { Metrics } from "../observability/metrics.ts";
+import type { Usage } from "../protocol/messages.ts";
+import type { Store } from "../store/types.ts";
 import { effectiveBudget, engineBody, parseChatRequest } from "./chat-request.ts";
 import { type DispatchSettings, dispatch } from "./dispatch.ts";
 import { collectCompletion, completionId, type Outcome, type ResponseContext, streamCompletion } from "./responses.ts";
@@ -18,26 +34,36 @@ import { collectCompletion, completionId, type Outcome, type ResponseContext, st
 export interface ChatSettings extends DispatchSettings {
   readonly defaultMaxTokens: number;
   readonly requestTimeoutMs: number;
+  /** Billing and rate limits on (off only in development, for benchmarks). */
+  readonly metering: boolean;
+  readonly defaultRpm: number | null;
+  readonly defaultTpm: number | null;
 }
 
 export type ChatResult =
-  | { readonly kind: "json"; readonly body: unknown }
-  | { readonly kind: "stream"; readonly stream: ReadableStream<Uint8Array> };
+  | { readonly kind: "json"; readonly body: unknown; readonly headers: RateHeaders }
+  | { readonly kind: "stream"; readonly stream: ReadableStream<Uint8Array>; readonly headers: RateHeaders };
 
 export interface ChatDeps {
   readonly catalog: CatalogService;
+  readonly pricing: PricingService;
   readonly fleet: Fleet;
+  readonly billing: Billing;
+  readonly limiter: RateLimiter;
+  readonly store: Store;
   readonly settings: ChatSettings;
   readonly logger: Logger;
   readonly metrics: Metrics;
   readonly now: () => number;
 }
 
+const NO_HEADERS: RateHeaders = Object.freeze({});
+
 export class ChatService {
   constructor(private readonly deps: ChatDeps) {}
 
   async complete(body: unknown, principal: Principal, signal: AbortSignal): Promise<ChatResult> {
-    const { catalog, fleet, settings, logger, metrics, now } = this.deps;
+    const { catalog, pricing, fleet, billing, limiter, settings, logger, metrics, now } = this.deps;
     const started = now();
     const request = parseChatRequest(body);
     const resolved = await catalog.resolve(request.model);
@@ -46,26 +72,99 @@ export class ChatService {
     if (filter && !filter(resolved.id, resolved.build.id)) {
       throw Errors.modelNotAllowed("this API key may not use this model", "model");
     }
+    const selfRoute = principal.selfRouteOnly || request.selfRoute;
+    if (selfRoute && !(await this.hasLinkedMachine(principal.accountId))) {
+      throw Errors.selfRouteConflict("self-route needs a provider machine linked to this account (a provider device token)");
+    }
     const maxTokens = effectiveBudget(request.requestedMaxTokens, settings.defaultMaxTokens, resolved.build.maxOutputLength);
+
+    // Rate limit: one request and its estimated tokens, trued up from real usage at the end.
+    let headers = NO_HEADERS;
+    let trueUp: ((tokens: number) => void) | undefined;
+    if (settings.metering) {
+      const subject = principal.keyId ?? `account:${principal.accountId}`;
+      const decision = limiter.check(
+        subject,
+        { rpm: principal.rpm ?? settings.defaultRpm, tpm: principal.tpm ?? settings.defaultTpm },
+        { tokens: promptTokenEstimate(request.messages) + maxTokens },
+      );
+      headers = decision.headers;
+      if (!decision.ok) {
+        throw Errors.rateLimited(`rate limit reached for ${decision.dimension} per minute`, decision.retryAfterSeconds, decision.headers);
+      }
+      const handle = decision.handle;
+      trueUp = (tokens) => limiter.trueUp(handle, tokens);
+    }
+
+    // Reserve the worst case before anything reaches a provider.
+    const rates = await pricing.ratesFor(resolved.id, resolved.build.id);
+    let hold: Hold | undefined;
+    if (settings.metering && !selfRoute) {
+      try {
+        hold = await billing.reserve({
+          accountId: principal.accountId,
+          keyId: principal.keyId,
+          spendCap: principal.spendCap,
+          amount: reservationFor(promptTokenBound(request.messages), maxTokens, rates),
+        });
+      } catch (e) {
+        trueUp?.(0);
+        throw e;
+      }
+    }
     const requestId = `req_${randomBytes(12).toString("base64url")}`;
+    const money: RequestMoney = {
+      requestId,
+      accountId: principal.accountId,
+      keyId: principal.keyId,
+      model: request.model,
+      buildId: resolved.build.id,
+      rates,
+      startedAt: started,
+      hold,
+      free: selfRoute,
+    };
+    const promptEstimate = promptTokenEstimate(request.messages);
 
-    const committed = await dispatch(
-      fleet,
-      settings,
-      {
-        requestId,
-        buildId: resolved.build.id,
-        body: engineBody(request, maxTokens),
-        signal,
-        requestDeadline: started + settings.requestTimeoutMs,
-      },
-      now,
-    );
+    let committed: Awaited<ReturnType<typeof dispatch>>;
+    try {
+      committed = await dispatch(
+        fleet,
+        settings,
+        {
+          requestId,
+          buildId: resolved.build.id,
+          body: engineBody(request, maxTokens),
+          signal,
+          requestDeadline: started + settings.requestTimeoutMs,
+          selfRoute,
+          ...(selfRoute ? { accept: (s) => s.identity.accountId === principal.accountId } : {}),
+        },
+        now,
+      );
+    } catch (e) {
+      // Nothing was generated: nothing is charged; the attempt is still recorded.
+      trueUp?.(0);
+      if (settings.metering) {
+        void billing.settle(money, {
+          outcome: "failed",
+          usage: { prompt_tokens: 0, completion_tokens: 0 },
+          providerId: null,
+          providerAccountId: null,
+          firstContentMs: null,
+          endedAt: now(),
+        });
+      }
+      throw e;
+    }
 
-    const timer = setTimeout(() => committed.attempt.cancel("deadline"), Math.max(1, settings.requestTimeoutMs - (now() - started)));
+    const attempt = committed.attempt;
+    const timer = setTimeout(() => attempt.cancel("deadline"), Math.max(1, settings.requestTimeoutMs - (now() - started)));
     const ctx: ResponseContext = { id: completionId(), model: request.model, maxTokens, created: Math.floor(started / 1000) };
-    const onEnd = (o: Outcome) => {
+    const onEnd = async (o: Outcome): Promise<void> => {
       clearTimeout(timer);
+      const usage: Usage = o.usage ?? estimatedUsage(promptEstimate, o.completionChars);
+      trueUp?.(usage.prompt_tokens + usage.completion_tokens);
       metrics.observeChat(o.status, request.stream);
       logger.debug("chat request ended", {
         request_id: requestId,
@@ -73,20 +172,34 @@ export class ChatService {
         key_id: principal.keyId ?? undefined,
         model: request.model,
         build_id: resolved.build.id,
-        provider_id: committed.attempt.providerId,
+        provider_id: attempt.providerId,
         status: o.status,
         duration_ms: now() - started,
       });
+      if (!settings.metering) return;
+      await billing.settle(money, {
+        outcome: o.status,
+        usage,
+        providerId: attempt.providerId,
+        providerAccountId: attempt.providerAccountId,
+        firstContentMs: attempt.firstContentAt === undefined ? null : attempt.firstContentAt - started,
+        endedAt: now(),
+      });
     };
     if (!request.stream) {
-      const onAbort = () => committed.attempt.cancel("client_gone");
+      const onAbort = () => attempt.cancel("client_gone");
       signal.addEventListener("abort", onAbort, { once: true });
       try {
-        return { kind: "json", body: await collectCompletion(committed, ctx, onEnd) };
+        return { kind: "json", body: await collectCompletion(committed, ctx, onEnd), headers };
       } finally {
         signal.removeEventListener("abort", onAbort);
       }
     }
-    return { kind: "stream", stream: streamCompletion(committed, ctx, onEnd) };
+    return { kind: "stream", stream: streamCompletion(committed, ctx, onEnd), headers };
+  }
+
+  /** A self-routing account must have linked a machine: a live (unrevoked) provider device token. */
+  private async hasLinkedMachine(accountId: string): Promise<boolean> {
+    return (await this.deps.store.providerTokens.list(accountId)).some((t) => t.revokedAt === null);
   }
 }

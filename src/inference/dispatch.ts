@@ -6,7 +6,9 @@
  * attempt is cancelled. The first-content deadline covers all attempts together. Outcomes:
  *   - first content (a chunk with content, or `complete`): the committed attempt is returned;
  *   - no provider serves the model: 503 model_unavailable;
- *   - providers exist but none has a free slot: 503 service_unavailable with Retry-After;
+ *   - providers exist but none has a free slot: the request waits in a bounded per-model queue until a
+ *     slot frees (within the deadline); a full queue (or self-route) is 429 capacity_exhausted, and
+ *     no queue at all (bound 0) is 503 service_unavailable, both with Retry-After;
  *   - every tried provider failed: 502 provider_error (503 when all of them were merely busy);
  *   - the deadline passed: 429 first_content_timeout with Retry-After (504 timeout when the request's
  *     own timeout is the earlier of the two);
@@ -23,6 +25,8 @@ export interface DispatchSettings {
   readonly firstContentTimeoutMs: number;
   readonly acceptTimeoutMs: number;
   readonly maxAttempts: number;
+  /** Requests that may wait for a free slot per model (0: answer 503 at once when all are busy). */
+  readonly maxQueuedPerModel: number;
 }
 
 export interface DispatchRequest {
@@ -32,6 +36,8 @@ export interface DispatchRequest {
   readonly signal: AbortSignal;
   /** When the whole request times out (Unix ms); before first content it ends the wait with 504. */
   readonly requestDeadline: number;
+  /** Self-route: only the caller's own machines (`accept`), never a queue: busy is 429 at once. */
+  readonly selfRoute?: boolean;
   /** Extra filter on candidates (self-route: the caller's own machines). */
   readonly accept?: (s: ProviderSession) => boolean;
 }
@@ -77,10 +83,24 @@ export async function dispatch(fleet: Fleet, settings: DispatchSettings, request
   const onAbort = () => current?.cancel("client_gone");
   request.signal.addEventListener("abort", onAbort, { once: true });
   try {
-    for (let n = 0; n < settings.maxAttempts; n++) {
+    let n = 0;
+    while (n < settings.maxAttempts) {
       if (request.signal.aborted) throw new ClientGone();
       const session = fleet.candidates(request.buildId, (s) => !tried.has(s.id) && (!request.accept || request.accept(s)))[0];
-      if (!session) break;
+      if (!session) {
+        // Nobody free. Wait for a slot only when someone could give one and nobody failed yet.
+        if (failures > 0 || !fleet.hasRoutable(request.buildId, request.accept)) break;
+        if (request.selfRoute) throw Errors.capacityExhausted("every one of your provider machines serving this model is busy", 1);
+        if (settings.maxQueuedPerModel === 0) break;
+        if (fleet.waiting(request.buildId) >= settings.maxQueuedPerModel) {
+          throw Errors.capacityExhausted("too many requests are waiting for this model", 1);
+        }
+        if (!(await fleet.waitForSlot(request.buildId, deadline - now(), request.signal))) {
+          if (request.signal.aborted) throw new ClientGone();
+          throw timedOut();
+        }
+        continue;
+      }
       tried.add(session.id);
       const attempt = session.dispatch({
         type: "inference",
@@ -90,6 +110,7 @@ export async function dispatch(fleet: Fleet, settings: DispatchSettings, request
         first_content_deadline_ms: Math.max(1, deadline - now()),
         request: request.body,
       });
+      n++;
       current = attempt;
       const outcome = await untilFirstContent(attempt, settings, deadline, now);
       if (outcome.kind === "committed") return { attempt, first: outcome.first };

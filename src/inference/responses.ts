@@ -32,6 +32,9 @@ export interface Outcome {
   readonly finishReason: string | undefined;
 }
 
+/** Called once per answer; the answer's last bytes wait for it (the charge is durable first). */
+export type OnEnd = (outcome: Outcome) => Promise<void>;
+
 export function completionId(): string {
   return `chatcmpl-${randomBytes(12).toString("base64url")}`;
 }
@@ -58,7 +61,7 @@ function failureOf(event: AttemptEvent): ApiError {
 }
 
 /** Collects the whole answer. Throws an ApiError when the attempt fails before `complete`. */
-export async function collectCompletion(committed: Committed, ctx: ResponseContext, onEnd: (o: Outcome) => void) {
+export async function collectCompletion(committed: Committed, ctx: ResponseContext, onEnd: OnEnd) {
   let content = "";
   let reasoning = "";
   let event: AttemptEvent = committed.first;
@@ -68,7 +71,7 @@ export async function collectCompletion(committed: Committed, ctx: ResponseConte
       if (event.delta.reasoning_content) reasoning += event.delta.reasoning_content;
     } else if (event.type === "complete") {
       const reason = finishReason(event.finishReason, event.usage, ctx.maxTokens);
-      onEnd({ status: "completed", usage: event.usage, completionChars: content.length, finishReason: reason });
+      await onEnd({ status: "completed", usage: event.usage, completionChars: content.length, finishReason: reason });
       return {
         id: ctx.id,
         object: "chat.completion" as const,
@@ -84,7 +87,12 @@ export async function collectCompletion(committed: Committed, ctx: ResponseConte
         usage: usageJson(event.usage),
       };
     } else if (event.type !== "accepted") {
-      onEnd({ status: "failed", usage: undefined, completionChars: content.length, finishReason: undefined });
+      await onEnd({
+        status: event.type === "lost" && event.reason === "cancelled: client_gone" ? "cancelled" : "failed",
+        usage: undefined,
+        completionChars: content.length,
+        finishReason: undefined,
+      });
       throw failureOf(event);
     }
     event = await committed.attempt.next();
@@ -95,17 +103,17 @@ const encoder = new TextEncoder();
 const DONE = encoder.encode("data: [DONE]\n\n");
 
 /** The event stream of a committed attempt; the caller sends it with status 200. */
-export function streamCompletion(committed: Committed, ctx: ResponseContext, onEnd: (o: Outcome) => void): ReadableStream<Uint8Array> {
+export function streamCompletion(committed: Committed, ctx: ResponseContext, onEnd: OnEnd): ReadableStream<Uint8Array> {
   const { attempt } = committed;
   const head = `{"id":"${ctx.id}","object":"chat.completion.chunk","created":${ctx.created},"model":${JSON.stringify(ctx.model)},`;
   const frame = (rest: string) => encoder.encode(`data: ${head}${rest}}\n\n`);
   let pending: AttemptEvent | undefined = committed.first;
   let chars = 0;
   let finished = false;
-  const end = (o: Outcome) => {
-    if (finished) return;
+  const end = (o: Outcome): Promise<void> => {
+    if (finished) return Promise.resolve();
     finished = true;
-    onEnd(o);
+    return onEnd(o);
   };
 
   return new ReadableStream<Uint8Array>({
@@ -130,15 +138,15 @@ export function streamCompletion(committed: Committed, ctx: ResponseContext, onE
             const reason = finishReason(event.finishReason, event.usage, ctx.maxTokens);
             controller.enqueue(frame(`"choices":[],"usage":${JSON.stringify(usageJson(event.usage))}`));
             controller.enqueue(frame(`"choices":[{"index":0,"delta":{},"finish_reason":${JSON.stringify(reason)}}]`));
+            await end({ status: "completed", usage: event.usage, completionChars: chars, finishReason: reason });
             controller.enqueue(DONE);
-            end({ status: "completed", usage: event.usage, completionChars: chars, finishReason: reason });
             controller.close();
             return;
           }
           default: {
             const error = failureOf(event);
+            await end({ status: "failed", usage: undefined, completionChars: chars, finishReason: undefined });
             controller.enqueue(encoder.encode(`data: ${JSON.stringify(error.toEnvelope())}\n\n`));
-            end({ status: "failed", usage: undefined, completionChars: chars, finishReason: undefined });
             controller.close();
             return;
           }
@@ -147,7 +155,7 @@ export function streamCompletion(committed: Committed, ctx: ResponseContext, onE
     },
     cancel() {
       attempt.cancel("client_gone");
-      end({ status: "cancelled", usage: undefined, completionChars: chars, finishReason: undefined });
+      void end({ status: "cancelled", usage: undefined, completionChars: chars, finishReason: undefined });
     },
   });
 }

@@ -36,7 +36,7 @@ export const ledgerEntries = sqliteTable(
     accountId: text("account_id")
       .notNull()
       .references(() => accounts.id),
-    kind: text("kind", { enum: ["credit", "charge", "earning"] }).notNull(),
+    kind: text("kind", { enum: ["credit", "charge", "earning", "fee"] }).notNull(),
     amount: integer("amount_micro_usd").notNull(),
     balanceAfter: integer("balance_after_micro_usd").notNull(),
     requestId: text("request_id"),

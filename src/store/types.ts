@@ -6,6 +6,7 @@
  * Methods that write several rows do it atomically: on any failure nothing is written.
  * A method returns `undefined` when the entity it names does not exist (and then writes nothing).
  */
+import type { MoneyStore } from "./money-types.ts";
 
 export interface Account {
   readonly id: string;
@@ -19,7 +20,7 @@ export interface Account {
 export interface LedgerEntry {
   readonly id: number;
   readonly accountId: string;
-  readonly kind: "credit" | "charge" | "earning";
+  readonly kind: "credit" | "charge" | "earning" | "fee";
   readonly amount: number;
   readonly balanceAfter: number;
   readonly requestId: string | null;
@@ -37,6 +38,8 @@ export interface AccountStore {
   credit(input: { accountId: string; amount: number; at: number }): Promise<Account | undefined>;
   /** Newest first. */
   ledger(accountId: string, limit: number): Promise<LedgerEntry[]>;
+  /** The sum of the account's `earning` ledger entries; 0 when it has none or does not exist. */
+  earnings(accountId: string): Promise<number>;
 }
 
 export interface ApiKeyRecord {
@@ -159,11 +162,40 @@ export interface UsageRecord {
   readonly outcome: string;
 }
 
+/** Sums over the usage rows that share `key`. All integers. */
+export interface UsageTotalsRow {
+  readonly key: string;
+  readonly requests: number;
+  readonly promptTokens: number;
+  readonly cachedTokens: number;
+  readonly completionTokens: number;
+  readonly cost: number;
+}
+
+/**
+ * One account's usage grouped three ways, over the same rows. Keys: the requested model id; the API
+ * key id, or `"jwt"` for requests made with a JWT (no key id); the UTC day of the start time as
+ * `YYYY-MM-DD`. Each list holds only keys with at least one row, ascending by key (code-unit order).
+ */
+export interface UsageTotals {
+  readonly byModel: readonly UsageTotalsRow[];
+  readonly byKey: readonly UsageTotalsRow[];
+  readonly byDay: readonly UsageTotalsRow[];
+}
+
+/** The `byKey` key of usage recorded without an API key (JWT-authenticated requests). */
+export const JWT_USAGE_KEY = "jwt";
+
 export interface UsageStore {
   /** Idempotent per request id: a second record for the same request is ignored (returns false). */
   record(row: UsageRecord): Promise<boolean>;
   /** Newest first (start time, then request id, descending). */
   list(accountId: string, limit: number): Promise<UsageRecord[]>;
+  /**
+   * Totals of the account's rows with `since <= startedAt < until` (either bound optional), read as
+   * one snapshot so the three groupings agree. Empty lists for an unknown account.
+   */
+  totals(accountId: string, opts: { since?: number; until?: number }): Promise<UsageTotals>;
 }
 
 export interface Store {
@@ -173,6 +205,7 @@ export interface Store {
   readonly catalog: CatalogStore;
   readonly prices: PriceStore;
   readonly usage: UsageStore;
+  readonly money: MoneyStore;
   /** Throws when the store cannot be read. */
   ping(): Promise<void>;
   close(): void;

@@ -224,7 +224,8 @@ describe("accounts", () => {
     expect(answer(b)).toEqual({ status: 200, body: bAnswer });
     expect(bId).not.toBe(aId);
 
-    expect(answer(await t.admin("GET", `/accounts/${bId}`))).toEqual({ status: 200, body: bAnswer });
+    // GET also answers the account's earnings as a provider.
+    expect(answer(await t.admin("GET", `/accounts/${bId}`))).toEqual({ status: 200, body: { ...bAnswer, earnings_micro_usd: 0 } });
     expect(answer(await t.admin("GET", "/accounts"))).toEqual({
       status: 200,
       body: { object: "list", data: [accountAnswer(aId, "Acme"), bAnswer] },
@@ -303,7 +304,7 @@ describe("accounts", () => {
     const { id } = await ok<Created>(t.admin("POST", "/accounts", { name: "Acme" }));
     await ok(t.admin("POST", `/accounts/${id}/credit`, { amount_micro_usd: 100 }));
     expect(answer(await t.admin("POST", `/accounts/${id}/credit`, body))).toEqual(refused(400, code, "amount_micro_usd"));
-    expect(await list(t, `/accounts/${id}`)).toEqual(accountAnswer(id, "Acme", { balance_micro_usd: 100 }));
+    expect(await list(t, `/accounts/${id}`)).toEqual(accountAnswer(id, "Acme", { balance_micro_usd: 100, earnings_micro_usd: 0 }));
     expect(await t.store.accounts.ledger(id, 10)).toHaveLength(1);
   });
 
@@ -313,7 +314,7 @@ describe("accounts", () => {
     expect(answer(await t.admin("POST", `/accounts/${id}/credit`, { amount_micro_usd: 5, note: "x" }))).toEqual(
       refused(400, "unsupported_value", "note"),
     );
-    expect(await list(t, `/accounts/${id}`)).toEqual(accountAnswer(id, "Acme"));
+    expect(await list(t, `/accounts/${id}`)).toEqual(accountAnswer(id, "Acme", { earnings_micro_usd: 0 }));
   });
 
   test("a credit that would push the balance past the largest exact amount is refused and changes nothing", async () => {
@@ -324,7 +325,7 @@ describe("accounts", () => {
     expect(answer(await t.admin("POST", `/accounts/${id}/credit`, { amount_micro_usd: 11 }))).toEqual(
       refused(400, "invalid_value", "amount_micro_usd"),
     );
-    expect(await list(t, `/accounts/${id}`)).toEqual(accountAnswer(id, "Rich", { balance_micro_usd: nearTop }));
+    expect(await list(t, `/accounts/${id}`)).toEqual(accountAnswer(id, "Rich", { balance_micro_usd: nearTop, earnings_micro_usd: 0 }));
     expect(answer(await t.admin("POST", `/accounts/${id}/credit`, { amount_micro_usd: 10 }))).toEqual({
       status: 200,
       body: accountAnswer(id, "Rich", { balance_micro_usd: Number.MAX_SAFE_INTEGER }),

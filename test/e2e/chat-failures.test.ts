@@ -229,8 +229,8 @@ describe("pre-commit failure -> JSON error with its real status", () => {
     expect(await contentOf(await postChat(ctx.server.url, ctx.apiKey, { ...chatBody("plain"), model: "other/plain" }))).toBe("plain");
   });
 
-  test("every provider at max concurrency -> 503 service_unavailable with an integer Retry-After", async () => {
-    await using ctx = await setup();
+  test("every provider at max concurrency and no admission queue -> 503 service_unavailable with an integer Retry-After", async () => {
+    await using ctx = await setup({ UMBRA_MAX_QUEUED_PER_MODEL: "0" });
     const p = await ctx.provider((inf) => (inf.request.messages[0]?.content === "hold" ? [{ do: "accept" }, { do: "hang" }] : echo(inf)), {
       maxConcurrency: 1,
     });
@@ -378,6 +378,61 @@ describe("committed failure -> in-band error, no [DONE]", () => {
       body: envelope("timeout", "timeout"),
     });
     await p.waitFor(isCancel("deadline"));
+  });
+});
+
+describe("admission queue", () => {
+  /** A provider with one slot whose "hold" requests never finish until released. */
+  async function oneSlot(ctx: Ctx) {
+    return ctx.provider((inf) => (inf.request.messages[0]?.content === "hold" ? [{ do: "accept" }, { do: "hang" }] : echo(inf)), {
+      maxConcurrency: 1,
+    });
+  }
+
+  test("a request waits for a busy provider's slot and is served when it frees", async () => {
+    await using ctx = await setup({ UMBRA_MAX_QUEUED_PER_MODEL: "4" });
+    const p = await oneSlot(ctx);
+    const controller = new AbortController();
+    const held = postChat(ctx.server.url, ctx.apiKey, chatBody("hold"), { signal: controller.signal }).catch(() => undefined);
+    await p.waitFor((f) => f.type === "inference");
+    const waiting = postChat(ctx.server.url, ctx.apiKey, chatBody("queued then served"));
+    await waitFor(() => ctx.t.app.fleet.waiting(BUILD) === 1, "one request waiting");
+    controller.abort();
+    await held;
+    expect(await contentOf(await waiting)).toBe("queued then served");
+    expect(ctx.t.app.fleet.waiting(BUILD)).toBe(0);
+  });
+
+  test("a full queue answers 429 capacity_exhausted with an integer Retry-After", async () => {
+    await using ctx = await setup({ UMBRA_MAX_QUEUED_PER_MODEL: "1" });
+    const p = await oneSlot(ctx);
+    const controller = new AbortController();
+    const held = postChat(ctx.server.url, ctx.apiKey, chatBody("hold"), { signal: controller.signal }).catch(() => undefined);
+    await p.waitFor((f) => f.type === "inference");
+    const queued = postChat(ctx.server.url, ctx.apiKey, chatBody("second"), { signal: controller.signal }).catch(() => undefined);
+    await waitFor(() => ctx.t.app.fleet.waiting(BUILD) === 1, "the queue is full");
+    const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("third", { stream: true }));
+    expect(await errorOf(response)).toEqual({
+      status: 429,
+      contentType: "application/json",
+      retryAfter: expect.stringMatching(/^\d+$/),
+      body: envelope("rate_limit_error", "capacity_exhausted"),
+    });
+    controller.abort();
+    await Promise.all([held, queued]);
+  });
+
+  test("a queued request that waits past the first-content deadline gets 429 first_content_timeout", async () => {
+    await using ctx = await setup({ UMBRA_MAX_QUEUED_PER_MODEL: "4", UMBRA_FIRST_CONTENT_TIMEOUT_MS: "200" });
+    const p = await oneSlot(ctx);
+    const controller = new AbortController();
+    const held = postChat(ctx.server.url, ctx.apiKey, chatBody("hold"), { signal: controller.signal }).catch(() => undefined);
+    await p.waitFor((f) => f.type === "inference");
+    const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("too late"));
+    expect((await errorOf(response)).body).toEqual(envelope("rate_limit_error", "first_content_timeout"));
+    expect(ctx.t.app.fleet.waiting(BUILD)).toBe(0);
+    controller.abort();
+    await held;
   });
 });
 

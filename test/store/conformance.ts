@@ -616,5 +616,137 @@ export function runStoreConformance(name: string, open: OpenStore): void {
         expect(await t.store.usage.list("acct-3", 10)).toEqual([]);
       });
     });
+
+    describe("reports: usage totals and earnings", () => {
+      /** 2027-03-01T00:00:00Z: rows either side of this UTC midnight land on different days. */
+      const MIDNIGHT = Date.UTC(2027, 2, 1);
+      const sums = (key: string, requests: number, promptTokens: number, cachedTokens: number, completionTokens: number, cost: number) => ({
+        key,
+        requests,
+        promptTokens,
+        cachedTokens,
+        completionTokens,
+        cost,
+      });
+
+      /** Four rows of acct-1 over two UTC days, two models and two keys plus a JWT request; one row of acct-2. */
+      async function seedUsage(store: Store): Promise<void> {
+        await createAccounts(store, "acct-1", "acct-2");
+        const rows = [
+          usageRow({
+            requestId: "req-1",
+            accountId: "acct-1",
+            model: "org/b",
+            keyId: "key-2",
+            startedAt: MIDNIGHT - 1,
+            promptTokens: 100,
+            cachedTokens: 10,
+            completionTokens: 50,
+            cost: 1_000,
+          }),
+          usageRow({
+            requestId: "req-2",
+            accountId: "acct-1",
+            model: "org/a",
+            keyId: null,
+            startedAt: MIDNIGHT - 3_600_000,
+            promptTokens: 200,
+            cachedTokens: 0,
+            completionTokens: 20,
+            cost: 300,
+          }),
+          usageRow({
+            requestId: "req-3",
+            accountId: "acct-1",
+            model: "org/b",
+            keyId: "key-1",
+            startedAt: MIDNIGHT,
+            promptTokens: 7,
+            cachedTokens: 3,
+            completionTokens: 1,
+            cost: 5,
+          }),
+          usageRow({
+            requestId: "req-4",
+            accountId: "acct-1",
+            model: "Org/Upper",
+            keyId: "key-2",
+            startedAt: MIDNIGHT + 86_399_999,
+            promptTokens: 1,
+            cachedTokens: 1,
+            completionTokens: 0,
+            cost: 1,
+          }),
+          usageRow({
+            requestId: "req-5",
+            accountId: "acct-2",
+            model: "org/a",
+            keyId: "key-9",
+            startedAt: MIDNIGHT,
+            promptTokens: 9,
+            cachedTokens: 9,
+            completionTokens: 9,
+            cost: 9,
+          }),
+        ];
+        for (const row of rows) expect(await store.usage.record(row)).toBe(true);
+      }
+
+      test("totals group one account's rows by model, by key (null key as jwt) and by UTC day, each ascending by key", async () => {
+        await using t = await open();
+        await seedUsage(t.store);
+        expect(await t.store.usage.totals("acct-1", {})).toEqual({
+          byModel: [sums("Org/Upper", 1, 1, 1, 0, 1), sums("org/a", 1, 200, 0, 20, 300), sums("org/b", 2, 107, 13, 51, 1_005)],
+          byKey: [sums("jwt", 1, 200, 0, 20, 300), sums("key-1", 1, 7, 3, 1, 5), sums("key-2", 2, 101, 11, 50, 1_001)],
+          byDay: [sums("2027-02-28", 2, 300, 10, 70, 1_300), sums("2027-03-01", 2, 8, 4, 1, 6)],
+        });
+        expect(await t.store.usage.totals("acct-2", {})).toEqual({
+          byModel: [sums("org/a", 1, 9, 9, 9, 9)],
+          byKey: [sums("key-9", 1, 9, 9, 9, 9)],
+          byDay: [sums("2027-03-01", 1, 9, 9, 9, 9)],
+        });
+      });
+
+      test("since is inclusive and until exclusive, alone or together", async () => {
+        await using t = await open();
+        await seedUsage(t.store);
+        const after = await t.store.usage.totals("acct-1", { since: MIDNIGHT });
+        expect(after).toEqual({
+          byModel: [sums("Org/Upper", 1, 1, 1, 0, 1), sums("org/b", 1, 7, 3, 1, 5)],
+          byKey: [sums("key-1", 1, 7, 3, 1, 5), sums("key-2", 1, 1, 1, 0, 1)],
+          byDay: [sums("2027-03-01", 2, 8, 4, 1, 6)],
+        });
+        const before = await t.store.usage.totals("acct-1", { until: MIDNIGHT });
+        expect(before).toEqual({
+          byModel: [sums("org/a", 1, 200, 0, 20, 300), sums("org/b", 1, 100, 10, 50, 1_000)],
+          byKey: [sums("jwt", 1, 200, 0, 20, 300), sums("key-2", 1, 100, 10, 50, 1_000)],
+          byDay: [sums("2027-02-28", 2, 300, 10, 70, 1_300)],
+        });
+        const between = await t.store.usage.totals("acct-1", { since: MIDNIGHT - 1, until: MIDNIGHT + 1 });
+        expect(between.byDay).toEqual([sums("2027-02-28", 1, 100, 10, 50, 1_000), sums("2027-03-01", 1, 7, 3, 1, 5)]);
+        expect(await t.store.usage.totals("acct-1", { since: MIDNIGHT, until: MIDNIGHT })).toEqual({ byModel: [], byKey: [], byDay: [] });
+      });
+
+      test("totals are empty for an account without usage and for an unknown account", async () => {
+        await using t = await open();
+        await seedUsage(t.store);
+        await createAccounts(t.store, "acct-3");
+        const empty = { byModel: [], byKey: [], byDay: [] };
+        expect(await t.store.usage.totals("acct-3", {})).toEqual(empty);
+        expect(await t.store.usage.totals("acct-4", {})).toEqual(empty);
+      });
+
+      // TODO(money store): seed earnings through `store.money.settle` (src/store/money-types.ts, being added
+      // with the money path) and pin the sum, and that charges and fees do not count. Until that interface
+      // settles, only the zero cases are pinned here; test/api/admin-reports.test.ts sums real rows.
+      test("earnings are 0 for a fresh account, for an unknown account, and credits do not count", async () => {
+        await using t = await open();
+        await createAccounts(t.store, "acct-1");
+        expect(await t.store.accounts.earnings("acct-1")).toBe(0);
+        await t.store.accounts.credit({ accountId: "acct-1", amount: 5_000, at: T0 });
+        expect(await t.store.accounts.earnings("acct-1")).toBe(0);
+        expect(await t.store.accounts.earnings("acct-2")).toBe(0);
+      });
+    });
   });
 }

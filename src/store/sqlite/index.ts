@@ -4,6 +4,7 @@ import type { Store } from "../types.ts";
 import { sqliteAccounts } from "./accounts.ts";
 import { sqliteCatalog, sqlitePrices, sqliteUsage } from "./catalog.ts";
 import { sqliteApiKeys, sqliteProviderTokens } from "./keys.ts";
+import { sqliteMoney } from "./money.ts";
 import { openSqlite } from "./open.ts";
 
 /** Opens (creating and migrating) the database at `path`. Throws StoreOpenError. */
@@ -17,6 +18,7 @@ export function createSqliteStore(path: string): Store {
     catalog: sqliteCatalog(db),
     prices: sqlitePrices(db),
     usage: sqliteUsage(db),
+    money: sqliteMoney(db),
     async ping() {
       db.run(sql`SELECT 1`);
     },

@@ -27,6 +27,11 @@ describe("loadConfig", () => {
       maxAttempts: 3,
       providerHeartbeatMs: 5_000,
       providerLivenessMs: 15_000,
+      platformFeePercent: 10,
+      metering: true,
+      defaultRpm: null,
+      defaultTpm: null,
+      maxQueuedPerModel: 64,
     });
   });
 
@@ -67,6 +72,7 @@ describe("loadConfig", () => {
       ["no admin token", {}, "admin token"],
       ["a short admin token", { UMBRA_ADMIN_TOKEN: "short" }, "at least 32"],
       ["the development trust root", { UMBRA_ADMIN_TOKEN: STRONG, UMBRA_TRUST_ROOT: "development" }, "development trust root"],
+      ["metering off", { UMBRA_ADMIN_TOKEN: STRONG, UMBRA_METERING: "off" }, "--metering off"],
       [
         "a plain-http JWKS URL",
         { UMBRA_ADMIN_TOKEN: STRONG, UMBRA_JWT_JWKS_URL: "http://idp.example/jwks", UMBRA_JWT_ISSUER: "i", UMBRA_JWT_AUDIENCE: "a" },
@@ -88,6 +94,8 @@ describe("loadConfig", () => {
       [{ UMBRA_MAX_BODY_BYTES: "12" }, "--max-body-bytes"],
       [{ UMBRA_CACHE_READ_DISCOUNT: "101" }, "--cache-read-discount"],
       [{ UMBRA_MAX_ATTEMPTS: "0" }, "--max-attempts"],
+      [{ UMBRA_PLATFORM_FEE: "101" }, "--platform-fee"],
+      [{ UMBRA_METERING: "maybe" }, "--metering"],
       [{ UMBRA_PROVIDER_HEARTBEAT_MS: "5000", UMBRA_PROVIDER_LIVENESS_MS: "5000" }, "--provider-liveness-ms"],
       [{ UMBRA_FALLBACK_INPUT_PRICE: "1.5" }, "--fallback-input-price"],
       [{ UMBRA_JWT_PUBLIC_KEY: "k" }, "--jwt-issuer"],

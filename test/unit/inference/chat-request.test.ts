@@ -157,6 +157,7 @@ describe("messages and model", () => {
     );
     expect(request).toEqual({
       model: "org/model",
+      selfRoute: false,
       messages: [
         { role: "system", content: "s" },
         { role: "user", content: CANARY },

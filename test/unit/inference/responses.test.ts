@@ -15,7 +15,7 @@ const HEAD = `{"id":"chatcmpl-test","object":"chat.completion.chunk","created":1
 function attempt() {
   const released: (CancelReason | undefined)[] = [];
   const owner: AttemptOwner = { release: (_a, cancel) => released.push(cancel) };
-  return { attempt: new Attempt("req_1", 0, "prov_1", 0, owner), released };
+  return { attempt: new Attempt("req_1", 0, "prov_1", "acct_provider", 0, owner), released };
 }
 
 function committed(a: Attempt, content: string): Committed {
@@ -33,7 +33,7 @@ describe("streamCompletion", () => {
     a.push({ type: "chunk", delta: {} });
     a.push({ type: "chunk", delta: { content: ' "quoted"\n' } });
     a.push({ type: "complete", finishReason: "stop", usage: { prompt_tokens: 3, completion_tokens: 2 } });
-    const text = await readAll(streamCompletion(committed(a, "Hi"), CTX, (o) => outcomes.push(o)));
+    const text = await readAll(streamCompletion(committed(a, "Hi"), CTX, async (o) => void outcomes.push(o)));
     expect(text).toBe(
       [
         `data: ${HEAD}"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}\n\n`,
@@ -52,7 +52,7 @@ describe("streamCompletion", () => {
   test("an alias with characters needing escapes is JSON-encoded in every chunk", async () => {
     const { attempt: a } = attempt();
     a.push({ type: "complete", finishReason: "stop", usage: { prompt_tokens: 1, completion_tokens: 1 } });
-    const text = await readAll(streamCompletion(committed(a, "x"), { ...CTX, model: 'org/"odd"' }, () => {}));
+    const text = await readAll(streamCompletion(committed(a, "x"), { ...CTX, model: 'org/"odd"' }, async () => {}));
     for (const line of text.split("\n\n").filter((l) => l && l !== "data: [DONE]")) {
       expect((JSON.parse(line.slice(6)) as { model: string }).model).toBe('org/"odd"');
     }
@@ -66,7 +66,7 @@ describe("streamCompletion", () => {
     const { attempt: a } = attempt();
     const outcomes: Outcome[] = [];
     a.push(failure);
-    const text = await readAll(streamCompletion(committed(a, "Hi"), CTX, (o) => outcomes.push(o)));
+    const text = await readAll(streamCompletion(committed(a, "Hi"), CTX, async (o) => void outcomes.push(o)));
     const events = text.split("\n\n").filter(Boolean);
     expect(events).toHaveLength(2);
     expect(JSON.parse(events[1]?.slice("data: ".length) ?? "")).toEqual({ error: { message: expect.any(String), ...expected } });
@@ -76,7 +76,7 @@ describe("streamCompletion", () => {
 
   test("the request deadline (cancel with reason deadline) ends the stream with a timeout error", async () => {
     const { attempt: a, released } = attempt();
-    const stream = streamCompletion(committed(a, "Hi"), CTX, () => {});
+    const stream = streamCompletion(committed(a, "Hi"), CTX, async () => {});
     const reader = stream.getReader();
     await reader.read();
     const pending = reader.read();
@@ -92,7 +92,7 @@ describe("streamCompletion", () => {
   test("a reader that goes away cancels the attempt (client_gone) once", async () => {
     const { attempt: a, released } = attempt();
     const outcomes: Outcome[] = [];
-    const stream = streamCompletion(committed(a, "Hi"), CTX, (o) => outcomes.push(o));
+    const stream = streamCompletion(committed(a, "Hi"), CTX, async (o) => void outcomes.push(o));
     const reader = stream.getReader();
     await reader.read();
     await reader.cancel();
@@ -106,14 +106,14 @@ describe("collectCompletion", () => {
   test("throws a 502 provider_error when the attempt fails before complete", async () => {
     const { attempt: a } = attempt();
     a.push({ type: "lost", reason: "provider disconnected" });
-    const error = await collectCompletion(committed(a, "Hi"), CTX, () => {}).catch((e: unknown) => e);
+    const error = await collectCompletion(committed(a, "Hi"), CTX, async () => {}).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(ApiError);
     expect([(error as ApiError).status, (error as ApiError).code]).toEqual([502, "provider_error"]);
   });
 
   test("throws a 504 timeout when the request deadline cancels it", async () => {
     const { attempt: a } = attempt();
-    const pending = collectCompletion(committed(a, "Hi"), CTX, () => {}).catch((e: unknown) => e);
+    const pending = collectCompletion(committed(a, "Hi"), CTX, async () => {}).catch((e: unknown) => e);
     a.cancel("deadline");
     const error = await pending;
     expect([(error as ApiError).status, (error as ApiError).code]).toEqual([504, "timeout"]);

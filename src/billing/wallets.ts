@@ -1,0 +1,272 @@
+/**
+ * Reservations held in memory against durable balances, and settlements committed in small groups.
+ *
+ * Per account: `durable` (the balance in the store as this process last saw it), `held` (reservations
+ * of requests in flight) and `pending` (settled charges not yet committed). Available money is
+ * durable - held - pending. Per key with a spend cap: the same against the cap and the key's durable
+ * spent total. Reserving is a synchronous check-and-hold in memory once the account is loaded, so no
+ * concurrency can pass a limit: JavaScript runs one check at a time.
+ *
+ * One serial writer loop owns every store interaction that changes or re-reads money: it commits the
+ * queued settlements as one batch (everything that queued while the previous batch was committing),
+ * then applies the batch's new balances and drops the committed charges from `pending` in the same
+ * step, so `available` is exact at every moment. Balance refreshes (to see credits written by another
+ * process, such as the admin CLI) run in the same loop, so they never race a commit.
+ *
+ * A settlement's promise resolves once its batch is durable: callers finish the response after that,
+ * so a delivered response's charge survives a crash. Reservations live only in memory: a restarted
+ * coordinator holds none.
+ */
+import { Errors } from "../errors/api-error.ts";
+import type { Logger } from "../observability/logger.ts";
+import type { MoneyStore, Settlement } from "../store/money-types.ts";
+
+interface AccountState {
+  durable: number;
+  held: number;
+  pending: number;
+}
+
+interface KeyState {
+  spent: number;
+  held: number;
+  pending: number;
+}
+
+/** Money set aside for one request; settle or release it exactly once. */
+export interface Hold {
+  readonly accountId: string;
+  readonly keyId: string | null;
+  readonly amount: number;
+  /** The key's cap when one applies (the key state is tracked only then). */
+  readonly capped: boolean;
+  done: boolean;
+}
+
+export interface HoldRequest {
+  readonly accountId: string;
+  readonly keyId: string | null;
+  readonly spendCap: number | null;
+  readonly amount: number;
+}
+
+interface Queued {
+  readonly settlement: Settlement;
+  readonly hold: Hold | undefined;
+  readonly resolve: () => void;
+}
+
+/** Work for the writer loop besides commits: loads and refreshes. */
+type Task = () => Promise<void>;
+
+export class Wallets {
+  private readonly accounts = new Map<string, AccountState>();
+  private readonly keys = new Map<string, KeyState>();
+  private readonly loading = new Map<string, Promise<void>>();
+  private queue: Queued[] = [];
+  private tasks: Task[] = [];
+  private running = false;
+  private idle: (() => void)[] = [];
+
+  constructor(
+    private readonly store: MoneyStore,
+    private readonly logger: Logger,
+  ) {}
+
+  /** Money currently held for an account's requests in flight (admin: reserved amount). */
+  reservedFor(accountId: string): number {
+    return this.accounts.get(accountId)?.held ?? 0;
+  }
+
+  /**
+   * Holds `amount` for a request. Throws 402 insufficient_funds (account balance) or 402
+   * insufficient_quota (the key's spend cap). Before refusing for the balance, re-reads it once, so a
+   * credit written elsewhere counts at once.
+   */
+  async reserve(request: HoldRequest): Promise<Hold> {
+    await this.load(request);
+    if (!this.fitsAccount(request.accountId, request.amount)) {
+      await this.refresh(request.accountId);
+      if (!this.fitsAccount(request.accountId, request.amount)) {
+        throw Errors.insufficientFunds("the account balance is too low for this request; add credit or lower max_tokens");
+      }
+    }
+    const capped = request.keyId !== null && request.spendCap !== null;
+    if (capped) {
+      const key = this.keys.get(request.keyId as string) as KeyState;
+      if ((request.spendCap as number) - key.spent - key.held - key.pending < request.amount) {
+        throw Errors.insufficientQuota("this API key has reached its spend cap");
+      }
+      key.held += request.amount;
+    }
+    (this.accounts.get(request.accountId) as AccountState).held += request.amount;
+    return { accountId: request.accountId, keyId: request.keyId, amount: request.amount, capped, done: false };
+  }
+
+  /** Returns a hold untouched (nothing was generated). Idempotent. */
+  release(hold: Hold): void {
+    if (hold.done) return;
+    hold.done = true;
+    this.unhold(hold);
+  }
+
+  /**
+   * Settles a request: the charge (never more than the hold) moves from held to pending, the rest is
+   * released, and the settlement is queued for the next group commit. Resolves once durable.
+   * `hold` is undefined for requests that reserved nothing (self-route): only usage is recorded.
+   */
+  settle(hold: Hold | undefined, settlement: Settlement): Promise<void> {
+    if (hold) {
+      if (hold.done) return Promise.resolve();
+      hold.done = true;
+      if (settlement.charge > hold.amount) throw new Error("a charge may never exceed its reservation");
+      this.unhold(hold);
+      (this.accounts.get(hold.accountId) as AccountState).pending += settlement.charge;
+      if (hold.capped) (this.keys.get(hold.keyId as string) as KeyState).pending += settlement.charge;
+    }
+    return new Promise((resolve) => {
+      this.queue.push({ settlement, hold, resolve });
+      this.kick();
+    });
+  }
+
+  /** Resolves when every queued settlement is durable (shutdown). */
+  flushed(): Promise<void> {
+    if (!this.running && this.queue.length === 0 && this.tasks.length === 0) return Promise.resolve();
+    return new Promise((resolve) => this.idle.push(resolve));
+  }
+
+  /** Re-reads an account's durable balance in the writer loop (a credit was written elsewhere). */
+  refresh(accountId: string): Promise<void> {
+    if (!this.accounts.has(accountId)) return Promise.resolve();
+    return this.inLoop(async () => {
+      const balance = await this.store.balance(accountId);
+      const state = this.accounts.get(accountId);
+      if (state && balance !== undefined) state.durable = balance;
+    });
+  }
+
+  /** Runs `task` in the writer loop, between commits; resolves or rejects with it. */
+  private inLoop(task: Task): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.tasks.push(() => task().then(resolve, reject));
+      this.kick();
+    });
+  }
+
+  private fitsAccount(accountId: string, amount: number): boolean {
+    const a = this.accounts.get(accountId) as AccountState;
+    return a.durable - a.held - a.pending >= amount;
+  }
+
+  private unhold(hold: Hold): void {
+    (this.accounts.get(hold.accountId) as AccountState).held -= hold.amount;
+    if (hold.capped) (this.keys.get(hold.keyId as string) as KeyState).held -= hold.amount;
+  }
+
+  private async load(request: HoldRequest): Promise<void> {
+    const needKey = request.keyId !== null && request.spendCap !== null && !this.keys.has(request.keyId);
+    if (this.accounts.has(request.accountId) && !needKey) return;
+    const id = `${request.accountId}\n${needKey ? request.keyId : ""}`;
+    let pending = this.loading.get(id);
+    if (!pending) {
+      pending = this.loadNow(request.accountId, needKey ? request.keyId : null).finally(() => this.loading.delete(id));
+      this.loading.set(id, pending);
+    }
+    await pending;
+  }
+
+  /** Loads through the writer loop, so a load never interleaves with a commit. */
+  private loadNow(accountId: string, keyId: string | null): Promise<void> {
+    return this.inLoop(async () => {
+      if (!this.accounts.has(accountId)) {
+        const balance = await this.store.balance(accountId);
+        if (balance === undefined) throw new Error("unknown account");
+        this.accounts.set(accountId, { durable: balance, held: 0, pending: 0 });
+      }
+      if (keyId !== null && !this.keys.has(keyId)) {
+        this.keys.set(keyId, { spent: (await this.store.keySpent(keyId)) ?? 0, held: 0, pending: 0 });
+      }
+    });
+  }
+
+  private kick(): void {
+    if (this.running) return;
+    this.running = true;
+    setImmediate(() => void this.loop());
+  }
+
+  private async loop(): Promise<void> {
+    try {
+      while (this.queue.length > 0 || this.tasks.length > 0) {
+        const tasks = this.tasks;
+        this.tasks = [];
+        for (const task of tasks) await this.runTask(task);
+        if (this.queue.length === 0) continue;
+        const batch = this.queue;
+        this.queue = [];
+        await this.commit(batch);
+      }
+    } finally {
+      this.running = false;
+      if (this.queue.length > 0 || this.tasks.length > 0) {
+        this.kick();
+      } else {
+        const idle = this.idle;
+        this.idle = [];
+        for (const resolve of idle) resolve();
+      }
+    }
+  }
+
+  private async runTask(task: Task): Promise<void> {
+    try {
+      await task();
+    } catch {
+      // The task's own promise carries the failure to its caller.
+    }
+  }
+
+  private async commit(batch: Queued[]): Promise<void> {
+    try {
+      this.apply(batch, await this.store.settle(batch.map((q) => q.settlement)));
+    } catch {
+      // One refused write must not take the others with it: retry one by one.
+      for (const q of batch) {
+        try {
+          this.apply([q], await this.store.settle([q.settlement]));
+        } catch (e) {
+          this.logger.error("settlement failed", {
+            request_id: q.settlement.requestId,
+            account_id: q.settlement.accountId,
+            error_name: e instanceof Error ? e.name : "error",
+          });
+          this.forget(q);
+          q.resolve();
+        }
+      }
+    }
+  }
+
+  /** The batch is durable: new balances in, committed charges out of pending, callers released. */
+  private apply(batch: readonly Queued[], result: Awaited<ReturnType<MoneyStore["settle"]>>): void {
+    for (const q of batch) this.forget(q);
+    for (const [id, balance] of result.balances) {
+      const state = this.accounts.get(id);
+      if (state) state.durable = balance;
+    }
+    for (const [id, spent] of result.keySpent) {
+      const state = this.keys.get(id);
+      if (state) state.spent = spent;
+    }
+    for (const q of batch) q.resolve();
+  }
+
+  /** Drops a queued charge from `pending` (it is now in `durable`, or it failed for good). */
+  private forget(q: Queued): void {
+    if (!q.hold) return;
+    const charge = q.settlement.charge;
+    (this.accounts.get(q.hold.accountId) as AccountState).pending -= charge;
+    if (q.hold.capped) (this.keys.get(q.hold.keyId as string) as KeyState).pending -= charge;
+  }
+}
