@@ -113,6 +113,8 @@ export class ChatService {
       }
     }
     const requestId = `req_${randomBytes(12).toString("base64url")}`;
+    // The request id names the usage row and ledger entries of this answer (x-request-id).
+    headers = { ...headers, "x-request-id": requestId };
     const money: RequestMoney = {
       requestId,
       accountId: principal.accountId,

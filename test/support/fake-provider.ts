@@ -18,6 +18,8 @@ export type Step =
   | { readonly do: "error"; readonly code: string }
   | { readonly do: "raw"; readonly text: string }
   | { readonly do: "wait"; readonly ms: number }
+  /** Waits until the promise settles (a gate the test opens). */
+  | { readonly do: "until"; readonly ready: Promise<unknown> }
   | { readonly do: "hang" }
   | { readonly do: "close" };
 
@@ -107,6 +109,9 @@ export async function connectFakeProvider(options: FakeProviderOptions): Promise
           break;
         case "wait":
           await Bun.sleep(step.ms);
+          break;
+        case "until":
+          await step.ready;
           break;
         case "hang":
           return;
