@@ -9,7 +9,7 @@
  * runtime, except identity fields, which are dropped. Error messages name fields, never their content.
  */
 import { Errors } from "../errors/api-error.ts";
-import type { EngineRequestBody } from "../protocol/messages.ts";
+import { type EngineRequestBody, MAX_TOKENS_LIMIT } from "../protocol/messages.ts";
 import { isObject, type JsonObject } from "../validation/fields.ts";
 
 export interface ChatMessage {
@@ -118,9 +118,9 @@ export function parseChatRequest(body: unknown): ChatRequest {
   };
 }
 
-/** The output budget after the server default and the model's limit. */
+/** The output budget after the server default, the model's limit and the protocol's (MAX_TOKENS_LIMIT). */
 export function effectiveBudget(requested: number | undefined, defaultMaxTokens: number, modelLimit: number | null): number {
-  const wanted = requested ?? defaultMaxTokens;
+  const wanted = Math.min(requested ?? defaultMaxTokens, MAX_TOKENS_LIMIT);
   return modelLimit === null ? wanted : Math.min(wanted, modelLimit);
 }
 

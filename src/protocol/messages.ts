@@ -15,6 +15,8 @@
 export const PROTOCOL_VERSION = 1;
 /** Largest frame either side accepts, in bytes (a WebSocket larger than this is closed with 1009). */
 export const MAX_FRAME_BYTES = 1024 * 1024;
+/** Largest output budget (and model context) the protocol carries, in tokens. */
+export const MAX_TOKENS_LIMIT = 100_000_000;
 /** Largest inference frame the coordinator sends (a whole chat request). */
 export const MAX_INFERENCE_FRAME_BYTES = 8 * 1024 * 1024;
 
@@ -238,8 +240,8 @@ export function parseProviderFrame(text: string | Buffer | ArrayBuffer | Uint8Ar
       const models = modelsRaw.map((m): ServedModel => {
         const mo = obj(m, "model");
         const quantization = optStr(mo, "quantization", 64);
-        const context = optInt(mo, "context_length", 1, 100_000_000);
-        const maxOut = optInt(mo, "max_output_length", 1, 100_000_000);
+        const context = optInt(mo, "context_length", 1, MAX_TOKENS_LIMIT);
+        const maxOut = optInt(mo, "max_output_length", 1, MAX_TOKENS_LIMIT);
         const weightHash = optStr(mo, "weight_hash", 128);
         return {
           build_id: str(mo, "build_id"),
@@ -328,7 +330,7 @@ export function parseCoordinatorFrame(text: string | Buffer | ArrayBuffer | Uint
         const mo = obj(m, "message");
         if (typeof mo.role !== "string" || typeof mo.content !== "string") fail("each message needs string role and content");
       }
-      int(request, "max_tokens", 1, 100_000_000);
+      int(request, "max_tokens", 1, MAX_TOKENS_LIMIT);
       return {
         type: "inference",
         ...attemptIds(o),

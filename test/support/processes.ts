@@ -37,11 +37,16 @@ export interface CoordinatorProcess extends AsyncDisposable {
   readonly dir: string;
   admin<T = Record<string, unknown>>(method: string, path: string, body?: unknown): Promise<T>;
   /** Creates an account with credit, a key, and a provider token; registers each build (no prices). */
-  seed(builds: readonly string[], key?: Record<string, unknown>): Promise<{ apiKey: string; providerToken: string; accountId: string }>;
+  seed(
+    builds: readonly string[],
+    key?: Record<string, unknown>,
+    credit?: number,
+  ): Promise<{ apiKey: string; providerToken: string; accountId: string }>;
 }
 
-export async function startCoordinator(env: Record<string, string> = {}): Promise<CoordinatorProcess> {
-  const dir = mkdtempSync(join(tmpdir(), "umbra-proc-"));
+/** `dir`: an existing folder whose umbra.db to use (a restart); the caller then owns and removes it. */
+export async function startCoordinator(env: Record<string, string> = {}, options: { dir?: string } = {}): Promise<CoordinatorProcess> {
+  const dir = options.dir ?? mkdtempSync(join(tmpdir(), "umbra-proc-"));
   const proc = Bun.spawn([BUN, join(ROOT, "src/coordinator/main.ts"), "serve", "--listen", "127.0.0.1:0", "--db", join(dir, "umbra.db")], {
     cwd: ROOT,
     env: {
@@ -71,9 +76,9 @@ export async function startCoordinator(env: Record<string, string> = {}): Promis
     proc,
     dir,
     admin,
-    async seed(builds, key = {}) {
+    async seed(builds, key = {}, credit = 1_000_000_000) {
       const account = await admin<{ id: string }>("POST", "/accounts", { name: "e2e" });
-      await admin("POST", `/accounts/${account.id}/credit`, { amount_micro_usd: 1_000_000_000 });
+      await admin("POST", `/accounts/${account.id}/credit`, { amount_micro_usd: credit });
       for (const b of builds) await admin("PUT", `/models/${b}`, {});
       const created = await admin<{ key: string }>("POST", "/keys", { account_id: account.id, ...key });
       const token = await admin<{ token: string }>("POST", "/provider-tokens", { account_id: account.id });
@@ -82,7 +87,7 @@ export async function startCoordinator(env: Record<string, string> = {}): Promis
     async [Symbol.asyncDispose]() {
       proc.kill("SIGKILL");
       await proc.exited;
-      rmSync(dir, { recursive: true, force: true });
+      if (!options.dir) rmSync(dir, { recursive: true, force: true });
     },
   };
 }

@@ -2,6 +2,7 @@
 import { describe, expect, test } from "bun:test";
 import { ApiError } from "../../../src/errors/api-error.ts";
 import { effectiveBudget, engineBody, parseChatRequest } from "../../../src/inference/chat-request.ts";
+import { MAX_TOKENS_LIMIT } from "../../../src/protocol/messages.ts";
 
 const CANARY = "canary-7f3a-secret-prompt";
 const DEFAULT = 4096;
@@ -54,6 +55,12 @@ describe("output budget", () => {
         error: { message: expect.any(String), type: "invalid_request_error", code: "invalid_value", param: field },
       });
     });
+  });
+
+  test("a budget above what the protocol carries is clamped to MAX_TOKENS_LIMIT (and reserved as such)", () => {
+    expect(effectiveBudget(1_000_000_000, DEFAULT, null)).toBe(MAX_TOKENS_LIMIT);
+    expect(effectiveBudget(MAX_TOKENS_LIMIT, DEFAULT, null)).toBe(MAX_TOKENS_LIMIT);
+    expect(effectiveBudget(1_000_000_000, DEFAULT, 2048)).toBe(2048);
   });
 
   test("omitted budget without a model limit -> the server default", () => {
