@@ -134,6 +134,7 @@ export async function dispatch(fleet: Fleet, settings: DispatchSettings, request
     request.signal.removeEventListener("abort", onAbort);
   }
   if (failures > 0 && failures === busyFailures) {
+    if (request.selfRoute) throw Errors.capacityExhausted("every one of your provider machines serving this model is busy", 1);
     throw Errors.serviceUnavailable("every provider for this model is busy", undefined, { "retry-after": "1" });
   }
   if (failures > 0) throw Errors.providerError("the provider failed before producing content");

@@ -8,7 +8,8 @@
  * - a request id is settled at most once: its usage row is the marker, and a repeated settlement
  *   changes nothing (reported as not applied);
  * - every balance change has its ledger entry (append-only) whose `balanceAfter` is the balance right
- *   after it, so the sum of an account's ledger equals its balance;
+ *   after it, so the sum of an account's ledger equals its balance; a charge has its own entry with the
+ *   request id; earnings and fees may be credited as one entry per receiving account per batch;
  * - a charge moves `charge` from the payer; `earning` goes to the provider's account and `fee` to the
  *   platform account, with earning + fee = charge when a provider is named.
  */

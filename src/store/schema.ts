@@ -6,7 +6,7 @@
  * No table holds prompt or completion content; api_keys and provider_tokens hold SHA-256 digests only.
  */
 import { sql } from "drizzle-orm";
-import { check, index, integer, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
+import { check, index, integer, sqliteTable, text } from "drizzle-orm/sqlite-core";
 
 export const accounts = sqliteTable("accounts", {
   id: text("id").primaryKey(),
@@ -28,7 +28,7 @@ export const balances = sqliteTable(
   (t) => [check("balance_not_negative", sql`${t.balance} >= 0`), check("reserved_not_negative", sql`${t.reserved} >= 0`)],
 );
 
-/** Append-only. `amount` is signed: credits and earnings positive, charges negative. */
+/** Append-only. `amount` is signed: credits, earnings and fees positive, charges negative. */
 export const ledgerEntries = sqliteTable(
   "ledger_entries",
   {
@@ -42,7 +42,9 @@ export const ledgerEntries = sqliteTable(
     requestId: text("request_id"),
     createdAt: integer("created_at").notNull(),
   },
-  (t) => [index("ledger_account_idx").on(t.accountId, t.id), uniqueIndex("ledger_request_kind_idx").on(t.requestId, t.kind, t.accountId)],
+  // No unique index on request ids: settlement is idempotent through the usage row (its primary key),
+  // and every ledger index costs a b-tree update per row on the settlement path.
+  (t) => [index("ledger_account_idx").on(t.accountId, t.id)],
 );
 
 export const apiKeys = sqliteTable(

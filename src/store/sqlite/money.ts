@@ -3,14 +3,25 @@
  * body stays synchronous so a throw rolls everything back).
  *
  * Per settlement: insert the usage row (ON CONFLICT DO NOTHING: an existing row means the request was
- * settled before, and nothing else is written); then one ledger entry per movement (charge, earning,
- * fee) with its running balance. Balances and key totals are read once per batch and written once per
- * touched account or key. The balance CHECK constraint (>= 0) is the last line of defence.
+ * settled before, and nothing else is written), then the payer's `charge` entry (one per request, with
+ * its request id). Earnings and platform fees are credited once per receiving account per batch (one
+ * entry each, request id null; the usage rows say which requests they cover): a ledger row costs three
+ * index updates, and this halves the rows per request. Balances and key totals are read once per
+ * batch and written once per touched account or key. The balance CHECK constraint (>= 0) is the last
+ * line of defence.
  */
 import { eq, sql } from "drizzle-orm";
 import { type MoneyStore, PLATFORM_ACCOUNT_ID, type SettleResult } from "../money-types.ts";
 import { accounts, apiKeys, balances, ledgerEntries, usage } from "../schema.ts";
 import type { Db } from "./open.ts";
+
+/**
+ * Rows changed by a prepared statement's run(). Drizzle types it as void for bun:sqlite, but the
+ * driver returns its `{ changes, lastInsertRowid }`; a missing count is treated as "changed nothing".
+ */
+function changes(result: unknown): number {
+  return typeof result === "object" && result !== null && "changes" in result && typeof result.changes === "number" ? result.changes : 0;
+}
 
 export function sqliteMoney(db: Db): MoneyStore {
   let platformReady = false;
@@ -30,6 +41,37 @@ export function sqliteMoney(db: Db): MoneyStore {
     .set({ balance: sql`${sql.placeholder("balance")}`, updatedAt: sql`${sql.placeholder("at")}` })
     .where(eq(balances.accountId, sql.placeholder("id")))
     .prepare();
+  const insertUsage = db
+    .insert(usage)
+    .values({
+      requestId: sql.placeholder("requestId"),
+      accountId: sql.placeholder("accountId"),
+      keyId: sql.placeholder("keyId"),
+      model: sql.placeholder("model"),
+      buildId: sql.placeholder("buildId"),
+      providerId: sql.placeholder("providerId"),
+      promptTokens: sql.placeholder("promptTokens"),
+      cachedTokens: sql.placeholder("cachedTokens"),
+      completionTokens: sql.placeholder("completionTokens"),
+      cost: sql.placeholder("cost"),
+      startedAt: sql.placeholder("startedAt"),
+      firstContentMs: sql.placeholder("firstContentMs"),
+      durationMs: sql.placeholder("durationMs"),
+      outcome: sql.placeholder("outcome"),
+    })
+    .onConflictDoNothing()
+    .prepare();
+  const insertEntry = db
+    .insert(ledgerEntries)
+    .values({
+      accountId: sql.placeholder("accountId"),
+      kind: sql.placeholder("kind"),
+      amount: sql.placeholder("amount"),
+      balanceAfter: sql.placeholder("balanceAfter"),
+      requestId: sql.placeholder("requestId"),
+      createdAt: sql.placeholder("createdAt"),
+    })
+    .prepare();
   const setSpent = db
     .update(apiKeys)
     .set({ spent: sql`${sql.placeholder("spent")}` })
@@ -40,7 +82,7 @@ export function sqliteMoney(db: Db): MoneyStore {
     balance: async (accountId) => balanceOf.get({ id: accountId })?.balance,
     keySpent: async (keyId) => spentOf.get({ id: keyId })?.spent,
     async settle(batch): Promise<SettleResult> {
-      if (!platformReady && batch.some((s) => s.fee > 0)) {
+      if (!platformReady && batch.some((x) => x.fee > 0)) {
         // The platform account collects fees; created with the first fee.
         db.transaction((tx) => {
           tx.insert(accounts)
@@ -51,9 +93,11 @@ export function sqliteMoney(db: Db): MoneyStore {
         });
         platformReady = true;
       }
-      return db.transaction((tx) => {
+      return db.transaction(() => {
         const running = new Map<string, number>();
         const spent = new Map<string, number>();
+        /** Earnings and fees of this batch, per receiving account: one ledger entry each. */
+        const credits = new Map<string, { kind: "earning" | "fee"; amount: number; at: number }>();
         const current = (accountId: string): number => {
           let b = running.get(accountId);
           if (b === undefined) {
@@ -63,32 +107,37 @@ export function sqliteMoney(db: Db): MoneyStore {
           }
           return b;
         };
-        const move = (accountId: string, kind: "charge" | "earning" | "fee", amount: number, requestId: string, at: number) => {
+        const move = (accountId: string, kind: "charge" | "earning" | "fee", amount: number, requestId: string | null, at: number) => {
           const after = current(accountId) + amount;
           running.set(accountId, after);
-          tx.insert(ledgerEntries).values({ accountId, kind, amount, balanceAfter: after, requestId, createdAt: at }).run();
+          insertEntry.run({ accountId, kind, amount, balanceAfter: after, requestId, createdAt: at });
+        };
+        const credit = (accountId: string, kind: "earning" | "fee", amount: number, at: number) => {
+          const c = credits.get(accountId);
+          if (c) {
+            c.amount += amount;
+            c.at = Math.max(c.at, at);
+          } else {
+            credits.set(accountId, { kind, amount, at });
+          }
         };
         const applied: boolean[] = [];
         let lastAt = 0;
-        for (const s of batch) {
-          const inserted = tx.insert(usage).values(s.usage).onConflictDoNothing().returning({ id: usage.requestId }).all();
-          if (inserted.length === 0) {
+        for (const x of batch) {
+          // The usage row is the settlement's marker: already there means already settled.
+          if (changes(insertUsage.run({ ...x.usage })) === 0) {
             applied.push(false);
             continue;
           }
           applied.push(true);
-          lastAt = Math.max(lastAt, s.at);
-          if (s.charge > 0) {
-            move(s.accountId, "charge", -s.charge, s.requestId, s.at);
-            if (s.keyId !== null) {
-              let k = spent.get(s.keyId);
-              if (k === undefined) k = spentOf.get({ id: s.keyId })?.spent ?? 0;
-              spent.set(s.keyId, k + s.charge);
-            }
-            if (s.providerAccountId !== null && s.earning > 0) move(s.providerAccountId, "earning", s.earning, s.requestId, s.at);
-            if (s.fee > 0) move(PLATFORM_ACCOUNT_ID, "fee", s.fee, s.requestId, s.at);
-          }
+          lastAt = Math.max(lastAt, x.at);
+          if (x.charge <= 0) continue;
+          move(x.accountId, "charge", -x.charge, x.requestId, x.at);
+          if (x.keyId !== null) spent.set(x.keyId, (spent.get(x.keyId) ?? spentOf.get({ id: x.keyId })?.spent ?? 0) + x.charge);
+          if (x.providerAccountId !== null && x.earning > 0) credit(x.providerAccountId, "earning", x.earning, x.at);
+          if (x.fee > 0) credit(PLATFORM_ACCOUNT_ID, "fee", x.fee, x.at);
         }
+        for (const [accountId, c] of credits) move(accountId, c.kind, c.amount, null, c.at);
         for (const [id, balance] of running) setBalance.run({ id, balance, at: lastAt });
         for (const [id, total] of spent) setSpent.run({ id, spent: total });
         return { applied, balances: running, keySpent: spent };

@@ -1,0 +1,1 @@
+DROP INDEX `ledger_request_kind_idx`;
