@@ -42,6 +42,9 @@ async function serve(config: Config, dev: boolean): Promise<void> {
     await provider?.stop();
     app.close();
     await server.stop();
+    // Answers cut by the shutdown settle what they relayed; make every charge durable before leaving.
+    await new Promise((resolve) => setImmediate(resolve));
+    await app.flush();
     store.close();
     process.exit(0);
   };
