@@ -3,8 +3,9 @@
  * memory (src/billing/wallets.ts) and writes settled requests here in small groups.
  *
  * Units: integer micro-USD; times in Unix ms.
- * Invariants every implementation keeps (test/store/conformance.ts):
- * - `settle` applies a whole batch in one transaction, or nothing;
+ * Invariants every implementation keeps (test/store/money-conformance.ts):
+ * - `settle` applies a whole batch in one transaction, or nothing; a batch that would take any balance
+ *   below zero at any ledger entry (or names an unknown account) is refused whole;
  * - a request id is settled at most once: its usage row is the marker, and a repeated settlement
  *   changes nothing (reported as not applied);
  * - every balance change has its ledger entry (append-only) whose `balanceAfter` is the balance right

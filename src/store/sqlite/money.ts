@@ -82,18 +82,17 @@ export function sqliteMoney(db: Db): MoneyStore {
     balance: async (accountId) => balanceOf.get({ id: accountId })?.balance,
     keySpent: async (keyId) => spentOf.get({ id: keyId })?.spent,
     async settle(batch): Promise<SettleResult> {
-      if (!platformReady && batch.some((x) => x.fee > 0)) {
-        // The platform account collects fees; created with the first fee.
-        db.transaction((tx) => {
+      const createPlatform = !platformReady && batch.some((x) => x.fee > 0);
+      const result = db.transaction((tx) => {
+        if (createPlatform) {
+          // The platform account collects fees; created with the first fee, inside the batch's own
+          // transaction so that a refused batch leaves no platform account behind.
           tx.insert(accounts)
             .values({ id: PLATFORM_ACCOUNT_ID, name: "Platform", jwtSubject: null, createdAt: 0 })
             .onConflictDoNothing()
             .run();
           tx.insert(balances).values({ accountId: PLATFORM_ACCOUNT_ID, balance: 0, reserved: 0, updatedAt: 0 }).onConflictDoNothing().run();
-        });
-        platformReady = true;
-      }
-      return db.transaction(() => {
+        }
         const running = new Map<string, number>();
         const spent = new Map<string, number>();
         /** Earnings and fees of this batch, per receiving account: one ledger entry each. */
@@ -109,6 +108,9 @@ export function sqliteMoney(db: Db): MoneyStore {
         };
         const move = (accountId: string, kind: "charge" | "earning" | "fee", amount: number, requestId: string | null, at: number) => {
           const after = current(accountId) + amount;
+          // Checked per entry, not only on the final balance written below: a credit later in the batch
+          // must not cover an overdraft, or the ledger would keep a negative balanceAfter.
+          if (after < 0) throw new Error("settlement would drive a balance below zero");
           running.set(accountId, after);
           insertEntry.run({ accountId, kind, amount, balanceAfter: after, requestId, createdAt: at });
         };
@@ -142,6 +144,8 @@ export function sqliteMoney(db: Db): MoneyStore {
         for (const [id, total] of spent) setSpent.run({ id, spent: total });
         return { applied, balances: running, keySpent: spent };
       });
+      if (createPlatform) platformReady = true;
+      return result;
     },
   };
 }

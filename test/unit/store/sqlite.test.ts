@@ -12,6 +12,7 @@ import { createSqliteStore } from "../../../src/store/sqlite/index.ts";
 import { openSqlite } from "../../../src/store/sqlite/open.ts";
 import { type Store, StoreOpenError, type UsageRecord } from "../../../src/store/types.ts";
 import { runStoreConformance } from "../../store/conformance.ts";
+import { runMoneyConformance } from "../../store/money-conformance.ts";
 import { tempDir } from "../../support/harness.ts";
 
 runStoreConformance("SQLite store conformance", async () => {
@@ -208,4 +209,21 @@ describe("SQLite store", () => {
     expect((await store.accounts.get("acct-1"))?.balance).toBe(100);
     expect((await store.accounts.ledger("acct-1", 10)).map((e) => e.amount)).toEqual([100]);
   });
+});
+
+runMoneyConformance("SQLite money store conformance", async () => {
+  const dir = tempDir();
+  try {
+    const store = createSqliteStore(join(dir.path, "umbra.db"));
+    return {
+      store,
+      async [Symbol.asyncDispose]() {
+        store.close();
+        dir[Symbol.dispose]();
+      },
+    };
+  } catch (error) {
+    dir[Symbol.dispose]();
+    throw error;
+  }
 });
