@@ -12,7 +12,7 @@
  */
 import type { Usage } from "../protocol/messages.ts";
 import type { Settlement } from "../store/money-types.ts";
-import { costOf } from "./money.ts";
+import { ceilMillionths, costOf } from "./money.ts";
 import type { Rates } from "./pricing.ts";
 import type { Hold, HoldRequest, Wallets } from "./wallets.ts";
 
@@ -21,8 +21,6 @@ export const MESSAGE_OVERHEAD_TOKENS = 8;
 export const REQUEST_OVERHEAD_TOKENS = 16;
 /** Characters per token when a count must be estimated (prompt for limits, unreported output). */
 const CHARS_PER_TOKEN = 4;
-
-const encoder = new TextEncoder();
 
 /** An upper bound of the prompt's tokens: UTF-8 bytes of every role and content, plus overheads. */
 export function promptTokenBound(messages: readonly { role: string; content: string }[]): number {
@@ -39,19 +37,22 @@ export function promptTokenEstimate(messages: readonly { role: string; content: 
 }
 
 function utf8Length(text: string): number {
-  // Fast path: ASCII strings are as long in bytes as in UTF-16 units.
-  // biome-ignore lint/suspicious/noControlCharactersInRegex: the range tests for ASCII.
-  return /^[\x00-\x7f]*$/.test(text) ? text.length : encoder.encode(text).byteLength;
+  return Buffer.byteLength(text, "utf8");
 }
 
 /** The reservation for a prompt bound and an output budget. */
 export function reservationFor(promptBound: number, maxTokens: number, rates: Rates): number {
-  return Number(costOf(promptBound, rates.input) + costOf(maxTokens, rates.output));
+  const prompt = ceilMillionths(promptBound * rates.input) ?? Number(costOf(promptBound, rates.input));
+  const output = ceilMillionths(maxTokens * rates.output) ?? Number(costOf(maxTokens, rates.output));
+  return prompt + output;
 }
 
 /** The exact charge for reported usage: one rounding up, on the total. */
 export function chargeFor(usage: Usage, rates: Rates): number {
   const cached = Math.min(usage.cached_tokens ?? 0, usage.prompt_tokens);
+  const fast = (usage.prompt_tokens - cached) * rates.input + cached * rates.cacheRead + usage.completion_tokens * rates.output;
+  const exact = ceilMillionths(fast);
+  if (exact !== undefined) return exact;
   const numerator =
     BigInt(usage.prompt_tokens - cached) * BigInt(rates.input) +
     BigInt(cached) * BigInt(rates.cacheRead) +
@@ -102,8 +103,9 @@ export class Billing {
     private readonly settings: BillingSettings,
   ) {}
 
-  reserve(request: HoldRequest): Promise<Hold> {
-    return this.wallets.reserve(request);
+  /** Holds the money, or throws 402. The common case (account loaded, money there) is synchronous. */
+  reserve(request: HoldRequest): Hold | Promise<Hold> {
+    return this.wallets.tryReserve(request) ?? this.wallets.reserve(request);
   }
 
   /** Charges for the ending (capped at the hold), pays the provider, records usage; resolves when durable. */

@@ -41,6 +41,17 @@ export function discountedCacheRead(inputPerMillion: number, discountPercent: nu
   return Number((numerator + 99n) / 100n);
 }
 
+/**
+ * ceil(numerator / 10^6) for a non-negative integer numerator given as a Number: exact in floating
+ * point while the numerator is a safe integer (every such integer and its quotient's floor are exact);
+ * undefined beyond, for the caller's bigint path.
+ */
+export function ceilMillionths(numerator: number): number | undefined {
+  if (!Number.isSafeInteger(numerator)) return undefined;
+  const whole = Math.floor(numerator / 1_000_000);
+  return whole * 1_000_000 === numerator ? whole : whole + 1;
+}
+
 /** ceil(tokens × rate / 10^6) in µUSD, for a rate in µUSD per million tokens. */
 export function costOf(tokens: number, microPerMillion: number): bigint {
   const product = BigInt(tokens) * BigInt(microPerMillion);

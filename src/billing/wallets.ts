@@ -90,6 +90,27 @@ export class Wallets {
    * credit written elsewhere counts at once.
    */
   async reserve(request: HoldRequest): Promise<Hold> {
+    return this.tryReserve(request) ?? this.reserveSlow(request);
+  }
+
+  /**
+   * The fast path: when the account (and a capped key) are loaded and the money is there, holds it
+   * synchronously; otherwise returns undefined and `reserve` takes the slow path (load, refresh, 402).
+   */
+  tryReserve(request: HoldRequest): Hold | undefined {
+    const account = this.accounts.get(request.accountId);
+    if (!account || account.durable - account.held - account.pending < request.amount) return undefined;
+    const capped = request.keyId !== null && request.spendCap !== null;
+    if (capped) {
+      const key = this.keys.get(request.keyId as string);
+      if (!key || (request.spendCap as number) - key.spent - key.held - key.pending < request.amount) return undefined;
+      key.held += request.amount;
+    }
+    account.held += request.amount;
+    return { accountId: request.accountId, keyId: request.keyId, amount: request.amount, capped, done: false };
+  }
+
+  private async reserveSlow(request: HoldRequest): Promise<Hold> {
     await this.load(request);
     if (!this.fitsAccount(request.accountId, request.amount)) {
       await this.refresh(request.accountId);

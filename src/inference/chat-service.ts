@@ -112,7 +112,9 @@ export class ChatService {
         throw e;
       }
     }
-    const requestId = `req_${randomBytes(12).toString("base64url")}`;
+    // Time first, then randomness: rows keyed by request id are appended near the end of their
+    // indexes instead of scattered over them, which keeps settlement writes cheap.
+    const requestId = `req_${started.toString(36).padStart(9, "0")}${randomBytes(9).toString("base64url")}`;
     // The request id names the usage row and ledger entries of this answer (x-request-id).
     headers = { ...headers, "x-request-id": requestId };
     const money: RequestMoney = {

@@ -34,7 +34,6 @@ export function openSqlite(path: string): OpenedDatabase {
     client.exec("PRAGMA journal_mode = WAL");
     client.exec("PRAGMA synchronous = NORMAL");
     client.exec("PRAGMA foreign_keys = ON");
-    client.exec("PRAGMA wal_autocheckpoint = 10000");
     applyMigrations(client);
     // The write probe: a database we can read but not write must stop the process now, not at the
     // first paid request.

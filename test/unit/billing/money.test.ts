@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { costOf, discountedCacheRead, usd, usdPerMillion, usdPerToken } from "../../../src/billing/money.ts";
+import { ceilMillionths, costOf, discountedCacheRead, usd, usdPerMillion, usdPerToken } from "../../../src/billing/money.ts";
 import golden from "../../fixtures/price-format.json" with { type: "json" };
 
 describe("price formatting (golden vectors)", () => {
@@ -46,5 +46,37 @@ describe("costOf", () => {
     [123_456_789, 1_000_000_000_000, 123_456_789_000_000n],
   ])("%p tokens at %p per million cost %p", (tokens, rate, expected) => {
     expect(costOf(tokens, rate)).toBe(expected);
+  });
+});
+
+describe("ceilMillionths (the Number fast path of costOf)", () => {
+  test.each([
+    [0, 0],
+    [1, 1],
+    [999_999, 1],
+    [1_000_000, 1],
+    [1_000_001, 2],
+    [Number.MAX_SAFE_INTEGER, 9_007_199_255],
+  ])("ceil(%p / 10^6) = %p", (numerator, expected) => {
+    expect(ceilMillionths(numerator)).toBe(expected);
+  });
+
+  test("beyond safe integers it declines, so the caller takes the exact bigint path", () => {
+    expect(ceilMillionths(2 ** 53)).toBeUndefined();
+    expect(ceilMillionths(1.5)).toBeUndefined();
+  });
+
+  test("agrees with the bigint computation on many products", () => {
+    let seed = 42;
+    const next = () => {
+      seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31;
+      return seed;
+    };
+    for (let i = 0; i < 10_000; i++) {
+      const tokens = next() % 100_000_000;
+      const rate = next() % 90_000_000;
+      const fast = ceilMillionths(tokens * rate);
+      if (fast !== undefined) expect(fast).toBe(Number(costOf(tokens, rate)));
+    }
   });
 });
