@@ -18,7 +18,7 @@ export function createSqliteStore(path: string): Store {
     catalog: sqliteCatalog(db),
     prices: sqlitePrices(db),
     usage: sqliteUsage(db),
-    money: sqliteMoney(db),
+    money: sqliteMoney(db, client),
     async ping() {
       db.run(sql`SELECT 1`);
     },

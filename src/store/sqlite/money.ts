@@ -10,20 +10,34 @@
  * batch and written once per touched account or key. The balance CHECK constraint (>= 0) is the last
  * line of defence.
  */
+import type { Database } from "bun:sqlite";
 import { eq, sql } from "drizzle-orm";
 import { type MoneyStore, PLATFORM_ACCOUNT_ID, type SettleResult } from "../money-types.ts";
 import { accounts, apiKeys, balances, ledgerEntries, usage } from "../schema.ts";
+import type { UsageRecord } from "../types.ts";
 import type { Db } from "./open.ts";
 
-/**
- * Rows changed by a prepared statement's run(). Drizzle types it as void for bun:sqlite, but the
- * driver returns its `{ changes, lastInsertRowid }`; a missing count is treated as "changed nothing".
- */
-function changes(result: unknown): number {
-  return typeof result === "object" && result !== null && "changes" in result && typeof result.changes === "number" ? result.changes : 0;
+/** A usage row as named statement parameters (bun:sqlite strict mode: names without the `$`). */
+function usageParams(u: UsageRecord) {
+  return {
+    requestId: u.requestId,
+    accountId: u.accountId,
+    keyId: u.keyId,
+    model: u.model,
+    buildId: u.buildId,
+    providerId: u.providerId,
+    promptTokens: u.promptTokens,
+    cachedTokens: u.cachedTokens,
+    completionTokens: u.completionTokens,
+    cost: u.cost,
+    startedAt: u.startedAt,
+    firstContentMs: u.firstContentMs,
+    durationMs: u.durationMs,
+    outcome: u.outcome,
+  };
 }
 
-export function sqliteMoney(db: Db): MoneyStore {
+export function sqliteMoney(db: Db, client: Database): MoneyStore {
   let platformReady = false;
 
   const balanceOf = db
@@ -41,37 +55,19 @@ export function sqliteMoney(db: Db): MoneyStore {
     .set({ balance: sql`${sql.placeholder("balance")}`, updatedAt: sql`${sql.placeholder("at")}` })
     .where(eq(balances.accountId, sql.placeholder("id")))
     .prepare();
-  const insertUsage = db
-    .insert(usage)
-    .values({
-      requestId: sql.placeholder("requestId"),
-      accountId: sql.placeholder("accountId"),
-      keyId: sql.placeholder("keyId"),
-      model: sql.placeholder("model"),
-      buildId: sql.placeholder("buildId"),
-      providerId: sql.placeholder("providerId"),
-      promptTokens: sql.placeholder("promptTokens"),
-      cachedTokens: sql.placeholder("cachedTokens"),
-      completionTokens: sql.placeholder("completionTokens"),
-      cost: sql.placeholder("cost"),
-      startedAt: sql.placeholder("startedAt"),
-      firstContentMs: sql.placeholder("firstContentMs"),
-      durationMs: sql.placeholder("durationMs"),
-      outcome: sql.placeholder("outcome"),
-    })
-    .onConflictDoNothing()
-    .prepare();
-  const insertEntry = db
-    .insert(ledgerEntries)
-    .values({
-      accountId: sql.placeholder("accountId"),
-      kind: sql.placeholder("kind"),
-      amount: sql.placeholder("amount"),
-      balanceAfter: sql.placeholder("balanceAfter"),
-      requestId: sql.placeholder("requestId"),
-      createdAt: sql.placeholder("createdAt"),
-    })
-    .prepare();
+  // The two statements run once per settled request: bun:sqlite's own prepared statements on the same
+  // connection, without Drizzle's per-call placeholder mapping (measurable at thousands per second).
+  const insertUsage = client.prepare(
+    `INSERT INTO usage (request_id, account_id, key_id, model, build_id, provider_id, prompt_tokens, cached_tokens,
+       completion_tokens, cost_micro_usd, started_at, first_content_ms, duration_ms, outcome)
+     VALUES ($requestId, $accountId, $keyId, $model, $buildId, $providerId, $promptTokens, $cachedTokens,
+       $completionTokens, $cost, $startedAt, $firstContentMs, $durationMs, $outcome)
+     ON CONFLICT DO NOTHING`,
+  );
+  const insertEntry = client.prepare(
+    `INSERT INTO ledger_entries (account_id, kind, amount_micro_usd, balance_after_micro_usd, request_id, created_at)
+     VALUES ($accountId, $kind, $amount, $balanceAfter, $requestId, $createdAt)`,
+  );
   const setSpent = db
     .update(apiKeys)
     .set({ spent: sql`${sql.placeholder("spent")}` })
@@ -127,7 +123,7 @@ export function sqliteMoney(db: Db): MoneyStore {
         let lastAt = 0;
         for (const x of batch) {
           // The usage row is the settlement's marker: already there means already settled.
-          if (changes(insertUsage.run({ ...x.usage })) === 0) {
+          if (insertUsage.run(usageParams(x.usage)).changes === 0) {
             applied.push(false);
             continue;
           }
