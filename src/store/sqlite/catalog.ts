@@ -1,6 +1,7 @@
 import { and, desc, eq, gte, lt, type SQL, sql } from "drizzle-orm";
 import { modelAliases, modelBuilds, modelPrices, usage } from "../schema.ts";
 import { type CatalogStore, JWT_USAGE_KEY, type ModelBuild, type PriceRow, type PriceStore, type UsageStore } from "../types.ts";
+import { EpochCache, type Freshness } from "./freshness.ts";
 import type { Db } from "./open.ts";
 
 function toBuild(row: typeof modelBuilds.$inferSelect): ModelBuild {
@@ -8,7 +9,9 @@ function toBuild(row: typeof modelBuilds.$inferSelect): ModelBuild {
   return build;
 }
 
-export function sqliteCatalog(db: Db): CatalogStore {
+export function sqliteCatalog(db: Db, freshness: Freshness): CatalogStore {
+  const builds = new EpochCache<ModelBuild>(freshness);
+  const aliases = new EpochCache<{ alias: string; buildId: string }>(freshness);
   // Looked up on every chat request: prepared once, not rebuilt per call.
   const buildById = db
     .select()
@@ -20,11 +23,12 @@ export function sqliteCatalog(db: Db): CatalogStore {
     .from(modelAliases)
     .where(eq(modelAliases.alias, sql.placeholder("alias")))
     .prepare();
-  const getBuild = (id: string) => {
-    const row = buildById.get({ id });
-    return row && toBuild(row);
-  };
-  const getAlias = (alias: string) => aliasById.get({ alias });
+  const getBuild = (id: string) =>
+    builds.get(id, (key) => {
+      const row = buildById.get({ id: key });
+      return row && toBuild(row);
+    });
+  const getAlias = (alias: string) => aliases.get(alias, (key) => aliasById.get({ alias: key }));
   return {
     async upsertBuild(build, at) {
       const values = {
@@ -37,6 +41,7 @@ export function sqliteCatalog(db: Db): CatalogStore {
       };
       const { id: _id, ...update } = values;
       db.insert(modelBuilds).values(values).onConflictDoUpdate({ target: modelBuilds.id, set: update }).run();
+      freshness.touch();
       return getBuild(build.id) as ModelBuild;
     },
     getBuild: async (id) => getBuild(id),
@@ -47,12 +52,17 @@ export function sqliteCatalog(db: Db): CatalogStore {
         .values({ alias, buildId, updatedAt: at })
         .onConflictDoUpdate({ target: modelAliases.alias, set: { buildId, updatedAt: at } })
         .run();
+      freshness.touch();
       return getAlias(alias);
     },
     getAlias: async (alias) => getAlias(alias),
     listAliases: async () =>
       db.select({ alias: modelAliases.alias, buildId: modelAliases.buildId }).from(modelAliases).orderBy(modelAliases.alias).all(),
-    deleteAlias: async (alias) => db.delete(modelAliases).where(eq(modelAliases.alias, alias)).returning().all().length > 0,
+    async deleteAlias(alias) {
+      const deleted = db.delete(modelAliases).where(eq(modelAliases.alias, alias)).returning().all().length > 0;
+      freshness.touch();
+      return deleted;
+    },
   };
 }
 
@@ -63,13 +73,14 @@ const priceColumns = {
   cacheReadPrice: modelPrices.cacheReadPrice,
 };
 
-export function sqlitePrices(db: Db): PriceStore {
+export function sqlitePrices(db: Db, freshness: Freshness): PriceStore {
+  const cache = new EpochCache<PriceRow>(freshness);
   const byModel = db
     .select(priceColumns)
     .from(modelPrices)
     .where(eq(modelPrices.model, sql.placeholder("model")))
     .prepare();
-  const get = (model: string): PriceRow | undefined => byModel.get({ model });
+  const get = (model: string): PriceRow | undefined => cache.get(model, (key) => byModel.get({ model: key }));
   return {
     async set(row, at) {
       const { model: _model, ...update } = row;
@@ -77,9 +88,14 @@ export function sqlitePrices(db: Db): PriceStore {
         .values({ ...row, updatedAt: at })
         .onConflictDoUpdate({ target: modelPrices.model, set: { ...update, updatedAt: at } })
         .run();
+      freshness.touch();
       return get(row.model) as PriceRow;
     },
-    clear: async (model) => db.delete(modelPrices).where(eq(modelPrices.model, model)).returning().all().length > 0,
+    async clear(model) {
+      const cleared = db.delete(modelPrices).where(eq(modelPrices.model, model)).returning().all().length > 0;
+      freshness.touch();
+      return cleared;
+    },
     get: async (model) => get(model),
     list: async () => db.select(priceColumns).from(modelPrices).orderBy(modelPrices.model).all(),
   };

@@ -1,8 +1,9 @@
 /** The SQLite implementation of Store (the embedded default). */
 import { sql } from "drizzle-orm";
-import type { Store } from "../types.ts";
+import type { ApiKeyRecord, Store } from "../types.ts";
 import { sqliteAccounts } from "./accounts.ts";
 import { sqliteCatalog, sqlitePrices, sqliteUsage } from "./catalog.ts";
+import { EpochCache, Freshness } from "./freshness.ts";
 import { sqliteApiKeys, sqliteProviderTokens } from "./keys.ts";
 import { sqliteMoney } from "./money.ts";
 import { openSqlite } from "./open.ts";
@@ -10,15 +11,17 @@ import { openSqlite } from "./open.ts";
 /** Opens (creating and migrating) the database at `path`. Throws StoreOpenError. */
 export function createSqliteStore(path: string): Store {
   const { client, db } = openSqlite(path);
+  const freshness = new Freshness(client);
+  const keysByHash = new EpochCache<ApiKeyRecord>(freshness);
   let closed = false;
   return {
     accounts: sqliteAccounts(db),
-    keys: sqliteApiKeys(db),
+    keys: sqliteApiKeys(db, freshness, keysByHash),
     providerTokens: sqliteProviderTokens(db),
-    catalog: sqliteCatalog(db),
-    prices: sqlitePrices(db),
+    catalog: sqliteCatalog(db, freshness),
+    prices: sqlitePrices(db, freshness),
     usage: sqliteUsage(db),
-    money: sqliteMoney(db, client),
+    money: sqliteMoney(db, client, () => keysByHash.clear()),
     async ping() {
       db.run(sql`SELECT 1`);
     },

@@ -1,13 +1,15 @@
 import { and, eq, isNull, sql } from "drizzle-orm";
 import { accounts, apiKeys, providerTokens } from "../schema.ts";
 import type { ApiKeyRecord, ApiKeyStore, ProviderTokenRecord, ProviderTokenStore } from "../types.ts";
+import type { EpochCache, Freshness } from "./freshness.ts";
 import type { Db } from "./open.ts";
 
 function accountExists(db: Db, id: string): boolean {
   return db.select({ id: accounts.id }).from(accounts).where(eq(accounts.id, id)).get() !== undefined;
 }
 
-export function sqliteApiKeys(db: Db): ApiKeyStore {
+/** `byHash` caches findByHash (every authenticated request); writes here touch `freshness`. */
+export function sqliteApiKeys(db: Db, freshness: Freshness, byHash: EpochCache<ApiKeyRecord>): ApiKeyStore {
   const get = (id: string): ApiKeyRecord | undefined => db.select().from(apiKeys).where(eq(apiKeys.id, id)).get();
   const findByHash = db
     .select()
@@ -20,10 +22,11 @@ export function sqliteApiKeys(db: Db): ApiKeyStore {
       db.insert(apiKeys)
         .values({ ...key, allowedModels: key.allowedModels === null ? null : [...key.allowedModels], spent: 0, revokedAt: null })
         .run();
+      freshness.touch();
       return get(key.id);
     },
     get: async (id) => get(id),
-    findByHash: async (hash) => findByHash.get({ hash }),
+    findByHash: async (hash) => byHash.get(hash, (h) => findByHash.get({ hash: h })),
     list: async (accountId) =>
       (accountId === undefined ? db.select().from(apiKeys) : db.select().from(apiKeys).where(eq(apiKeys.accountId, accountId)))
         .orderBy(apiKeys.createdAt, apiKeys.id)
@@ -33,6 +36,7 @@ export function sqliteApiKeys(db: Db): ApiKeyStore {
         .set({ revokedAt: at })
         .where(and(eq(apiKeys.id, id), isNull(apiKeys.revokedAt)))
         .run();
+      freshness.touch();
       return get(id);
     },
   };

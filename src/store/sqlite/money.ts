@@ -37,7 +37,8 @@ function usageParams(u: UsageRecord) {
   };
 }
 
-export function sqliteMoney(db: Db, client: Database): MoneyStore {
+/** `keysChanged` runs after a batch that moved key spent totals (cached key records hold them). */
+export function sqliteMoney(db: Db, client: Database, keysChanged: () => void): MoneyStore {
   let platformReady = false;
 
   const balanceOf = db
@@ -79,7 +80,7 @@ export function sqliteMoney(db: Db, client: Database): MoneyStore {
     keySpent: async (keyId) => spentOf.get({ id: keyId })?.spent,
     async settle(batch): Promise<SettleResult> {
       const createPlatform = !platformReady && batch.some((x) => x.fee > 0);
-      const result = db.transaction((tx) => {
+      const result = db.transaction((tx): SettleResult => {
         if (createPlatform) {
           // The platform account collects fees; created with the first fee, inside the batch's own
           // transaction so that a refused batch leaves no platform account behind.
@@ -141,6 +142,7 @@ export function sqliteMoney(db: Db, client: Database): MoneyStore {
         return { applied, balances: running, keySpent: spent };
       });
       if (createPlatform) platformReady = true;
+      if (result.keySpent.size > 0) keysChanged();
       return result;
     },
   };

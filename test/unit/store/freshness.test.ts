@@ -1,0 +1,127 @@
+/**
+ * The SQLite store caches the per-request lookups (key by hash, alias, build, price). A cached answer
+ * must never outlive a change: one made through the store is seen at once, one made by another
+ * connection (another process) within a millisecond (PRAGMA data_version).
+ */
+import { Database } from "bun:sqlite";
+import { describe, expect, test } from "bun:test";
+import { join } from "node:path";
+import { createSqliteStore } from "../../../src/store/sqlite/index.ts";
+import { tempDir } from "../../support/harness.ts";
+import { waitFor } from "../../support/wait.ts";
+
+async function seeded(path: string) {
+  const store = createSqliteStore(path);
+  await store.accounts.create({ id: "acct-1", name: "a", at: 1 });
+  await store.accounts.credit({ accountId: "acct-1", amount: 1_000, at: 1 });
+  await store.keys.create({
+    id: "key-1",
+    accountId: "acct-1",
+    keyHash: "hash-1",
+    hint: "abcd",
+    name: null,
+    allowedModels: null,
+    spendCap: null,
+    rpm: null,
+    tpm: null,
+    selfRouteOnly: false,
+    createdAt: 1,
+  });
+  await store.catalog.upsertBuild(
+    {
+      id: "org/build",
+      created: 1,
+      ownedBy: "org",
+      modelType: "chat",
+      name: null,
+      displayName: null,
+      huggingFaceId: null,
+      description: null,
+      quantization: null,
+      deprecationDate: null,
+      inputModalities: null,
+      outputModalities: null,
+      supportedSamplingParameters: null,
+      supportedFeatures: null,
+      contextLength: null,
+      maxOutputLength: null,
+    },
+    1,
+  );
+  await store.prices.set({ model: "org/build", inputPrice: 10, outputPrice: 20, cacheReadPrice: null }, 1);
+  return store;
+}
+
+describe("cached lookups stay exact", () => {
+  test("changes made through the store are seen at once", async () => {
+    using dir = tempDir();
+    const store = await seeded(join(dir.path, "u.db"));
+    expect((await store.keys.findByHash("hash-1"))?.revokedAt).toBeNull();
+    await store.keys.revoke("key-1", 5);
+    expect((await store.keys.findByHash("hash-1"))?.revokedAt).toBe(5);
+    expect((await store.prices.get("org/build"))?.inputPrice).toBe(10);
+    await store.prices.set({ model: "org/build", inputPrice: 11, outputPrice: 20, cacheReadPrice: null }, 2);
+    expect((await store.prices.get("org/build"))?.inputPrice).toBe(11);
+    expect(await store.catalog.getAlias("org/alias")).toBeUndefined();
+    await store.catalog.setAlias("org/alias", "org/build", 3);
+    expect(await store.catalog.getAlias("org/alias")).toEqual({ alias: "org/alias", buildId: "org/build" });
+    store.close();
+  });
+
+  test("changes committed by another connection (another process) are seen within a millisecond", async () => {
+    using dir = tempDir();
+    const path = join(dir.path, "u.db");
+    const store = await seeded(path);
+    // Warm the caches.
+    expect((await store.keys.findByHash("hash-1"))?.revokedAt).toBeNull();
+    expect((await store.prices.get("org/build"))?.inputPrice).toBe(10);
+    expect((await store.catalog.getBuild("org/build"))?.name).toBeNull();
+
+    const other = new Database(path);
+    other.exec("UPDATE api_keys SET revoked_at = 9 WHERE id = 'key-1'");
+    other.exec("UPDATE model_prices SET input_price = 99 WHERE model = 'org/build'");
+    other.exec("UPDATE model_builds SET name = 'renamed' WHERE id = 'org/build'");
+    other.close();
+
+    await waitFor(async () => (await store.keys.findByHash("hash-1"))?.revokedAt === 9, "the revocation");
+    expect((await store.prices.get("org/build"))?.inputPrice).toBe(99);
+    expect((await store.catalog.getBuild("org/build"))?.name).toBe("renamed");
+    store.close();
+  });
+
+  test("a settlement's new key total is visible through findByHash", async () => {
+    using dir = tempDir();
+    const store = await seeded(join(dir.path, "u.db"));
+    expect((await store.keys.findByHash("hash-1"))?.spent).toBe(0);
+    await store.money.settle([
+      {
+        requestId: "req-1",
+        accountId: "acct-1",
+        keyId: "key-1",
+        charge: 7,
+        providerAccountId: null,
+        earning: 0,
+        fee: 7,
+        at: 2,
+        usage: {
+          requestId: "req-1",
+          accountId: "acct-1",
+          keyId: "key-1",
+          model: "org/build",
+          buildId: "org/build",
+          providerId: null,
+          promptTokens: 1,
+          cachedTokens: 0,
+          completionTokens: 1,
+          cost: 7,
+          startedAt: 2,
+          firstContentMs: null,
+          durationMs: 1,
+          outcome: "completed",
+        },
+      },
+    ]);
+    expect((await store.keys.findByHash("hash-1"))?.spent).toBe(7);
+    store.close();
+  });
+});
