@@ -4,8 +4,10 @@
  * Precedence: flag > environment > `<NAME>_FILE` (secrets only) > default. Production mode refuses unsafe
  * settings instead of warning about them. Nothing outside src/config reads the environment.
  */
-import { readFileSync } from "node:fs";
 import { type ParseArgsConfig, parseArgs } from "node:util";
+import { ConfigError, type Env, enumSetting, type FlagValues, intSetting, optionsOf, readSetting, type Setting } from "./settings.ts";
+
+export { ConfigError, type Env, type FlagValues } from "./settings.ts";
 
 export type Mode = "production" | "development";
 export type TrustLevel = "none" | "self_signed" | "hardware";
@@ -62,20 +64,6 @@ export interface Config {
   readonly defaultTpm: number | null;
   /** Requests that may wait for a free provider slot, per model; beyond it 429 capacity_exhausted. */
   readonly maxQueuedPerModel: number;
-}
-
-export class ConfigError extends Error {
-  override readonly name = "ConfigError";
-}
-
-type Kind = "string" | "int" | "enum";
-interface Setting {
-  readonly flag: string;
-  readonly env: string;
-  readonly kind: Kind;
-  readonly secret?: boolean;
-  readonly values?: readonly string[];
-  readonly help: string;
 }
 
 /** Every setting, with its flag and environment twin. docs/operations.md lists the same table. */
@@ -176,12 +164,7 @@ export const SETTINGS = {
 type SettingName = keyof typeof SETTINGS;
 
 /** parseArgs option descriptors for every setting; CLIs merge these with their own. */
-export const CONFIG_OPTIONS: NonNullable<ParseArgsConfig["options"]> = Object.fromEntries(
-  Object.values(SETTINGS).map((s) => [s.flag, { type: "string" as const }]),
-);
-
-export type Env = Readonly<Record<string, string | undefined>>;
-export type FlagValues = Readonly<Record<string, string | boolean | (string | boolean)[] | undefined>>;
+export const CONFIG_OPTIONS: NonNullable<ParseArgsConfig["options"]> = optionsOf(SETTINGS);
 
 const DEFAULTS = {
   listen: "127.0.0.1:8080",
@@ -202,43 +185,11 @@ const DEFAULTS = {
   maxQueuedPerModel: 64,
 } as const;
 
-function raw(name: SettingName, flags: FlagValues, env: Env): string | undefined {
-  const s: Setting = SETTINGS[name];
-  const flag = flags[s.flag];
-  if (typeof flag === "string") return flag;
-  const fromEnv = env[s.env];
-  if (fromEnv !== undefined && fromEnv !== "") return fromEnv;
-  if (s.secret) {
-    const file = env[`${s.env}_FILE`];
-    if (file) {
-      try {
-        return readFileSync(file, "utf8").trim();
-      } catch {
-        throw new ConfigError(`${s.env}_FILE: cannot read ${file}`);
-      }
-    }
-  }
-  return undefined;
-}
-
-function enumOf<T extends string>(name: SettingName, value: string | undefined, fallback: T): T {
-  if (value === undefined) return fallback;
-  const allowed = (SETTINGS[name] as Setting).values ?? [];
-  if (!allowed.includes(value)) {
-    throw new ConfigError(`--${SETTINGS[name].flag}: '${value}' is not one of ${allowed.join(", ")}`);
-  }
-  return value as T;
-}
-
-function intOf(name: SettingName, value: string | undefined, fallback: number, min: number, max: number): number {
-  if (value === undefined) return fallback;
-  if (!/^\d+$/.test(value)) throw new ConfigError(`--${SETTINGS[name].flag}: '${value}' is not a whole number`);
-  const n = Number(value);
-  if (!Number.isSafeInteger(n) || n < min || n > max) {
-    throw new ConfigError(`--${SETTINGS[name].flag}: ${value} is outside ${min}..${max}`);
-  }
-  return n;
-}
+const raw = (name: SettingName, flags: FlagValues, env: Env) => readSetting(SETTINGS[name], flags, env);
+const enumOf = <T extends string>(name: SettingName, value: string | undefined, fallback: T): T =>
+  enumSetting(SETTINGS[name], value, fallback);
+const intOf = (name: SettingName, value: string | undefined, fallback: number, min: number, max: number) =>
+  intSetting(SETTINGS[name], value, fallback, min, max);
 
 function parseListen(value: string): { host: string; port: number } {
   const i = value.lastIndexOf(":");

@@ -8,9 +8,19 @@
  * The device token never travels in plaintext to another machine: plain `http`/`ws` coordinator URLs
  * are accepted for loopback hosts only.
  */
-import { readFileSync } from "node:fs";
 import { type ParseArgsConfig, parseArgs } from "node:util";
-import { ConfigError, type Env, type FlagValues, LOG_LEVELS, type LogLevel } from "./config.ts";
+import { LOG_LEVELS, type LogLevel } from "./config.ts";
+import {
+  ConfigError,
+  type Env,
+  enumSetting,
+  type FlagValues,
+  intSetting,
+  optionsOf,
+  readList,
+  readSetting,
+  type Setting,
+} from "./settings.ts";
 
 export type EngineName = "echo" | "openai";
 export const ENGINE_NAMES: readonly EngineName[] = ["echo", "openai"];
@@ -39,16 +49,6 @@ export interface ProviderConfig {
   readonly echoFirstTokenDelayMs: number;
   readonly drainTimeoutMs: number;
   readonly logLevel: LogLevel;
-}
-
-type Kind = "string" | "int" | "enum" | "list";
-interface Setting {
-  readonly flag: string;
-  readonly env: string;
-  readonly kind: Kind;
-  readonly secret?: boolean;
-  readonly values?: readonly string[];
-  readonly help: string;
 }
 
 /** Every `start` setting with its flag and environment twin. docs/operations.md lists the same table. */
@@ -93,12 +93,7 @@ export const PROVIDER_SETTINGS = {
 type SettingName = keyof typeof PROVIDER_SETTINGS;
 
 /** parseArgs option descriptors for `umbra-provider start`. */
-export const PROVIDER_OPTIONS: NonNullable<ParseArgsConfig["options"]> = Object.fromEntries(
-  Object.values(PROVIDER_SETTINGS).map((s: Setting) => [
-    s.flag,
-    s.kind === "list" ? { type: "string", multiple: true } : { type: "string" },
-  ]),
-);
+export const PROVIDER_OPTIONS: NonNullable<ParseArgsConfig["options"]> = optionsOf(PROVIDER_SETTINGS);
 
 const DEFAULTS = {
   maxConcurrency: 8,
@@ -116,52 +111,12 @@ const DAY_MS = 86_400_000;
 
 const flagName = (name: SettingName) => `--${PROVIDER_SETTINGS[name].flag}`;
 
-function raw(name: SettingName, flags: FlagValues, env: Env): string | undefined {
-  const s: Setting = PROVIDER_SETTINGS[name];
-  const flag = flags[s.flag];
-  if (typeof flag === "string") return flag;
-  const fromEnv = env[s.env];
-  if (fromEnv !== undefined && fromEnv !== "") return fromEnv;
-  if (s.secret) {
-    const file = env[`${s.env}_FILE`];
-    if (file) {
-      try {
-        return readFileSync(file, "utf8").trim();
-      } catch {
-        throw new ConfigError(`${s.env}_FILE: cannot read ${file}`);
-      }
-    }
-  }
-  return undefined;
-}
-
-function rawList(name: SettingName, flags: FlagValues, env: Env): string[] {
-  const s: Setting = PROVIDER_SETTINGS[name];
-  const flag = flags[s.flag];
-  if (Array.isArray(flag)) return flag.filter((v): v is string => typeof v === "string");
-  if (typeof flag === "string") return [flag];
-  const fromEnv = env[s.env];
-  if (fromEnv === undefined || fromEnv === "") return [];
-  return fromEnv.split(",").map((v) => v.trim());
-}
-
-function enumOf<T extends string>(name: SettingName, value: string | undefined, fallback: T | undefined): T {
-  const allowed = (PROVIDER_SETTINGS[name] as Setting).values ?? [];
-  if (value === undefined) {
-    if (fallback === undefined) throw new ConfigError(`${flagName(name)} is required: one of ${allowed.join(", ")}`);
-    return fallback;
-  }
-  if (!allowed.includes(value)) throw new ConfigError(`${flagName(name)}: '${value}' is not one of ${allowed.join(", ")}`);
-  return value as T;
-}
-
-function intOf(name: SettingName, value: string | undefined, fallback: number, min: number, max: number): number {
-  if (value === undefined) return fallback;
-  if (!/^\d+$/.test(value)) throw new ConfigError(`${flagName(name)}: '${value}' is not a whole number`);
-  const n = Number(value);
-  if (!Number.isSafeInteger(n) || n < min || n > max) throw new ConfigError(`${flagName(name)}: ${value} is outside ${min}..${max}`);
-  return n;
-}
+const raw = (name: SettingName, flags: FlagValues, env: Env) => readSetting(PROVIDER_SETTINGS[name], flags, env);
+const rawList = (name: SettingName, flags: FlagValues, env: Env) => readList(PROVIDER_SETTINGS[name], flags, env);
+const enumOf = <T extends string>(name: SettingName, value: string | undefined, fallback: T | undefined): T =>
+  enumSetting(PROVIDER_SETTINGS[name], value, fallback);
+const intOf = (name: SettingName, value: string | undefined, fallback: number, min: number, max: number) =>
+  intSetting(PROVIDER_SETTINGS[name], value, fallback, min, max);
 
 function isLoopback(hostname: string): boolean {
   const host = hostname.replace(/^\[(.*)\]$/, "$1").toLowerCase();
