@@ -77,6 +77,7 @@ export class ChatService {
       throw Errors.selfRouteConflict("self-route needs a provider machine linked to this account (a provider device token)");
     }
     const maxTokens = effectiveBudget(request.requestedMaxTokens, settings.defaultMaxTokens, resolved.build.maxOutputLength);
+    const promptEstimate = promptTokenEstimate(request.messages);
 
     // Rate limit: one request and its estimated tokens, trued up from real usage at the end.
     let headers = NO_HEADERS;
@@ -86,7 +87,7 @@ export class ChatService {
       const decision = limiter.check(
         subject,
         { rpm: principal.rpm ?? settings.defaultRpm, tpm: principal.tpm ?? settings.defaultTpm },
-        { tokens: promptTokenEstimate(request.messages) + maxTokens },
+        { tokens: promptEstimate + maxTokens },
       );
       headers = decision.headers;
       if (!decision.ok) {
@@ -128,8 +129,6 @@ export class ChatService {
       hold,
       free: selfRoute,
     };
-    const promptEstimate = promptTokenEstimate(request.messages);
-
     let committed: Awaited<ReturnType<typeof dispatch>>;
     try {
       committed = await dispatch(
