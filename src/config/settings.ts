@@ -81,3 +81,8 @@ export function intSetting(s: Setting, value: string | undefined, fallback: numb
   if (!Number.isSafeInteger(n) || n < min || n > max) throw new ConfigError(`--${s.flag}: ${value} is outside ${min}..${max}`);
   return n;
 }
+
+/** The process environment: the one place outside tests where it is read (entry points pass it on). */
+export function processEnv(): Env {
+  return process.env;
+}

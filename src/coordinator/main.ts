@@ -1,11 +1,12 @@
 #!/usr/bin/env bun
+import { randomBytes } from "node:crypto";
+import { ADMIN_COMMANDS, adminUsage, findVerb, runVerb, UsageError } from "../admin/admin-cli.ts";
+import { CONFIG_OPTIONS, type Config, ConfigError, loadConfig, type Mode, parseFlags } from "../config/config.ts";
 /**
  * umbra-coordinator: serve | dev | migrate | admin <noun> <verb>. Exit codes: 0 ok, 1 refused or
  * failed at run time, 2 bad usage or configuration.
  */
-import { randomBytes } from "node:crypto";
-import { ADMIN_COMMANDS, adminUsage, findVerb, runVerb, UsageError } from "../admin/admin-cli.ts";
-import { CONFIG_OPTIONS, type Config, ConfigError, loadConfig, type Mode, parseFlags } from "../config/config.ts";
+import { processEnv } from "../config/settings.ts";
 import { createSqliteStore } from "../store/sqlite/index.ts";
 import { StoreOpenError } from "../store/types.ts";
 import { VERSION } from "../version.ts";
@@ -69,7 +70,7 @@ async function admin(argv: readonly string[]): Promise<number> {
       throw new UsageError(`--${name} does not apply to 'admin ${noun} ${verbName}'\nusage: umbra-coordinator admin ${verb.usage}`);
     }
   }
-  const config = loadConfig(values, process.env, "development");
+  const config = loadConfig(values, processEnv(), "development");
   const store = createSqliteStore(config.db);
   try {
     return await runVerb(createApp({ config, store }).admin, verb, args, values, print, printErr);
@@ -86,7 +87,7 @@ async function main(argv: readonly string[]): Promise<number> {
       const { values, positionals } = parseFlags(rest);
       if (positionals.length > 0) throw new UsageError(`unexpected argument '${positionals[0]}'`);
       const defaultMode: Mode = command === "dev" ? "development" : "production";
-      let config = loadConfig(values, process.env, defaultMode);
+      let config = loadConfig(values, processEnv(), defaultMode);
       if (command === "dev" && config.adminToken === undefined) {
         config = Object.freeze({ ...config, adminToken: `umbra-admin-${randomBytes(24).toString("base64url")}` });
       }
@@ -95,7 +96,7 @@ async function main(argv: readonly string[]): Promise<number> {
     }
     case "migrate": {
       const { values } = parseFlags(rest);
-      const config = loadConfig(values, process.env, "development");
+      const config = loadConfig(values, processEnv(), "development");
       createSqliteStore(config.db).close();
       print(`database ${config.db} is migrated`);
       return 0;

@@ -1,4 +1,7 @@
 #!/usr/bin/env bun
+import { cpus, totalmem } from "node:os";
+import { ConfigError } from "../config/config.ts";
+import { loadProviderConfig, PROVIDER_SETTINGS, type ProviderConfig, parseProviderFlags } from "../config/provider-config.ts";
 /**
  * umbra-provider: the tool a provider runs on an Apple Silicon Mac (doctor, login, start, status).
  * `start` serves models to a coordinator in the foreground; doctor, login and status land with their issue.
@@ -7,9 +10,7 @@
  * protocol version unsupported) or stopped at once by a second signal; 2 bad usage or configuration.
  * Output: a one-line live status on stderr when it is a terminal, JSON log lines otherwise.
  */
-import { cpus, totalmem } from "node:os";
-import { ConfigError } from "../config/config.ts";
-import { loadProviderConfig, PROVIDER_SETTINGS, type ProviderConfig, parseProviderFlags } from "../config/provider-config.ts";
+import { processEnv } from "../config/settings.ts";
 import { createLogger, type LogSink } from "../observability/logger.ts";
 import type { Hello } from "../protocol/messages.ts";
 import { VERSION } from "../version.ts";
@@ -87,7 +88,7 @@ async function start(argv: readonly string[]): Promise<number> {
     process.stdout.write(`${START_USAGE}\n`);
     return 0;
   }
-  const config = loadProviderConfig(flags, process.env);
+  const config = loadProviderConfig(flags, processEnv());
   const line = process.stderr.isTTY === true ? statusLine() : undefined;
   const logger = createLogger(config.logLevel, line?.sink);
   const engine = createEngine(config);
