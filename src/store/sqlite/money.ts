@@ -17,25 +17,23 @@ import { accounts, apiKeys, balances, ledgerEntries, usage } from "../schema.ts"
 import type { UsageRecord } from "../types.ts";
 import type { Db } from "./open.ts";
 
-/** A usage row as named statement parameters (bun:sqlite strict mode: names without the `$`). */
-function usageParams(u: UsageRecord) {
-  return {
-    requestId: u.requestId,
-    accountId: u.accountId,
-    keyId: u.keyId,
-    model: u.model,
-    buildId: u.buildId,
-    providerId: u.providerId,
-    promptTokens: u.promptTokens,
-    cachedTokens: u.cachedTokens,
-    completionTokens: u.completionTokens,
-    cost: u.cost,
-    startedAt: u.startedAt,
-    firstContentMs: u.firstContentMs,
-    durationMs: u.durationMs,
-    outcome: u.outcome,
-  };
-}
+/** A usage row as positional statement parameters, in the column order of `insertUsage`. */
+type UsageRow = [
+  string,
+  string,
+  string | null,
+  string,
+  string,
+  string | null,
+  number,
+  number,
+  number,
+  number,
+  number,
+  number | null,
+  number,
+  string,
+];
 
 /** `keysChanged` runs after a batch that moved key spent totals (cached key records hold them). */
 export function sqliteMoney(db: Db, client: Database, keysChanged: () => void): MoneyStore {
@@ -58,11 +56,10 @@ export function sqliteMoney(db: Db, client: Database, keysChanged: () => void): 
     .prepare();
   // The two statements run once per settled request: bun:sqlite's own prepared statements on the same
   // connection, without Drizzle's per-call placeholder mapping (measurable at thousands per second).
-  const insertUsage = client.prepare(
+  const insertUsage = client.prepare<unknown, UsageRow>(
     `INSERT INTO usage (request_id, account_id, key_id, model, build_id, provider_id, prompt_tokens, cached_tokens,
        completion_tokens, cost_micro_usd, started_at, first_content_ms, duration_ms, outcome)
-     VALUES ($requestId, $accountId, $keyId, $model, $buildId, $providerId, $promptTokens, $cachedTokens,
-       $completionTokens, $cost, $startedAt, $firstContentMs, $durationMs, $outcome)
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
      ON CONFLICT DO NOTHING`,
   );
   const insertEntry = client.prepare(
@@ -124,7 +121,24 @@ export function sqliteMoney(db: Db, client: Database, keysChanged: () => void): 
         let lastAt = 0;
         for (const x of batch) {
           // The usage row is the settlement's marker: already there means already settled.
-          if (insertUsage.run(usageParams(x.usage)).changes === 0) {
+          const u = x.usage;
+          const row: UsageRow = [
+            u.requestId,
+            u.accountId,
+            u.keyId,
+            u.model,
+            u.buildId,
+            u.providerId,
+            u.promptTokens,
+            u.cachedTokens,
+            u.completionTokens,
+            u.cost,
+            u.startedAt,
+            u.firstContentMs,
+            u.durationMs,
+            u.outcome,
+          ];
+          if (insertUsage.run(...row).changes === 0) {
             applied.push(false);
             continue;
           }
