@@ -2,7 +2,8 @@
 SHELL := /bin/bash
 BUN := node_modules/.bin/bun
 STAMP := node_modules/.umbra-installed
-BUILD_FLAGS := --compile --minify --bytecode --format=esm --sourcemap=none
+# No .env or bunfig.toml from the working directory: configuration comes from flags and UMBRA_* only.
+BUILD_FLAGS := --compile --minify --bytecode --format=esm --sourcemap=none --no-compile-autoload-dotenv --no-compile-autoload-bunfig
 
 .PHONY: dev test check typecheck lint format build bench migrations clean deps
 

@@ -4,13 +4,23 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { createHash } from "node:crypto";
-import { readFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { tempDir } from "../support/harness.ts";
 
 const ROOT = join(import.meta.dir, "../..");
 const BUN = join(ROOT, "node_modules/.bin/bun");
-const FLAGS = ["build", "--compile", "--minify", "--bytecode", "--format=esm", "--sourcemap=none"];
+// The same flags as the Makefile's BUILD_FLAGS.
+const FLAGS = [
+  "build",
+  "--compile",
+  "--minify",
+  "--bytecode",
+  "--format=esm",
+  "--sourcemap=none",
+  "--no-compile-autoload-dotenv",
+  "--no-compile-autoload-bunfig",
+];
 const ADMIN = "binary-test-admin-token-0123456789abcdef";
 
 const dirs = [tempDir("umbra-build-a-"), tempDir("umbra-build-b-")];
@@ -101,9 +111,12 @@ describe("compiled coordinator", () => {
     }
   }, 60_000);
 
-  test("serve refuses production without an admin token", async () => {
+  test("serve refuses production without an admin token, and never reads .env from its working directory", async () => {
     const dir = dirs[1]!.path;
+    // A .env here would supply the token if the binary auto-loaded it (Bun's default): it must not.
+    writeFileSync(join(dir, ".env"), `UMBRA_ADMIN_TOKEN=${"x".repeat(40)}\n`);
     const proc = Bun.spawn([join(dir, "umbra-coordinator"), "serve", "--listen", "127.0.0.1:0", "--db", join(dir, "x.db")], {
+      cwd: dir,
       env: { PATH: process.env.PATH ?? "" },
       stdout: "pipe",
       stderr: "pipe",

@@ -1,0 +1,84 @@
+/**
+ * The signing side of the formats in secure-enclave.ts and challenge.ts, with a P-256 identity key
+ * held in memory. Used by development providers (evidence issued under a DevelopmentRoot) and by
+ * tests; a production provider signs the same bytes with its Secure Enclave key instead.
+ *
+ * Builders serialize once and sign those exact bytes; the verifier never sees anything else.
+ */
+import { p256 } from "@noble/curves/nist.js";
+import { CHALLENGE_RESPONSE_KIND, CHALLENGE_VERSION, type Challenge } from "./challenge.ts";
+import { encodeBase64 } from "./encoding.ts";
+import { type Posture, postureJson } from "./posture.ts";
+import { EVIDENCE_KIND, EVIDENCE_VERSION } from "./secure-enclave.ts";
+
+export class SoftwareIdentity {
+  private constructor(private readonly secretKey: Uint8Array) {}
+
+  static generate(): SoftwareIdentity {
+    return new SoftwareIdentity(p256.utils.randomSecretKey());
+  }
+
+  static fromSecretKey(secretKey: Uint8Array): SoftwareIdentity {
+    if (!p256.utils.isValidSecretKey(secretKey)) throw new RangeError("not a P-256 secret key");
+    return new SoftwareIdentity(Uint8Array.from(secretKey));
+  }
+
+  /** The public key: 65 bytes 0x04||x||y, or 64 bytes x||y. */
+  publicKey(form: 64 | 65 = 65): Uint8Array {
+    const point = p256.getPublicKey(this.secretKey, false);
+    return form === 65 ? point : point.subarray(1);
+  }
+
+  /** DER ECDSA P-256 signature over SHA-256(message) (low-S, as noble produces). */
+  sign(message: Uint8Array): Uint8Array {
+    return p256.sign(message, this.secretKey, { prehash: true, format: "der" });
+  }
+}
+
+export interface EvidenceRequest {
+  readonly identity: SoftwareIdentity;
+  /** Raw 32-byte X25519 public key, the same one the hello frame carries. */
+  readonly encryptionKey: Uint8Array;
+  readonly posture: Posture;
+  readonly timestamp: number;
+  readonly keyForm?: 64 | 65;
+  /** DER certificates, leaf first. */
+  readonly mdaChain?: readonly Uint8Array[];
+}
+
+/** Builds signed evidence; `wire` is the hello frame's `evidence` value. */
+export function buildEvidence(request: EvidenceRequest): { payload: Uint8Array; signature: Uint8Array; wire: Record<string, unknown> } {
+  const payload = new TextEncoder().encode(
+    JSON.stringify({
+      kind: EVIDENCE_KIND,
+      version: EVIDENCE_VERSION,
+      identity_key: encodeBase64(request.identity.publicKey(request.keyForm ?? 65)),
+      encryption_key: encodeBase64(request.encryptionKey),
+      timestamp: request.timestamp,
+      posture: postureJson(request.posture),
+    }),
+  );
+  const signature = request.identity.sign(payload);
+  const wire: Record<string, unknown> = { payload: encodeBase64(payload), signature: encodeBase64(signature) };
+  if (request.mdaChain) wire.mda_chain = request.mdaChain.map(encodeBase64);
+  return { payload, signature, wire };
+}
+
+/** Signs an answer to `challenge`; `wire` is the challenge_response frame without `type`. */
+export function answerChallenge(
+  identity: SoftwareIdentity,
+  challenge: Challenge,
+  posture: Posture,
+): { payload: Uint8Array; signature: Uint8Array; wire: Record<string, unknown> } {
+  const payload = new TextEncoder().encode(
+    JSON.stringify({
+      kind: CHALLENGE_RESPONSE_KIND,
+      version: CHALLENGE_VERSION,
+      nonce: encodeBase64(challenge.nonce),
+      timestamp: challenge.timestamp,
+      posture: postureJson(posture),
+    }),
+  );
+  const signature = identity.sign(payload);
+  return { payload, signature, wire: { payload: encodeBase64(payload), signature: encodeBase64(signature) } };
+}

@@ -1,0 +1,195 @@
+/**
+ * Trust levels and the policy that grants them.
+ *
+ *   none < self_signed < hardware
+ *   none         no evidence, or evidence that failed any check (fails closed: a bad MDA chain, or a
+ *                chain contradicting the blob, does not fall back to self_signed)
+ *   self_signed  Secure Enclave evidence verified (secure-enclave.ts): a P-256 key signed the hello's
+ *                encryption key and a posture that meets policy. Software could hold such a key; the
+ *                posture is self-reported.
+ *   hardware     self_signed plus an MDA chain to the anchor (mda-chain.ts) whose leaf is bound to the
+ *                identity key (freshness code) and proves the same posture (oids.ts).
+ *
+ * Routing floor: providers below `floor` are not routable. Production defaults to `hardware` and
+ * refuses a development anchor; development defaults to `none`.
+ *
+ * /v1/models metadata (summarizeAttestation) is computed only from verified results:
+ *   attestedProviders  providers above none
+ *   trustLevel         the highest level among them ("none" without any)
+ *   attestation        present when attestedProviders > 0; each boolean holds only when every attested
+ *                      provider's verified evidence proves it: secureEnclave (blob signature verified),
+ *                      sipEnabled and secureBoot (proven by an Apple chain, so false while any attested
+ *                      provider is only self_signed: a self-reported posture proves nothing)
+ */
+import { ChallengeSession } from "./challenge.ts";
+import { type AttestationCheck, AttestationError } from "./errors.ts";
+import type { IdentityKey } from "./identity-key.ts";
+import { DEFAULT_MAX_CERTIFICATE_AGE_MS, verifyMdaChain } from "./mda-chain.ts";
+import { checkAppleDeviceClaims } from "./oids.ts";
+import { FULL_SECURITY, type Posture, samePosture } from "./posture.ts";
+import { assertAnchorAllowed, type TrustAnchor, type TrustMode } from "./roots.ts";
+import { MAX_EVIDENCE_SKEW_MS, parseEvidenceEnvelope, verifySecureEnclaveEvidence } from "./secure-enclave.ts";
+
+export const TRUST_LEVELS = ["none", "self_signed", "hardware"] as const;
+export type TrustLevel = (typeof TRUST_LEVELS)[number];
+
+export function trustRank(level: TrustLevel): number {
+  return TRUST_LEVELS.indexOf(level);
+}
+
+export function meetsTrustFloor(level: TrustLevel, floor: TrustLevel): boolean {
+  return trustRank(level) >= trustRank(floor);
+}
+
+export function isTrustLevel(value: unknown): value is TrustLevel {
+  return typeof value === "string" && (TRUST_LEVELS as readonly string[]).includes(value);
+}
+
+export interface TrustPolicy {
+  readonly mode: TrustMode;
+  readonly anchor: TrustAnchor;
+  /** Routing floor. */
+  readonly floor: TrustLevel;
+  readonly maxEvidenceSkewMs: number;
+  readonly maxCertificateAgeMs: number;
+  readonly minOsVersion?: string;
+  readonly challengeIntervalMs?: number;
+  readonly challengeTimeoutMs?: number;
+}
+
+export type TrustPolicyOptions = Partial<Omit<TrustPolicy, "mode" | "anchor">> & Pick<TrustPolicy, "mode" | "anchor">;
+
+/**
+ * Builds a frozen policy with defaults (floor: hardware in production, none in development).
+ * Throws AttestationError("development_root") for a development anchor in production mode.
+ */
+export function createTrustPolicy(options: TrustPolicyOptions): TrustPolicy {
+  assertAnchorAllowed(options.anchor, options.mode);
+  return Object.freeze({
+    maxEvidenceSkewMs: MAX_EVIDENCE_SKEW_MS,
+    maxCertificateAgeMs: DEFAULT_MAX_CERTIFICATE_AGE_MS,
+    ...options,
+    floor: options.floor ?? (options.mode === "production" ? "hardware" : "none"),
+  });
+}
+
+/** The verified facts about one provider connection. */
+export interface ProviderAttestation {
+  readonly level: TrustLevel;
+  /** Secure Enclave evidence verified. */
+  readonly secureEnclave: boolean;
+  /** An MDA chain verified to the anchor and bound to the identity key. */
+  readonly mdaVerified: boolean;
+  readonly identityKey?: IdentityKey;
+  readonly encryptionKey?: Uint8Array;
+  /** The accepted posture (self-reported, and for hardware also proven by the chain). */
+  readonly posture?: Posture;
+  /** Why the level is none, when evidence was presented and refused (or trust was withdrawn). */
+  readonly failure?: { readonly check: AttestationCheck; readonly message: string };
+}
+
+const NO_EVIDENCE: ProviderAttestation = Object.freeze({ level: "none", secureEnclave: false, mdaVerified: false });
+
+export interface AssessOptions {
+  /** The X25519 key from the same hello frame, raw 32 bytes. */
+  readonly helloEncryptionKey: Uint8Array;
+  readonly policy: TrustPolicy;
+  readonly now: () => number;
+}
+
+/**
+ * Verifies a hello's `evidence` value and returns the level it earns. Evidence problems never throw:
+ * they give level none with `failure` naming the check. Throws AttestationError("development_root")
+ * only for a policy that should not exist (development anchor in production).
+ */
+export async function assessProviderEvidence(evidence: unknown, options: AssessOptions): Promise<ProviderAttestation> {
+  const { policy, now } = options;
+  assertAnchorAllowed(policy.anchor, policy.mode);
+  if (evidence === undefined || evidence === null) return NO_EVIDENCE;
+  try {
+    const envelope = parseEvidenceEnvelope(evidence);
+    const se = verifySecureEnclaveEvidence(envelope.payload, envelope.signature, {
+      helloEncryptionKey: options.helloEncryptionKey,
+      now,
+      maxSkewMs: policy.maxEvidenceSkewMs,
+      posturePolicy: policy.minOsVersion === undefined ? {} : { minOsVersion: policy.minOsVersion },
+    });
+    const base = { secureEnclave: true, identityKey: se.identityKey, encryptionKey: se.encryptionKey, posture: se.posture };
+    if (!envelope.mdaChain) return { level: "self_signed", mdaVerified: false, ...base };
+    const chain = await verifyMdaChain(envelope.mdaChain, {
+      anchor: policy.anchor,
+      mode: policy.mode,
+      now,
+      maxCertificateAgeMs: policy.maxCertificateAgeMs,
+    });
+    checkAppleDeviceClaims(chain.claims, se.identityKey, policy.minOsVersion === undefined ? {} : { minOsVersion: policy.minOsVersion });
+    if (!samePosture(chain.claims.posture, se.posture)) {
+      throw new AttestationError("posture_mismatch", "the evidence posture differs from the posture the chain proves");
+    }
+    return { level: "hardware", mdaVerified: true, ...base };
+  } catch (e) {
+    if (!(e instanceof AttestationError)) throw e;
+    return { ...NO_EVIDENCE, failure: { check: e.check, message: e.message } };
+  }
+}
+
+/** The same provider after a failed challenge: level none, nothing verified, the failure recorded. */
+export function withdrawTrust(attestation: ProviderAttestation, error: AttestationError): ProviderAttestation {
+  const { identityKey, encryptionKey } = attestation;
+  return {
+    ...NO_EVIDENCE,
+    ...(identityKey ? { identityKey } : {}),
+    ...(encryptionKey ? { encryptionKey } : {}),
+    failure: { check: error.check, message: error.message },
+  };
+}
+
+export function isRoutable(attestation: ProviderAttestation, policy: TrustPolicy): boolean {
+  return meetsTrustFloor(attestation.level, policy.floor);
+}
+
+/**
+ * Starts the challenge schedule for an attested provider. Throws RangeError for a provider without
+ * verified evidence (there is no key to challenge).
+ */
+export function startChallenges(
+  attestation: ProviderAttestation,
+  policy: TrustPolicy,
+  now: () => number,
+  randomBytes?: (n: number) => Uint8Array,
+): ChallengeSession {
+  const { identityKey, posture } = attestation;
+  if (attestation.level === "none" || !identityKey || !posture) throw new RangeError("only an attested provider can be challenged");
+  return new ChallengeSession({
+    identityKey,
+    posture,
+    now,
+    ...(policy.challengeIntervalMs === undefined ? {} : { intervalMs: policy.challengeIntervalMs }),
+    ...(policy.challengeTimeoutMs === undefined ? {} : { timeoutMs: policy.challengeTimeoutMs }),
+    ...(randomBytes ? { randomBytes } : {}),
+  });
+}
+
+/** The attestation part of /v1/models metadata (field names as in the fleet's ModelCapacity). */
+export interface AttestationSummary {
+  readonly attestedProviders: number;
+  readonly trustLevel: TrustLevel;
+  readonly attestation?: { readonly secureEnclave: boolean; readonly sipEnabled: boolean; readonly secureBoot: boolean };
+}
+
+/** Summarizes the current attestations of one model's providers (see the file header). */
+export function summarizeAttestation(providers: readonly ProviderAttestation[]): AttestationSummary {
+  const attested = providers.filter((p) => p.level !== "none");
+  if (attested.length === 0) return { attestedProviders: 0, trustLevel: "none" };
+  const trustLevel = attested.reduce<TrustLevel>((best, p) => (trustRank(p.level) > trustRank(best) ? p.level : best), "none");
+  const proven = (p: ProviderAttestation) => p.level === "hardware" && p.mdaVerified && p.posture !== undefined;
+  return {
+    attestedProviders: attested.length,
+    trustLevel,
+    attestation: {
+      secureEnclave: attested.every((p) => p.secureEnclave),
+      sipEnabled: attested.every((p) => proven(p) && p.posture!.sipEnabled),
+      secureBoot: attested.every((p) => proven(p) && p.posture!.secureBoot === FULL_SECURITY),
+    },
+  };
+}
