@@ -13,8 +13,7 @@
 import type { Database } from "bun:sqlite";
 import { eq, sql } from "drizzle-orm";
 import { type MoneyStore, PLATFORM_ACCOUNT_ID, type SettleResult } from "../money-types.ts";
-import { accounts, apiKeys, balances, ledgerEntries, usage } from "../schema.ts";
-import type { UsageRecord } from "../types.ts";
+import { accounts, apiKeys, balances } from "../schema.ts";
 import type { Db } from "./open.ts";
 
 /** A usage row as positional statement parameters, in the column order of `insertUsage`. */
