@@ -1,0 +1,195 @@
+/**
+ * Per-request crypto cost (src/crypto): `node_modules/.bin/bun bench/crypto.ts`. Not a test.
+ *
+ * One request's crypto, as in bench/README.md: seal a 4 KB request (HPKE), seal 50 response chunks
+ * (provider), open them (coordinator), sign the receipt (provider, including the two SHA-256 digests) and
+ * verify it (coordinator, key imported once per provider session). The HPKE step is measured with each
+ * X25519 KEM the library offers: "webcrypto" (@hpke/core, runtime WebCrypto) and "noble" (@hpke/dhkem-x25519,
+ * pure JS); the chunk and receipt steps do not depend on the KEM. openRequest (provider) is measured too but
+ * kept out of the request total, which is the list above.
+ *
+ * Method: every case runs for BENCH_SECONDS / BENCH_ROUNDS, BENCH_ROUNDS times, the KEMs interleaved, after
+ * a warm-up; the figure is the median round. Steps run one at a time (latency: WebCrypto calls return
+ * through Bun's thread pool, so one at a time includes that hop); the whole request also runs with
+ * BENCH_IN_FLIGHT requests in flight (throughput, as a busy coordinator sees it). Results are printed and
+ * written to bench/results/crypto-<timestamp>.json.
+ *
+ * Environment: BENCH_SECONDS (default 6 per case), BENCH_ROUNDS (3), BENCH_IN_FLIGHT (32),
+ * BENCH_CHUNK_BYTES (80).
+ */
+import { mkdirSync, writeFileSync } from "node:fs";
+import { cpus } from "node:os";
+import { join } from "node:path";
+import { type ChunkFrame, ChunkOpener, ChunkSealer } from "../src/crypto/chunks.ts";
+import { importReceiptPublicKey, type ReceiptClaims, sha256, signReceipt, verifyReceipt } from "../src/crypto/receipts.ts";
+import { generateX25519KeyPair, type KemImplementation, openRequest, type RequestBinding, sealRequest } from "../src/crypto/seal.ts";
+
+const ROOT = join(import.meta.dir, "..");
+const seconds = Number(process.env.BENCH_SECONDS ?? 6);
+const rounds = Number(process.env.BENCH_ROUNDS ?? 3);
+const chunkBytes = Number(process.env.BENCH_CHUNK_BYTES ?? 80);
+const concurrency = Number(process.env.BENCH_IN_FLIGHT ?? 32);
+const REQUEST_BYTES = 4096;
+const CHUNKS = 50;
+const KEMS: KemImplementation[] = ["webcrypto", "noble"];
+
+const binding: RequestBinding = { protocolVersion: 1, requestId: "req_0mhz3k0qs9Xr2bTq1LmN4vWk", attempt: 0 };
+const request = new Uint8Array(REQUEST_BYTES).map((_, i) => 32 + (i % 95));
+const chunkTexts = Array.from({ length: CHUNKS }, (_, i) => new Uint8Array(i === CHUNKS - 1 ? 0 : chunkBytes).fill(97 + (i % 26)));
+const responseContent = new Uint8Array(chunkTexts.reduce((n, c) => n + c.byteLength, 0)).fill(97);
+const keys = await generateX25519KeyPair();
+const identity = await crypto.subtle.generateKey({ name: "ECDSA", namedCurve: "P-256" }, true, ["sign", "verify"]);
+const verifyKey = await importReceiptPublicKey(new Uint8Array(await crypto.subtle.exportKey("raw", identity.publicKey)));
+const sealedOnce = await sealRequest(keys.publicKey, request, binding);
+const stream = { responseKey: sealedOnce.responseKey, requestId: binding.requestId, attempt: binding.attempt };
+const frames: ChunkFrame[] = (() => {
+  const sealer = new ChunkSealer(stream);
+  return chunkTexts.map((text, i) => sealer.seal(text, i === CHUNKS - 1));
+})();
+
+function claims(): ReceiptClaims {
+  return {
+    requestId: binding.requestId,
+    modelBuild: "mlx-community/Llama-3.2-3B-Instruct-4bit",
+    requestSha256: sha256(request),
+    responseSha256: sha256(responseContent),
+    usage: { promptTokens: 1024, cachedTokens: 0, completionTokens: CHUNKS },
+  };
+}
+const signedOnce = await signReceipt(identity.privateKey, claims());
+
+const steps = {
+  chunkSeals(): void {
+    const sealer = new ChunkSealer(stream);
+    for (let i = 0; i < CHUNKS; i++) sealer.seal(chunkTexts[i]!, i === CHUNKS - 1);
+  },
+  chunkOpens(): void {
+    const opener = new ChunkOpener(stream);
+    for (const frame of frames) opener.open(frame);
+    opener.finish();
+  },
+  async receiptSign(): Promise<void> {
+    await signReceipt(identity.privateKey, claims());
+  },
+  async receiptVerify(): Promise<void> {
+    await verifyReceipt(verifyKey, claims(), signedOnce.signature, { responseHash: signedOnce.responseHash });
+  },
+};
+
+/** One request's crypto, end to end, both sides, in order. */
+async function wholeRequest(kem: KemImplementation): Promise<void> {
+  const sealed = await sealRequest(keys.publicKey, request, binding, { kem });
+  const s = { responseKey: sealed.responseKey, requestId: binding.requestId, attempt: binding.attempt };
+  const sealer = new ChunkSealer(s);
+  const opener = new ChunkOpener(s);
+  for (let i = 0; i < CHUNKS; i++) opener.open(sealer.seal(chunkTexts[i]!, i === CHUNKS - 1));
+  opener.finish();
+  const signed = await signReceipt(identity.privateKey, claims());
+  await verifyReceipt(verifyKey, claims(), signed.signature, { responseHash: signed.responseHash });
+}
+
+/** Operations per second of `op`, run back to back by `workers` concurrent loops for `ms` milliseconds. */
+async function rate(op: () => unknown, ms: number, workers = 1): Promise<number> {
+  let count = 0;
+  const start = performance.now();
+  const deadline = start + ms;
+  const loop = async () => {
+    while (performance.now() < deadline) {
+      for (let i = 0; i < 4; i++) await op();
+      count += 4;
+    }
+  };
+  await Promise.all(Array.from({ length: workers }, loop));
+  return (count * 1000) / (performance.now() - start);
+}
+
+interface Case {
+  readonly name: string;
+  readonly kem: string;
+  readonly inFlight: number;
+  readonly op: () => unknown;
+}
+
+const WHOLE = "whole request";
+const cases: Case[] = [
+  ...KEMS.flatMap((kem): Case[] => [
+    { name: `seal ${REQUEST_BYTES} B request (HPKE)`, kem, inFlight: 1, op: () => sealRequest(keys.publicKey, request, binding, { kem }) },
+    {
+      name: `open ${REQUEST_BYTES} B request (HPKE, provider)`,
+      kem,
+      inFlight: 1,
+      op: () => openRequest(keys.privateKey, sealedOnce.enc, sealedOnce.ciphertext, binding, { kem }),
+    },
+    { name: WHOLE, kem, inFlight: 1, op: () => wholeRequest(kem) },
+    { name: WHOLE, kem, inFlight: concurrency, op: () => wholeRequest(kem) },
+  ]),
+  { name: `${CHUNKS} chunk seals (${chunkBytes} B each)`, kem: "-", inFlight: 1, op: steps.chunkSeals },
+  { name: `${CHUNKS} chunk opens + finish`, kem: "-", inFlight: 1, op: steps.chunkOpens },
+  { name: "receipt sign (2 x SHA-256 + ECDSA P-256)", kem: "-", inFlight: 1, op: steps.receiptSign },
+  { name: "receipt verify (2 x SHA-256 + ECDSA P-256)", kem: "-", inFlight: 1, op: steps.receiptVerify },
+];
+
+// Warm-up: JIT and WebCrypto set-up for every case.
+for (const c of cases) await rate(c.op, 300, c.inFlight);
+
+const samples = new Map<Case, number[]>(cases.map((c) => [c, []]));
+for (let round = 0; round < rounds; round++) {
+  for (const c of cases) samples.get(c)!.push(await rate(c.op, (seconds * 1000) / rounds, c.inFlight));
+}
+
+const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
+const round2 = (n: number) => Number(n.toFixed(2));
+const rows = cases.map((c) => {
+  const ops = median(samples.get(c)!);
+  return { case: c.name, kem: c.kem, in_flight: c.inFlight, ops_per_s: Math.round(ops), us_per_op: round2(1e6 / ops) };
+});
+const row = (name: string, kem = "-", inFlight = 1) =>
+  rows.find((r) => r.case.startsWith(name) && r.kem === kem && r.in_flight === inFlight)!;
+const summary = KEMS.map((kem) => ({
+  kem,
+  seal_us: row("seal", kem).us_per_op,
+  open_us: row("open", kem).us_per_op,
+  sum_of_steps_us: round2(
+    row("seal", kem).us_per_op +
+      row(`${CHUNKS} chunk seals`).us_per_op +
+      row(`${CHUNKS} chunk opens`).us_per_op +
+      row("receipt sign").us_per_op +
+      row("receipt verify").us_per_op,
+  ),
+  request_us_sequential: row(WHOLE, kem).us_per_op,
+  requests_per_s_sequential: row(WHOLE, kem).ops_per_s,
+  [`requests_per_s_${concurrency}_in_flight`]: row(WHOLE, kem, concurrency).ops_per_s,
+}));
+const byLatency = [...KEMS].sort((a, b) => row(WHOLE, a).us_per_op - row(WHOLE, b).us_per_op);
+const byThroughput = [...KEMS].sort((a, b) => row(WHOLE, b, concurrency).ops_per_s - row(WHOLE, a, concurrency).ops_per_s);
+
+const result = {
+  benchmark: "crypto",
+  date: new Date().toISOString(),
+  machine: { cores: cpus().length, cpu: cpus()[0]?.model ?? "unknown" },
+  versions: { bun: Bun.version },
+  settings: {
+    seconds_per_case: seconds,
+    rounds,
+    in_flight: concurrency,
+    request_bytes: REQUEST_BYTES,
+    chunks: CHUNKS,
+    chunk_bytes: chunkBytes,
+  },
+  rows,
+  summary,
+  fastest_kem: { latency: byLatency[0], throughput: byThroughput[0] },
+  seal_speedup: round2(row("seal", byLatency[1]).us_per_op / row("seal", byLatency[0]).us_per_op),
+  request_speedup: round2(row(WHOLE, byLatency[1]).us_per_op / row(WHOLE, byLatency[0]).us_per_op),
+};
+console.log(`Per-request crypto (median of ${rounds} rounds, ${seconds} s per case; in_flight 1 = one at a time):`);
+console.table(rows);
+console.log(`One request = seal + ${CHUNKS} chunk seals + ${CHUNKS} chunk opens + receipt sign + receipt verify:`);
+console.table(summary);
+console.log(
+  `fastest KEM: ${byLatency[0]} by latency (seal ${result.seal_speedup}x, request ${result.request_speedup}x), ${byThroughput[0]} by throughput`,
+);
+mkdirSync(join(ROOT, "bench/results"), { recursive: true });
+const file = join(ROOT, `bench/results/crypto-${result.date.replace(/[:.]/g, "-")}.json`);
+writeFileSync(file, `${JSON.stringify(result, null, 2)}\n`);
+console.log(`written ${file}`);

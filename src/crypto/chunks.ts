@@ -1,0 +1,260 @@
+/**
+ * Response chunk framing, provider -> coordinator: each chunk of the answer is sealed with
+ * ChaCha20-Poly1305 (@noble/ciphers) under the response key that both sides exported from the request's
+ * HPKE context (seal.ts), numbered, with a final flag, so that reordering, replay, truncation and tampering
+ * are all detected by the coordinator.
+ *
+ * Steps (provider, ChunkSealer.seal): seq = number of chunks sealed so far (0, 1, 2, ...);
+ *   ciphertext = ChaCha20-Poly1305(key = responseKey, nonce = chunkNonce(seq),
+ *                                  aad = chunkAad(requestId, attempt, seq, final), plaintext)
+ * Steps (coordinator, ChunkOpener.open): refuse anything after the final chunk; check the frame's shape and
+ * size; require seq == the next expected seq (lower: replay, higher: reordered); decrypt with the same
+ * nonce and AAD; after the last frame, finish() throws unless the final chunk was seen (truncation).
+ *
+ * Wire format (all integers unsigned big-endian; lp(x) = u32(len(x)) || x; canonical.ts):
+ *   nonce      = 12 bytes: 00 00 00 00 || u64(seq)          e.g. seq 1 -> 000000000000000000000001
+ *   aad        = lp("umbra-chunk-v1") || lp(UTF-8(requestId)) || u32(attempt) || u64(seq) || u8(final ? 1 : 0)
+ *   ciphertext = encrypted plaintext (same length) || 16-byte Poly1305 tag
+ *   frame      = { seq, final, ciphertext } in memory; { seq, final, ciphertext: base64url } in JSON
+ *                (chunkToWire / chunkFromWire)
+ *
+ * Invariants:
+ * - The response key is unique per attempt (fresh HPKE ephemeral key), and seq strictly increases under it,
+ *   so no (key, nonce) pair is ever used twice. seq is at most 2^53 - 1.
+ * - seq and final are authenticated twice over (nonce and AAD); request id and attempt through the AAD.
+ * - A chunk's plaintext is at most MAX_CHUNK_PLAINTEXT_BYTES; the final chunk may be empty.
+ * - Fail closed: the first violation an opener sees is final; every later open() or finish() throws the
+ *   same error. A sealer refuses to seal after its final chunk.
+ */
+import { chacha20poly1305 } from "@noble/ciphers/chacha.js";
+import { CanonicalBytes, u64Bytes } from "./canonical.ts";
+import { fromBase64url, toBase64url } from "./encoding.ts";
+import {
+  ChunkAfterFinalError,
+  ChunkAuthenticationError,
+  type CryptoError,
+  InvalidInputError,
+  InvalidKeyError,
+  MalformedChunkError,
+  OversizedChunkError,
+  PlaintextChunkError,
+  ReorderedChunkError,
+  ReplayedChunkError,
+  TruncatedStreamError,
+} from "./errors.ts";
+import { AEAD_TAG_BYTES, MAX_REQUEST_ID_BYTES, RESPONSE_KEY_BYTES } from "./seal.ts";
+
+export const CHUNK_AAD_TAG = "umbra-chunk-v1";
+export const CHUNK_NONCE_BYTES = 12;
+/** Largest chunk plaintext: 256 KiB (its base64url ciphertext stays well under the 1 MiB frame limit). */
+export const MAX_CHUNK_PLAINTEXT_BYTES = 256 * 1024;
+export const MAX_CHUNK_CIPHERTEXT_BYTES = MAX_CHUNK_PLAINTEXT_BYTES + AEAD_TAG_BYTES;
+export const MAX_CHUNK_SEQ = Number.MAX_SAFE_INTEGER;
+
+/** The stream a chunk belongs to: the response key of one attempt and the ids it binds. */
+export interface ChunkBinding {
+  readonly responseKey: Uint8Array;
+  readonly requestId: string;
+  readonly attempt: number;
+}
+
+export interface ChunkFrame {
+  readonly seq: number;
+  readonly final: boolean;
+  readonly ciphertext: Uint8Array;
+}
+
+/** A chunk frame as carried in JSON: the ciphertext in unpadded base64url. */
+export interface WireChunk {
+  readonly seq: number;
+  readonly final: boolean;
+  readonly ciphertext: string;
+}
+
+/**
+ * The 12-byte nonce of chunk `seq`: four zero bytes, then seq as a big-endian u64.
+ * @throws InvalidInputError unless seq is an integer in [0, 2^53 - 1].
+ */
+export function chunkNonce(seq: number): Uint8Array {
+  const nonce = new Uint8Array(CHUNK_NONCE_BYTES);
+  nonce.set(u64Bytes(checkedSeq(seq)), 4);
+  return nonce;
+}
+
+/**
+ * The AAD of a chunk (layout in the file header).
+ * @throws InvalidInputError when a field is out of range.
+ */
+export function chunkAad(requestId: string, attempt: number, seq: number, final: boolean): Uint8Array<ArrayBuffer> {
+  return CanonicalBytes.tagged(CHUNK_AAD_TAG)
+    .text("requestId", requestId, MAX_REQUEST_ID_BYTES)
+    .u32("attempt", attempt)
+    .u64("seq", seq)
+    .flag("final", final)
+    .finish();
+}
+
+/** Shared by sealer and opener: the key, and the AAD prefix that is fixed for the stream. */
+class ChunkStream {
+  protected readonly key: Uint8Array;
+  private readonly aadPrefix: Uint8Array;
+  protected seq = 0;
+  protected ended = false;
+
+  constructor(binding: ChunkBinding) {
+    if (!(binding.responseKey instanceof Uint8Array) || binding.responseKey.byteLength !== RESPONSE_KEY_BYTES) {
+      throw new InvalidKeyError(`response key must be ${RESPONSE_KEY_BYTES} bytes`);
+    }
+    this.key = binding.responseKey.slice();
+    this.aadPrefix = CanonicalBytes.tagged(CHUNK_AAD_TAG)
+      .text("requestId", binding.requestId, MAX_REQUEST_ID_BYTES)
+      .u32("attempt", binding.attempt)
+      .finish();
+  }
+
+  /** Sequence number of the next chunk. */
+  get nextSeq(): number {
+    return this.seq;
+  }
+
+  /** True once the final chunk has been sealed (sealer) or opened (opener). */
+  get finished(): boolean {
+    return this.ended;
+  }
+
+  protected cipher(seq: number, final: boolean) {
+    const aad = new Uint8Array(this.aadPrefix.byteLength + 9);
+    aad.set(this.aadPrefix, 0);
+    aad.set(u64Bytes(seq), this.aadPrefix.byteLength);
+    aad[aad.byteLength - 1] = final ? 1 : 0;
+    return chacha20poly1305(this.key, chunkNonce(seq), aad);
+  }
+}
+
+/** Provider side: seals the chunks of one attempt, numbering them from 0. */
+export class ChunkSealer extends ChunkStream {
+  /**
+   * Seal the next chunk; `final` marks the last one (it may be empty).
+   * @throws ChunkAfterFinalError after the final chunk.
+   * @throws OversizedChunkError when plaintext exceeds MAX_CHUNK_PLAINTEXT_BYTES.
+   * @throws InvalidInputError when plaintext is not bytes, final is not a boolean, or seq would overflow.
+   */
+  seal(plaintext: Uint8Array, final: boolean): ChunkFrame {
+    if (this.ended) throw new ChunkAfterFinalError("the final chunk was already sealed");
+    if (!(plaintext instanceof Uint8Array)) throw new InvalidInputError("chunk plaintext must be bytes");
+    if (typeof final !== "boolean") throw new InvalidInputError("final must be a boolean");
+    if (plaintext.byteLength > MAX_CHUNK_PLAINTEXT_BYTES) {
+      throw new OversizedChunkError(`chunk plaintext exceeds ${MAX_CHUNK_PLAINTEXT_BYTES} bytes`);
+    }
+    const seq = checkedSeq(this.seq);
+    const ciphertext = this.cipher(seq, final).encrypt(plaintext);
+    this.seq = seq + 1;
+    this.ended = final;
+    return { seq, final, ciphertext };
+  }
+}
+
+/** Coordinator side: opens the chunks of one attempt in order and checks the stream is complete. */
+export class ChunkOpener extends ChunkStream {
+  private failure: CryptoError | undefined;
+
+  /**
+   * Open the next frame and return its plaintext.
+   * @throws ChunkAfterFinalError for any frame after the final one.
+   * @throws PlaintextChunkError when the frame carries no ciphertext bytes, or fewer than the 16-byte tag.
+   * @throws MalformedChunkError when seq is not an integer in [0, 2^53 - 1] or final is not a boolean.
+   * @throws OversizedChunkError when the ciphertext exceeds MAX_CHUNK_CIPHERTEXT_BYTES.
+   * @throws ReplayedChunkError when seq is below the next expected one.
+   * @throws ReorderedChunkError when seq is above the next expected one.
+   * @throws ChunkAuthenticationError when authentication fails (tampering, wrong key, wrong binding).
+   * After any of these, every later call throws the same error.
+   */
+  open(frame: ChunkFrame): Uint8Array {
+    if (this.failure !== undefined) throw this.failure;
+    try {
+      return this.openChecked(frame);
+    } catch (error) {
+      this.failure = error as CryptoError;
+      throw error;
+    }
+  }
+
+  /**
+   * Call when the provider says the stream is over (or it ended): checks the final chunk was opened.
+   * @throws TruncatedStreamError when no final chunk was seen; the stored error after a violation.
+   */
+  finish(): void {
+    if (this.failure !== undefined) throw this.failure;
+    if (!this.ended) {
+      this.failure = new TruncatedStreamError(`stream ended after ${this.seq} chunks without a final chunk`);
+      throw this.failure;
+    }
+  }
+
+  private openChecked(frame: ChunkFrame): Uint8Array {
+    if (this.ended) throw new ChunkAfterFinalError("frame received after the final chunk");
+    const { seq, final, ciphertext } = checkedFrame(frame);
+    if (seq < this.seq) throw new ReplayedChunkError(`chunk ${seq} was already received (next is ${this.seq})`);
+    if (seq > this.seq) throw new ReorderedChunkError(`chunk ${seq} received, expected ${this.seq}`);
+    let plaintext: Uint8Array;
+    try {
+      plaintext = this.cipher(seq, final).decrypt(ciphertext);
+    } catch {
+      throw new ChunkAuthenticationError(`chunk ${seq} failed authentication`);
+    }
+    this.seq = seq + 1;
+    this.ended = final;
+    return plaintext;
+  }
+}
+
+/** In-memory frame -> JSON form. */
+export function chunkToWire(frame: ChunkFrame): WireChunk {
+  return { seq: frame.seq, final: frame.final, ciphertext: toBase64url(frame.ciphertext) };
+}
+
+/**
+ * JSON form -> in-memory frame, with the same shape checks as ChunkOpener.open (which still checks order
+ * and authenticity).
+ * @throws PlaintextChunkError when there is no base64url ciphertext (e.g. a plaintext `delta` instead).
+ * @throws MalformedChunkError when seq or final is missing or mistyped.
+ * @throws OversizedChunkError when the ciphertext exceeds MAX_CHUNK_CIPHERTEXT_BYTES.
+ */
+export function chunkFromWire(value: unknown): ChunkFrame {
+  if (typeof value !== "object" || value === null) throw new MalformedChunkError("chunk frame must be an object");
+  const wire = value as Partial<Record<keyof WireChunk, unknown>>;
+  if (typeof wire.ciphertext !== "string") throw new PlaintextChunkError("chunk frame carries no ciphertext");
+  // Bound the text before decoding it: 4 base64url characters per 3 bytes.
+  if (wire.ciphertext.length > Math.ceil((MAX_CHUNK_CIPHERTEXT_BYTES * 4) / 3)) {
+    throw new OversizedChunkError(`chunk ciphertext exceeds ${MAX_CHUNK_CIPHERTEXT_BYTES} bytes`);
+  }
+  let ciphertext: Uint8Array;
+  try {
+    ciphertext = fromBase64url(wire.ciphertext, "ciphertext");
+  } catch {
+    throw new PlaintextChunkError("chunk ciphertext is not base64url");
+  }
+  return checkedFrame({ seq: wire.seq as number, final: wire.final as boolean, ciphertext });
+}
+
+function checkedFrame(frame: ChunkFrame): ChunkFrame {
+  if (typeof frame !== "object" || frame === null) throw new MalformedChunkError("chunk frame must be an object");
+  const { seq, final, ciphertext } = frame;
+  if (!(ciphertext instanceof Uint8Array)) throw new PlaintextChunkError("chunk frame carries no ciphertext bytes");
+  if (ciphertext.byteLength < AEAD_TAG_BYTES) throw new PlaintextChunkError("chunk ciphertext is shorter than its tag");
+  if (ciphertext.byteLength > MAX_CHUNK_CIPHERTEXT_BYTES) {
+    throw new OversizedChunkError(`chunk ciphertext exceeds ${MAX_CHUNK_CIPHERTEXT_BYTES} bytes`);
+  }
+  if (typeof seq !== "number" || !Number.isInteger(seq) || seq < 0 || seq > MAX_CHUNK_SEQ) {
+    throw new MalformedChunkError("chunk seq must be an integer in [0, 2^53 - 1]");
+  }
+  if (typeof final !== "boolean") throw new MalformedChunkError("chunk final must be a boolean");
+  return { seq, final, ciphertext };
+}
+
+function checkedSeq(seq: number): number {
+  if (!Number.isInteger(seq) || seq < 0 || seq > MAX_CHUNK_SEQ) {
+    throw new InvalidInputError("chunk seq must be an integer in [0, 2^53 - 1]");
+  }
+  return seq;
+}
