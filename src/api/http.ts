@@ -3,6 +3,7 @@
  *
  *   GET  /healthz /readyz /metrics                 no auth
  *   GET  /v1/pricing                               no auth
+ *   GET  /v1/attestation                           no auth (503 when this host cannot attest)
  *   GET  /v1/models, /v1/models/{id...}            consumer auth (API key or JWT)
  *   POST /v1/chat/completions                      consumer auth
  *   GET  /v1/provider/connect (WebSocket)          provider device token (provider-socket.ts, wired in server.ts)
@@ -14,6 +15,7 @@
  */
 import { Elysia } from "elysia";
 import type { AdminService } from "../admin/admin-service.ts";
+import type { CoordinatorAttestation } from "../attestation/coordinator-attestation.ts";
 import type { Authenticator } from "../auth/authenticator.ts";
 import type { PricingService } from "../billing/pricing.ts";
 import type { CatalogService } from "../catalog/catalog.ts";
@@ -23,6 +25,7 @@ import type { Logger } from "../observability/logger.ts";
 import type { Metrics } from "../observability/metrics.ts";
 import type { Store } from "../store/types.ts";
 import { adminRoutes } from "./admin.ts";
+import { attestationRoutes } from "./attestation.ts";
 import { chatRoutes } from "./chat.ts";
 import { errorHandling } from "./errors.ts";
 import { healthRoutes } from "./health.ts";
@@ -34,6 +37,7 @@ export interface HttpDeps {
   readonly catalog: CatalogService;
   readonly pricing: PricingService;
   readonly admin: AdminService;
+  readonly attestation: CoordinatorAttestation;
   readonly chat: ChatService;
   readonly fleet: Fleet;
   readonly authenticate: Authenticator;
@@ -57,6 +61,7 @@ export function createHttpApp(deps: HttpDeps): HttpApp {
     })
     .use(healthRoutes(deps))
     .use(pricingRoutes(deps))
+    .use(attestationRoutes(deps))
     .use(modelRoutes(deps))
     .use(chatRoutes(deps))
     .use(adminRoutes(deps));

@@ -25,7 +25,8 @@ export function modelRoutes(deps: { catalog: CatalogService; authenticate: Authe
     .get("/v1/models/*", async ({ params, principal }) => {
       const id = pathId(params["*"]);
       const model = id === undefined ? undefined : await deps.catalog.retrieve(id, filterFor(principal));
-      if (!model) throw Errors.modelNotFound(`the model '${(id ?? "").slice(0, 256)}' does not exist`, "model");
+      // The id is not echoed: an error body never quotes what the client sent (docs/security.md).
+      if (!model) throw Errors.modelNotFound("the model does not exist", "model");
       return model;
     });
 }

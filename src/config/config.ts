@@ -4,6 +4,8 @@
  * Precedence: flag > environment > `<NAME>_FILE` (secrets only) > default. Production mode refuses unsafe
  * settings instead of warning about them. Nothing outside src/config reads the environment.
  */
+import { createPublicKey } from "node:crypto";
+import { readFileSync } from "node:fs";
 import { type ParseArgsConfig, parseArgs } from "node:util";
 import { ConfigError, type Env, enumSetting, type FlagValues, intSetting, optionsOf, readSetting, type Setting } from "./settings.ts";
 
@@ -13,6 +15,9 @@ export type Mode = "production" | "development";
 export type TrustLevel = "none" | "self_signed" | "hardware";
 export type LogLevel = "error" | "warn" | "info" | "debug";
 export type TrustRoot = "apple" | "development";
+/** Where the coordinator's own attestation evidence comes from (GET /v1/attestation). */
+export type AttestationSource = "dev" | "configfs-tsm" | "none";
+export type AttestationPlatform = "sev-snp" | "tdx";
 
 export const TRUST_LEVELS: readonly TrustLevel[] = ["none", "self_signed", "hardware"];
 export const LOG_LEVELS: readonly LogLevel[] = ["error", "warn", "info", "debug"];
@@ -64,6 +69,17 @@ export interface Config {
   readonly defaultTpm: number | null;
   /** Requests that may wait for a free provider slot, per model; beyond it 429 capacity_exhausted. */
   readonly maxQueuedPerModel: number;
+  /** Evidence source of GET /v1/attestation; `dev` is refused in production. */
+  readonly attestation: AttestationSource;
+  /** The confidential-VM platform configfs-tsm must report (its kernel provider is checked against it). */
+  readonly attestationPlatform: AttestationPlatform;
+  /**
+   * DER SubjectPublicKeyInfo of the TLS endpoint that fronts the coordinator (from --tls-public-key-file);
+   * null when not configured: the TLS half of the report data is then 32 zero bytes.
+   */
+  readonly tlsPublicKeySpki: Uint8Array | null;
+  /** The build's expected launch measurement (48 bytes), published next to the evidence; null when unknown. */
+  readonly expectedMeasurement: Uint8Array | null;
 }
 
 /** Every setting, with its flag and environment twin. docs/operations.md lists the same table. */
@@ -159,6 +175,32 @@ export const SETTINGS = {
     kind: "int",
     help: "requests waiting for a slot, per model",
   },
+  attestation: {
+    flag: "attestation",
+    env: "UMBRA_ATTESTATION",
+    kind: "enum",
+    values: ["dev", "configfs-tsm", "none"],
+    help: "coordinator evidence source: dev, configfs-tsm or none",
+  },
+  attestationPlatform: {
+    flag: "attestation-platform",
+    env: "UMBRA_ATTESTATION_PLATFORM",
+    kind: "enum",
+    values: ["sev-snp", "tdx"],
+    help: "platform configfs-tsm must report",
+  },
+  tlsPublicKeyFile: {
+    flag: "tls-public-key-file",
+    env: "UMBRA_TLS_PUBLIC_KEY_FILE",
+    kind: "string",
+    help: "PEM certificate or public key of the TLS endpoint (bound in the report data)",
+  },
+  expectedMeasurement: {
+    flag: "expected-measurement",
+    env: "UMBRA_EXPECTED_MEASUREMENT",
+    kind: "string",
+    help: "the build's expected launch measurement, 96 hex digits",
+  },
 } as const satisfies Record<string, Setting>;
 
 type SettingName = keyof typeof SETTINGS;
@@ -203,6 +245,44 @@ function parseListen(value: string): { host: string; port: number } {
 }
 
 /**
+ * The DER SubjectPublicKeyInfo of a PEM (or DER) certificate or public key file. A private key is refused:
+ * the setting names what the TLS endpoint presents, and the coordinator never needs that key.
+ */
+function readTlsPublicKey(path: string): Uint8Array {
+  const flag = `--${SETTINGS.tlsPublicKeyFile.flag}`;
+  let bytes: Buffer;
+  try {
+    bytes = readFileSync(path);
+  } catch {
+    throw new ConfigError(`${flag}: cannot read ${path}`);
+  }
+  const text = bytes.toString("latin1");
+  if (text.includes("PRIVATE KEY-----")) throw new ConfigError(`${flag}: ${path} holds a private key; give the certificate or public key`);
+  const pem = text.includes("-----BEGIN ");
+  const attempts = pem
+    ? [() => createPublicKey(text)]
+    : [
+        () => createPublicKey({ key: bytes, format: "der", type: "spki" }),
+        () => createPublicKey({ key: bytes, format: "der", type: "pkcs1" }),
+      ];
+  for (const attempt of attempts) {
+    try {
+      const key = attempt();
+      if (key.type === "public") return new Uint8Array(key.export({ type: "spki", format: "der" }));
+    } catch {}
+  }
+  throw new ConfigError(`${flag}: ${path} is not a PEM certificate or public key`);
+}
+
+/** 48 bytes from 96 hex digits (either case). */
+function parseMeasurement(value: string): Uint8Array {
+  if (!/^[0-9a-fA-F]{96}$/.test(value)) {
+    throw new ConfigError(`--${SETTINGS.expectedMeasurement.flag}: expected 96 hex digits (48 bytes), got ${value.length} characters`);
+  }
+  return new Uint8Array(Buffer.from(value, "hex"));
+}
+
+/**
  * Builds the frozen configuration. `defaultMode` is `production` for `serve`, `development` for `dev`.
  * Throws ConfigError with a message naming the flag for any invalid or unsafe value.
  */
@@ -212,6 +292,14 @@ export function loadConfig(flags: FlagValues, env: Env, defaultMode: Mode = "pro
   const adminToken = raw("adminToken", flags, env);
   const trustRoot = enumOf<TrustRoot>("trustRoot", raw("trustRoot", flags, env), mode === "production" ? "apple" : "development");
   const minTrust = enumOf<TrustLevel>("minTrust", raw("minTrust", flags, env), mode === "production" ? "hardware" : "none");
+
+  const attestation = enumOf<AttestationSource>(
+    "attestation",
+    raw("attestation", flags, env),
+    mode === "production" ? "configfs-tsm" : "dev",
+  );
+  const tlsPublicKeyFile = raw("tlsPublicKeyFile", flags, env);
+  const measurement = raw("expectedMeasurement", flags, env);
 
   const issuer = raw("jwtIssuer", flags, env);
   const audience = raw("jwtAudience", flags, env);
@@ -279,6 +367,10 @@ export function loadConfig(flags: FlagValues, env: Env, defaultMode: Mode = "pro
     defaultRpm: intOf("defaultRpm", raw("defaultRpm", flags, env), 0, 0, 1_000_000_000) || null,
     defaultTpm: intOf("defaultTpm", raw("defaultTpm", flags, env), 0, 0, 1_000_000_000_000) || null,
     maxQueuedPerModel: intOf("maxQueuedPerModel", raw("maxQueuedPerModel", flags, env), DEFAULTS.maxQueuedPerModel, 0, 1_000_000),
+    attestation,
+    attestationPlatform: enumOf<AttestationPlatform>("attestationPlatform", raw("attestationPlatform", flags, env), "sev-snp"),
+    tlsPublicKeySpki: tlsPublicKeyFile === undefined ? null : readTlsPublicKey(tlsPublicKeyFile),
+    expectedMeasurement: measurement === undefined ? null : parseMeasurement(measurement),
     ...(adminToken !== undefined ? { adminToken } : {}),
     ...(jwt !== undefined ? { jwt } : {}),
   };
@@ -294,6 +386,9 @@ function refuseUnsafe(config: Config): void {
   if (!config.metering) throw new ConfigError("production mode refuses --metering off (billing and rate limits)");
   if (config.trustRoot === "development") {
     throw new ConfigError("production mode refuses the development trust root (--trust-root development)");
+  }
+  if (config.attestation === "dev") {
+    throw new ConfigError("production mode refuses development attestation evidence (--attestation dev)");
   }
   if (config.adminToken === undefined) {
     throw new ConfigError("production mode needs an admin token: set UMBRA_ADMIN_TOKEN or UMBRA_ADMIN_TOKEN_FILE");

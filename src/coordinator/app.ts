@@ -4,6 +4,7 @@
  */
 import { AdminService } from "../admin/admin-service.ts";
 import { createHttpApp, type HttpApp } from "../api/http.ts";
+import { type CoordinatorAttestation, createCoordinatorAttestation } from "../attestation/coordinator-attestation.ts";
 import { type Authenticator, createAuthenticator } from "../auth/authenticator.ts";
 import { createJwtVerifier } from "../auth/jwt.ts";
 import { Billing } from "../billing/billing.ts";
@@ -40,6 +41,8 @@ export interface App {
   readonly store: Store;
   readonly http: HttpApp;
   readonly admin: AdminService;
+  /** The coordinator's sealing key and attestation document (GET /v1/attestation). */
+  readonly attestation: CoordinatorAttestation;
   readonly catalog: CatalogService;
   readonly pricing: PricingService;
   readonly authenticate: Authenticator;
@@ -68,6 +71,7 @@ export function createApp(deps: AppDeps): App {
     minTrust: config.minTrust,
     heartbeatIntervalMs: config.providerHeartbeatMs,
     livenessTimeoutMs: config.providerLivenessMs,
+    requireSealed: config.mode === "production",
     logger,
     now,
   }).start();
@@ -87,6 +91,15 @@ export function createApp(deps: AppDeps): App {
       .catch(() => logger.warn("provider token re-check failed", { reason: "store" }));
   }, TOKEN_RECHECK_MS);
   recheck.unref?.();
+  const attestation = createCoordinatorAttestation({
+    mode: config.mode,
+    source: config.attestation,
+    platform: config.attestationPlatform,
+    tlsPublicKeySpki: config.tlsPublicKeySpki,
+    expectedMeasurement: config.expectedMeasurement,
+    logger,
+    now,
+  });
   const authenticate = createAuthenticator(store, config.jwt && createJwtVerifier(config.jwt, now));
   const chat = new ChatService({ catalog, pricing, fleet, billing, limiter, store, settings: config, logger, metrics, now });
   const http = createHttpApp({
@@ -94,6 +107,7 @@ export function createApp(deps: AppDeps): App {
     catalog,
     pricing,
     admin,
+    attestation,
     chat,
     fleet,
     authenticate,
@@ -107,6 +121,7 @@ export function createApp(deps: AppDeps): App {
     store,
     http,
     admin,
+    attestation,
     catalog,
     pricing,
     authenticate,

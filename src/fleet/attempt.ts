@@ -7,6 +7,7 @@
  * idempotent, tells the provider once, frees the session slot once, and ends a pending `next()` with
  * a `lost` event so no waiter hangs.
  */
+import type { ChunkOpener } from "../crypto/chunks.ts";
 import type { Delta, ProviderErrorCode, Usage } from "../protocol/messages.ts";
 
 export type AttemptEvent =
@@ -14,7 +15,9 @@ export type AttemptEvent =
   | { readonly type: "chunk"; readonly delta: Delta }
   | { readonly type: "complete"; readonly finishReason: string; readonly usage: Usage }
   | { readonly type: "error"; readonly code: ProviderErrorCode }
-  | { readonly type: "lost"; readonly reason: string };
+  | { readonly type: "lost"; readonly reason: string }
+  /** The provider's output failed verification (sealed frame reordered, replayed, tampered ...). */
+  | { readonly type: "invalid"; readonly reason: string };
 
 export type CancelReason = "client_gone" | "deadline" | "failover" | "shutdown";
 
@@ -34,6 +37,8 @@ export class Attempt {
   chunks = 0;
   acceptedAt: number | undefined;
   firstContentAt: number | undefined;
+  /** Sealed sessions: opens this attempt's response frames (set before the inference is sent). */
+  opener: ChunkOpener | undefined;
 
   constructor(
     readonly requestId: string,
@@ -57,7 +62,7 @@ export class Attempt {
   /** Called by the session. */
   push(event: AttemptEvent): void {
     if (this.ended) return;
-    const terminal = event.type === "complete" || event.type === "error" || event.type === "lost";
+    const terminal = event.type === "complete" || event.type === "error" || event.type === "lost" || event.type === "invalid";
     if (terminal) {
       this.ended = true;
       this.release(undefined);

@@ -12,6 +12,10 @@
  * independent of what heartbeats report.
  */
 import type { TrustLevel } from "../config/config.ts";
+import { ChunkOpener } from "../crypto/chunks.ts";
+import { fromBase64url, toBase64url } from "../crypto/encoding.ts";
+import { CryptoError } from "../crypto/errors.ts";
+import { sealRequest } from "../crypto/seal.ts";
 import type { Logger } from "../observability/logger.ts";
 import {
   CLOSE,
@@ -22,6 +26,8 @@ import {
   ProtocolError,
   type ProviderFrame,
   type ProviderStatus,
+  parseDelta,
+  parseFinal,
   parseProviderFrame,
   type ServedModel,
 } from "../protocol/messages.ts";
@@ -49,6 +55,8 @@ export interface SessionHooks {
 export interface SessionSettings {
   readonly heartbeatIntervalMs: number;
   readonly livenessTimeoutMs: number;
+  /** Refuse plaintext sessions (production): every request must be sealed to the provider's key. */
+  readonly requireSealed: boolean;
 }
 
 type State = "awaiting_hello" | "ready" | "closed";
@@ -69,6 +77,8 @@ export class ProviderSession implements AttemptOwner {
   reportedQueued = 0;
   status: ProviderStatus = "idle";
   warm = new Set<string>();
+  /** The provider's X25519 key for this connection; undefined for a plaintext (development) session. */
+  encryptionKey: Uint8Array | undefined;
   trust: TrustLevel = "none";
   lastSeen: number;
   /** Exponentially weighted first-content latency in ms; undefined until a sample exists. */
@@ -128,6 +138,10 @@ export class ProviderSession implements AttemptOwner {
         this.terminate(CLOSE.version, `no supported protocol version (coordinator speaks ${PROTOCOL_VERSION})`);
         return;
       }
+      if (frame.encryption_key === undefined && this.settings.requireSealed) {
+        throw new ProtocolError("this coordinator requires sealed sessions: hello needs an encryption_key");
+      }
+      this.encryptionKey = frame.encryption_key === undefined ? undefined : fromBase64url(frame.encryption_key, "encryption_key");
       this.hello = frame;
       for (const m of frame.models) this.models.set(m.build_id, m);
       this.maxConcurrency = frame.max_concurrency;
@@ -167,6 +181,12 @@ export class ProviderSession implements AttemptOwner {
   }
 
   private applyAttemptFrame(attempt: Attempt, frame: Exclude<ProviderFrame, Hello | { type: "heartbeat" }>): void {
+    const sealed = frame.type === "sealed_chunk" || frame.type === "sealed_complete";
+    if (attempt.opener !== undefined && (frame.type === "chunk" || frame.type === "complete")) {
+      this.untrust(attempt, "plaintext frame in a sealed session");
+      return;
+    }
+    if (sealed && attempt.opener === undefined) throw new ProtocolError("sealed frame in a plaintext session");
     switch (frame.type) {
       case "accepted":
         if (attempt.acceptedAt !== undefined) throw new ProtocolError("duplicate accepted");
@@ -177,11 +197,7 @@ export class ProviderSession implements AttemptOwner {
         if (attempt.acceptedAt === undefined) throw new ProtocolError("chunk before accepted");
         if (frame.seq !== attempt.chunks) throw new ProtocolError(`chunk seq ${frame.seq}, expected ${attempt.chunks}`);
         attempt.chunks++;
-        if (attempt.firstContentAt === undefined) {
-          attempt.firstContentAt = this.now();
-          const sample = attempt.firstContentAt - attempt.startedAt;
-          this.firstContentMs = this.firstContentMs === undefined ? sample : this.firstContentMs * (1 - EWMA_WEIGHT) + sample * EWMA_WEIGHT;
-        }
+        this.noteFirstContent(attempt);
         attempt.push({ type: "chunk", delta: frame.delta });
         return;
       case "complete":
@@ -190,19 +206,94 @@ export class ProviderSession implements AttemptOwner {
         this.served++;
         attempt.push({ type: "complete", finishReason: frame.finish_reason, usage: frame.usage });
         return;
+      case "sealed_chunk":
+      case "sealed_complete":
+        this.openSealed(attempt, frame);
+        return;
       case "error":
         attempt.push({ type: "error", code: frame.code });
         return;
     }
   }
 
-  /** Sends an inference frame and returns its attempt; the caller checked `freeSlots`. */
-  dispatch(frame: Inference): Attempt {
+  /**
+   * Opens a sealed frame: ChunkOpener enforces order (seq from 0, no replay, nothing after final) and
+   * authenticity; the payload is then validated like a plaintext frame. Any failure is invalid output:
+   * the attempt fails (no failover: the provider misbehaved) and the provider is cut off.
+   */
+  private openSealed(attempt: Attempt, frame: Extract<ProviderFrame, { type: "sealed_chunk" | "sealed_complete" }>): void {
+    if (attempt.acceptedAt === undefined) throw new ProtocolError(`${frame.type} before accepted`);
+    const opener = attempt.opener as ChunkOpener;
+    const final = frame.type === "sealed_complete";
+    let payload: unknown;
+    try {
+      const plaintext = opener.open({ seq: frame.seq, final, ciphertext: fromBase64url(frame.sealed, "sealed") });
+      if (final) opener.finish();
+      payload = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(plaintext));
+      if (final) {
+        const end = parseFinal(payload);
+        this.served++;
+        attempt.push({ type: "complete", finishReason: end.finish_reason, usage: end.usage });
+        return;
+      }
+      const delta = parseDelta(payload);
+      attempt.chunks++;
+      this.noteFirstContent(attempt);
+      attempt.push({ type: "chunk", delta });
+    } catch (e) {
+      const reason =
+        e instanceof CryptoError
+          ? `sealed frame rejected: ${e.code}`
+          : e instanceof ProtocolError
+            ? `sealed payload: ${e.message}`
+            : "sealed frame is not JSON";
+      this.untrust(attempt, reason);
+    }
+  }
+
+  /** Invalid output: fail the attempt with `invalid` and end the session (the provider is untrusted). */
+  private untrust(attempt: Attempt, reason: string): void {
+    attempt.push({ type: "invalid", reason });
+    this.terminate(CLOSE.protocolError, reason);
+  }
+
+  private noteFirstContent(attempt: Attempt): void {
+    if (attempt.firstContentAt !== undefined) return;
+    attempt.firstContentAt = this.now();
+    const sample = attempt.firstContentAt - attempt.startedAt;
+    this.firstContentMs = this.firstContentMs === undefined ? sample : this.firstContentMs * (1 - EWMA_WEIGHT) + sample * EWMA_WEIGHT;
+  }
+
+  /**
+   * Sends one attempt of a request and returns it; the caller checked `freeSlots`. The slot is taken
+   * at once. A sealed session seals the request to the provider's key first (HPKE, binding protocol
+   * version, request id and attempt) and opens the answer with the exported response key.
+   */
+  async dispatch(frame: Inference): Promise<Attempt> {
     const attempt = new Attempt(frame.request_id, frame.attempt, this.id, this.identity.accountId, this.now(), this);
     this.attempts.set(attempt.key, attempt);
     this.active++;
     try {
-      this.transport.send(encode(frame));
+      const key = this.encryptionKey;
+      if (key === undefined) {
+        this.transport.send(encode(frame));
+        return attempt;
+      }
+      const binding = { protocolVersion: PROTOCOL_VERSION, requestId: frame.request_id, attempt: frame.attempt };
+      const sealed = await sealRequest(key, new TextEncoder().encode(JSON.stringify(frame.request)), binding);
+      if (attempt.done) return attempt; // cancelled or the session ended while sealing
+      attempt.opener = new ChunkOpener({ responseKey: sealed.responseKey, requestId: frame.request_id, attempt: frame.attempt });
+      this.transport.send(
+        encode({
+          type: "sealed_inference",
+          request_id: frame.request_id,
+          attempt: frame.attempt,
+          model: frame.model,
+          first_content_deadline_ms: frame.first_content_deadline_ms,
+          enc: toBase64url(sealed.enc),
+          ciphertext: toBase64url(sealed.ciphertext),
+        }),
+      );
     } catch {
       attempt.push({ type: "lost", reason: "send failed" });
     }

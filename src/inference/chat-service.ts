@@ -67,7 +67,8 @@ export class ChatService {
     const started = now();
     const request = parseChatRequest(body);
     const resolved = await catalog.resolve(request.model);
-    if (!resolved) throw Errors.modelNotFound(`the model '${request.model}' does not exist`, "model");
+    // Never echo the requested id: a client can put anything there (docs/security.md).
+    if (!resolved) throw Errors.modelNotFound("the model does not exist", "model");
     const filter = modelFilter(principal);
     if (filter && !filter(resolved.id, resolved.build.id)) {
       throw Errors.modelNotAllowed("this API key may not use this model", "model");

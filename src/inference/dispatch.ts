@@ -13,6 +13,8 @@
  *   - the deadline passed: 429 first_content_timeout with Retry-After (504 timeout when the request's
  *     own timeout is the earlier of the two);
  *   - the runtime refused the request itself (context length, invalid request): 400;
+ *   - a sealed frame failed verification (reordered, replayed, tampered, plaintext): 502
+ *     invalid_provider_output, without failover (the session ends and the provider is cut off);
  *   - the client went away: ClientGone (nobody reads the answer).
  */
 import { Errors } from "../errors/api-error.ts";
@@ -102,7 +104,7 @@ export async function dispatch(fleet: Fleet, settings: DispatchSettings, request
         continue;
       }
       tried.add(session.id);
-      const attempt = session.dispatch({
+      const attempt = await session.dispatch({
         type: "inference",
         request_id: request.requestId,
         attempt: n,
@@ -119,6 +121,8 @@ export async function dispatch(fleet: Fleet, settings: DispatchSettings, request
         attempt.cancel("deadline");
         throw timedOut();
       }
+      // Output that failed verification is the provider's fault, not bad luck: no failover.
+      if (outcome.kind === "invalid") throw Errors.invalidProviderOutput("the provider's output failed verification");
       attempt.cancel("failover");
       if (outcome.kind === "refused") {
         if (outcome.code === "context_length_exceeded") {
@@ -149,6 +153,7 @@ type Outcome =
   | { kind: "failed"; code: string }
   | { kind: "refused"; code: string }
   | { kind: "lost" }
+  | { kind: "invalid" }
   | { kind: "silent" }
   | { kind: "deadline" };
 
@@ -171,6 +176,8 @@ async function untilFirstContent(attempt: Attempt, settings: DispatchSettings, d
         return RETRYABLE.has(event.code) ? { kind: "failed", code: event.code } : { kind: "refused", code: event.code };
       case "lost":
         return { kind: "lost" };
+      case "invalid":
+        return { kind: "invalid" };
     }
   }
 }

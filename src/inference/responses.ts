@@ -55,6 +55,7 @@ export function usageJson(u: Usage) {
 
 /** The error a post-commit failure turns into. */
 function failureOf(event: AttemptEvent): ApiError {
+  if (event.type === "invalid") return Errors.invalidProviderOutput("the provider's output failed verification");
   if (event.type === "lost" && event.reason === "cancelled: deadline") return Errors.timeout("the request timed out");
   if (event.type === "error" && event.code === "timeout") return Errors.timeout("the provider timed out");
   return Errors.providerError("the provider failed while generating the response");

@@ -10,6 +10,11 @@
  * Flow of one attempt (request id + attempt number):
  *   C->P inference -> P->C accepted -> P->C chunk (seq 0, 1, 2, ...) -> P->C complete (seq = chunks sent)
  *   or, at any point: P->C error, or C->P cancel (after which late frames for the attempt are ignored).
+ *
+ * Sealed sessions (the provider's hello carries an X25519 `encryption_key`): the same flow with
+ * `sealed_inference` (the request HPKE-sealed to that key), `sealed_chunk` (each delta sealed with the
+ * exported response key, numbered, final = false) and `sealed_complete` (`{finish_reason, usage}`
+ * sealed with final = true), per src/crypto. A sealed session never carries a plaintext frame.
  */
 
 export const PROTOCOL_VERSION = 1;
@@ -66,6 +71,11 @@ export interface Hello {
   readonly hardware?: { readonly chip?: string; readonly memory_gb?: number };
   readonly models: readonly ServedModel[];
   readonly max_concurrency: number;
+  /**
+   * The provider's X25519 public key for this connection (raw 32 bytes, base64url). When present, the
+   * session is sealed; when absent, plaintext, which only a development coordinator accepts.
+   */
+  readonly encryption_key?: string;
 }
 
 export interface Heartbeat {
@@ -121,7 +131,26 @@ export interface ProviderError {
   readonly message?: string;
 }
 
-export type ProviderFrame = Hello | Heartbeat | Accepted | Chunk | Complete | ProviderError;
+/** A chunk of a sealed session: the delta as JSON, sealed (final = false), base64url. */
+export interface SealedChunk {
+  readonly type: "sealed_chunk";
+  readonly request_id: string;
+  readonly attempt: number;
+  readonly seq: number;
+  readonly sealed: string;
+}
+
+/** The end of a sealed attempt: `{finish_reason, usage}` as JSON, sealed with final = true. */
+export interface SealedComplete {
+  readonly type: "sealed_complete";
+  readonly request_id: string;
+  readonly attempt: number;
+  /** The seq of this final frame: the number of chunks before it. */
+  readonly seq: number;
+  readonly sealed: string;
+}
+
+export type ProviderFrame = Hello | Heartbeat | Accepted | Chunk | Complete | SealedChunk | SealedComplete | ProviderError;
 
 export interface Welcome {
   readonly type: "welcome";
@@ -149,6 +178,17 @@ export interface Inference {
   readonly request: EngineRequestBody;
 }
 
+/** An inference for a sealed session: the request JSON, HPKE-sealed to the hello's key (base64url). */
+export interface SealedInference {
+  readonly type: "sealed_inference";
+  readonly request_id: string;
+  readonly attempt: number;
+  readonly model: string;
+  readonly first_content_deadline_ms: number;
+  readonly enc: string;
+  readonly ciphertext: string;
+}
+
 export interface Cancel {
   readonly type: "cancel";
   readonly request_id: string;
@@ -156,7 +196,7 @@ export interface Cancel {
   readonly reason: "client_gone" | "deadline" | "failover" | "shutdown";
 }
 
-export type CoordinatorFrame = Welcome | Inference | Cancel;
+export type CoordinatorFrame = Welcome | Inference | SealedInference | Cancel;
 
 export class ProtocolError extends Error {
   override readonly name = "ProtocolError";
@@ -213,17 +253,59 @@ function decode(text: string | Buffer | ArrayBuffer | Uint8Array, max: number): 
   return obj(value, "frame");
 }
 
+/** Unpadded base64url text of `min`..`max` characters. */
+function b64url(o: Obj, k: string, min: number, max: number): string {
+  const v = o[k];
+  if (typeof v !== "string" || v.length < min || v.length > max || !/^[A-Za-z0-9_-]+$/.test(v)) {
+    fail(`field '${k}' must be base64url of ${min}..${max} characters`);
+  }
+  return v;
+}
+
 function attemptIds(o: Obj): { request_id: string; attempt: number } {
   return { request_id: str(o, "request_id", 128), attempt: int(o, "attempt", 0, 64) };
 }
 
-function delta(v: unknown): Delta {
+/** Validates a delta (plaintext chunks, and the opened payload of a sealed chunk). Throws ProtocolError. */
+export function parseDelta(v: unknown): Delta {
   const o = obj(v, "delta");
   const content = o.content;
   const reasoning = o.reasoning_content;
   if (content !== undefined && typeof content !== "string") fail("delta.content must be a string");
   if (reasoning !== undefined && typeof reasoning !== "string") fail("delta.reasoning_content must be a string");
   return { ...(content !== undefined ? { content } : {}), ...(reasoning !== undefined ? { reasoning_content: reasoning } : {}) };
+}
+
+/**
+ * Validates the end of an attempt: `{finish_reason, usage}` (plaintext complete frames, and the opened
+ * payload of a sealed complete). Throws ProtocolError.
+ */
+export function parseFinal(v: unknown): { finish_reason: string; usage: Usage } {
+  const o = obj(v, "final");
+  const u = obj(o.usage, "usage");
+  const cached = optInt(u, "cached_tokens", 0, 2 ** 40);
+  const reasoning = optInt(u, "reasoning_tokens", 0, 2 ** 40);
+  const usage: Usage = {
+    prompt_tokens: int(u, "prompt_tokens", 0, 2 ** 40),
+    completion_tokens: int(u, "completion_tokens", 0, 2 ** 40),
+    ...(cached !== undefined ? { cached_tokens: cached } : {}),
+    ...(reasoning !== undefined ? { reasoning_tokens: reasoning } : {}),
+  };
+  if ((usage.cached_tokens ?? 0) > usage.prompt_tokens) fail("usage.cached_tokens exceeds prompt_tokens");
+  return { finish_reason: str(o, "finish_reason", 64), usage };
+}
+
+/** Validates a request body (plaintext inference frames, and the opened payload of a sealed one). */
+export function parseEngineRequest(v: unknown): EngineRequestBody {
+  const request = obj(v, "request");
+  const messages = request.messages;
+  if (!Array.isArray(messages) || messages.length === 0) fail("request.messages must be a non-empty array");
+  for (const m of messages) {
+    const mo = obj(m, "message");
+    if (typeof mo.role !== "string" || typeof mo.content !== "string") fail("each message needs string role and content");
+  }
+  int(request, "max_tokens", 1, MAX_TOKENS_LIMIT);
+  return request as unknown as EngineRequestBody;
 }
 
 /** Parses and validates one frame a provider sent. Throws ProtocolError. */
@@ -258,6 +340,7 @@ export function parseProviderFrame(text: string | Buffer | ArrayBuffer | Uint8Ar
         const memory = optInt(h, "memory_gb", 0, 1_000_000);
         hardware = { ...(chip !== undefined ? { chip } : {}), ...(memory !== undefined ? { memory_gb: memory } : {}) };
       }
+      const encryptionKey = o.encryption_key === undefined ? undefined : b64url(o, "encryption_key", 43, 43);
       return {
         type: "hello",
         protocol_versions: versions as number[],
@@ -266,6 +349,7 @@ export function parseProviderFrame(text: string | Buffer | ArrayBuffer | Uint8Ar
         ...(hardware ? { hardware } : {}),
         models,
         max_concurrency: int(o, "max_concurrency", 1, 4096),
+        ...(encryptionKey !== undefined ? { encryption_key: encryptionKey } : {}),
       };
     }
     case "heartbeat": {
@@ -282,20 +366,13 @@ export function parseProviderFrame(text: string | Buffer | ArrayBuffer | Uint8Ar
     case "accepted":
       return { type: "accepted", ...attemptIds(o) };
     case "chunk":
-      return { type: "chunk", ...attemptIds(o), seq: int(o, "seq"), delta: delta(o.delta) };
-    case "complete": {
-      const u = obj(o.usage, "usage");
-      const cached = optInt(u, "cached_tokens", 0, 2 ** 40);
-      const reasoning = optInt(u, "reasoning_tokens", 0, 2 ** 40);
-      const usage: Usage = {
-        prompt_tokens: int(u, "prompt_tokens", 0, 2 ** 40),
-        completion_tokens: int(u, "completion_tokens", 0, 2 ** 40),
-        ...(cached !== undefined ? { cached_tokens: cached } : {}),
-        ...(reasoning !== undefined ? { reasoning_tokens: reasoning } : {}),
-      };
-      if ((usage.cached_tokens ?? 0) > usage.prompt_tokens) fail("usage.cached_tokens exceeds prompt_tokens");
-      return { type: "complete", ...attemptIds(o), seq: int(o, "seq"), finish_reason: str(o, "finish_reason", 64), usage };
-    }
+      return { type: "chunk", ...attemptIds(o), seq: int(o, "seq"), delta: parseDelta(o.delta) };
+    case "sealed_chunk":
+      return { type: "sealed_chunk", ...attemptIds(o), seq: int(o, "seq"), sealed: b64url(o, "sealed", 22, MAX_FRAME_BYTES) };
+    case "sealed_complete":
+      return { type: "sealed_complete", ...attemptIds(o), seq: int(o, "seq"), sealed: b64url(o, "sealed", 22, MAX_FRAME_BYTES) };
+    case "complete":
+      return { type: "complete", ...attemptIds(o), seq: int(o, "seq"), ...parseFinal(o) };
     case "error": {
       const code = o.code;
       if (typeof code !== "string" || !(PROVIDER_ERROR_CODES as readonly string[]).includes(code)) {
@@ -323,22 +400,23 @@ export function parseCoordinatorFrame(text: string | Buffer | ArrayBuffer | Uint
         liveness_timeout_ms: int(o, "liveness_timeout_ms", 10, 3_600_000),
       };
     case "inference": {
-      const request = obj(o.request, "request");
-      const messages = request.messages;
-      if (!Array.isArray(messages) || messages.length === 0) fail("request.messages must be a non-empty array");
-      for (const m of messages) {
-        const mo = obj(m, "message");
-        if (typeof mo.role !== "string" || typeof mo.content !== "string") fail("each message needs string role and content");
-      }
-      int(request, "max_tokens", 1, MAX_TOKENS_LIMIT);
       return {
         type: "inference",
         ...attemptIds(o),
         model: str(o, "model"),
         first_content_deadline_ms: int(o, "first_content_deadline_ms", 1, 86_400_000),
-        request: request as unknown as EngineRequestBody,
+        request: parseEngineRequest(o.request),
       };
     }
+    case "sealed_inference":
+      return {
+        type: "sealed_inference",
+        ...attemptIds(o),
+        model: str(o, "model"),
+        first_content_deadline_ms: int(o, "first_content_deadline_ms", 1, 86_400_000),
+        enc: b64url(o, "enc", 43, 43),
+        ciphertext: b64url(o, "ciphertext", 22, MAX_INFERENCE_FRAME_BYTES),
+      };
     case "cancel": {
       const reason = o.reason;
       if (reason !== "client_gone" && reason !== "deadline" && reason !== "failover" && reason !== "shutdown")

@@ -16,6 +16,8 @@
  * (or an upgrade refused with 401/403) and close 4002 stop the agent for good; `done` reports why.
  * Content is never logged: only ids, codes, counts and durations.
  */
+import { toBase64url } from "../crypto/encoding.ts";
+import { generateX25519KeyPair } from "../crypto/seal.ts";
 import { type Logger, silentLogger } from "../observability/logger.ts";
 import {
   CLOSE,
@@ -29,6 +31,7 @@ import {
   type ProviderFrame,
   type ProviderStatus,
   parseCoordinatorFrame,
+  type SealedInference,
   type Welcome,
 } from "../protocol/messages.ts";
 import { VERSION } from "../version.ts";
@@ -108,6 +111,8 @@ class ProviderAgent implements Agent {
   private readonly attempts: Attempts;
 
   private ws: WebSocket | undefined;
+  /** This connection's X25519 private key (sealed requests). */
+  private privateKey: Uint8Array | undefined;
   private welcome: Welcome | undefined;
   private upgradeStatus: number | undefined;
   private heartbeatTimer: ReturnType<typeof setInterval> | undefined;
@@ -217,8 +222,12 @@ class ProviderAgent implements Agent {
     this.welcomeTimer = setTimeout(() => {
       if (this.ws === ws && !this.welcome) this.drop(ws, CLOSE.timeout, "no welcome in time");
     }, this.options.welcomeTimeoutMs ?? 15_000);
-    ws.onopen = () => {
+    ws.onopen = async () => {
       if (this.ws !== ws) return;
+      // A fresh X25519 key for every connection: requests are sealed to it, and it dies with the socket.
+      const keys = await generateX25519KeyPair();
+      if (this.ws !== ws) return;
+      this.privateKey = keys.privateKey;
       const models = this.options.engine.models();
       this.send(ws, {
         type: "hello",
@@ -228,6 +237,7 @@ class ProviderAgent implements Agent {
         ...(this.options.hardware ? { hardware: this.options.hardware } : {}),
         models,
         max_concurrency: this.options.maxConcurrency,
+        encryption_key: toBase64url(keys.publicKey),
       });
     };
     ws.onmessage = (event: MessageEvent) => {
@@ -351,6 +361,7 @@ class ProviderAgent implements Agent {
         this.onWelcome(frame);
         return;
       case "inference":
+      case "sealed_inference":
         this.onInference(ws, frame);
         return;
       case "cancel":
@@ -395,7 +406,7 @@ class ProviderAgent implements Agent {
     });
   }
 
-  private onInference(ws: WebSocket, frame: Inference): void {
+  private onInference(ws: WebSocket, frame: Inference | SealedInference): void {
     if (this.attempts.has(frame.request_id, frame.attempt)) {
       this.logger.warn("malformed coordinator frame", { reason: "duplicate attempt", request_id: frame.request_id });
       this.drop(ws, CLOSE.protocolError, "duplicate attempt");
@@ -414,7 +425,9 @@ class ProviderAgent implements Agent {
       this.send(ws, { type: "error", request_id: frame.request_id, attempt: frame.attempt, code, message });
       return;
     }
-    this.attempts.start(frame, (f) => this.send(ws, f));
+    const send = (f: ProviderFrame) => this.send(ws, f);
+    if (frame.type === "inference") this.attempts.start(frame, send);
+    else void this.attempts.startSealed(frame, this.privateKey as Uint8Array, send);
   }
 
   private changed(): void {

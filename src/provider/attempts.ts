@@ -8,8 +8,22 @@
  * within `first_content_deadline_ms` -> `error` timeout. A delta too large for one frame is split over
  * several chunks (MAX_CHUNK_CHARS UTF-16 units each, surrogate pairs kept whole).
  */
+
+import { ChunkSealer } from "../crypto/chunks.ts";
+import { fromBase64url, toBase64url } from "../crypto/encoding.ts";
+import { openRequest } from "../crypto/seal.ts";
 import type { Logger } from "../observability/logger.ts";
-import type { Delta, Inference, ProviderErrorCode, ProviderFrame, Usage } from "../protocol/messages.ts";
+import {
+  type Delta,
+  type EngineRequestBody,
+  type Inference,
+  PROTOCOL_VERSION,
+  type ProviderErrorCode,
+  type ProviderFrame,
+  parseEngineRequest,
+  type SealedInference,
+  type Usage,
+} from "../protocol/messages.ts";
 import { type Engine, EngineError } from "./engines/engine.ts";
 
 /** Largest delta text per chunk frame, in UTF-16 units: JSON escaping stays far below MAX_FRAME_BYTES. */
@@ -35,6 +49,8 @@ interface Running {
   /** Once set, nothing more is sent for this attempt. */
   silenced: boolean;
   deadline?: ReturnType<typeof setTimeout>;
+  /** Sealed attempts: seals every chunk and the final frame with the request's response key. */
+  readonly sealer: ChunkSealer | undefined;
   /** Text waiting to be sent as one chunk (see `buffer`). */
   pendingContent: string;
   pendingReasoning: string;
@@ -42,6 +58,7 @@ interface Running {
 }
 
 const keyOf = (requestId: string, attempt: number) => `${attempt}:${requestId}`;
+const encoder = new TextEncoder();
 
 export class Attempts {
   private readonly running = new Map<string, Running>();
@@ -61,8 +78,36 @@ export class Attempts {
     return this.running.has(keyOf(requestId, attempt));
   }
 
+  /**
+   * Opens a sealed request with this connection's X25519 private key (HPKE, binding protocol version,
+   * request id and attempt), then runs it like `start`, sealing the answer. A request that does not
+   * open is refused with `invalid_request` (nothing is run).
+   */
+  async startSealed(frame: SealedInference, privateKey: Uint8Array, send: SendFrame): Promise<void> {
+    let request: EngineRequestBody;
+    let sealer: ChunkSealer;
+    try {
+      const binding = { protocolVersion: PROTOCOL_VERSION, requestId: frame.request_id, attempt: frame.attempt };
+      const opened = await openRequest(privateKey, fromBase64url(frame.enc, "enc"), fromBase64url(frame.ciphertext, "ciphertext"), binding);
+      request = parseEngineRequest(JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(opened.plaintext)));
+      sealer = new ChunkSealer({ responseKey: opened.responseKey, requestId: frame.request_id, attempt: frame.attempt });
+    } catch {
+      this.logger.warn("sealed request refused", { request_id: frame.request_id, attempt: frame.attempt });
+      send({
+        type: "error",
+        request_id: frame.request_id,
+        attempt: frame.attempt,
+        code: "invalid_request",
+        message: "sealed request could not be opened",
+      });
+      return;
+    }
+    const { enc: _enc, ciphertext: _ciphertext, ...head } = frame;
+    this.start({ ...head, type: "inference", request }, send, sealer);
+  }
+
   /** Sends `accepted` and runs the engine; the caller decided to accept (capacity, model, not draining). */
-  start(frame: Inference, send: SendFrame): void {
+  start(frame: Inference, send: SendFrame, sealer?: ChunkSealer): void {
     const run: Running = {
       key: keyOf(frame.request_id, frame.attempt),
       requestId: frame.request_id,
@@ -71,6 +116,7 @@ export class Attempts {
       controller: new AbortController(),
       seq: 0,
       silenced: false,
+      sealer,
       pendingContent: "",
       pendingReasoning: "",
       flushScheduled: false,
@@ -117,14 +163,25 @@ export class Attempts {
           continue;
         }
         this.flush(run);
-        run.send({
-          type: "complete",
-          request_id: run.requestId,
-          attempt: run.attempt,
-          seq: run.seq,
-          finish_reason: event.finishReason,
-          usage: event.usage,
-        });
+        if (run.sealer) {
+          const final = run.sealer.seal(encoder.encode(JSON.stringify({ finish_reason: event.finishReason, usage: event.usage })), true);
+          run.send({
+            type: "sealed_complete",
+            request_id: run.requestId,
+            attempt: run.attempt,
+            seq: final.seq,
+            sealed: toBase64url(final.ciphertext),
+          });
+        } else {
+          run.send({
+            type: "complete",
+            request_id: run.requestId,
+            attempt: run.attempt,
+            seq: run.seq,
+            finish_reason: event.finishReason,
+            usage: event.usage,
+          });
+        }
         completed = true;
         this.hooks.completed(event.usage);
         this.logger.debug("attempt complete", {
@@ -174,7 +231,18 @@ export class Attempts {
     run.pendingContent = "";
     run.pendingReasoning = "";
     for (const delta of splitDelta(pending)) {
-      run.send({ type: "chunk", request_id: run.requestId, attempt: run.attempt, seq: run.seq++, delta });
+      if (run.sealer) {
+        const frame = run.sealer.seal(encoder.encode(JSON.stringify(delta)), false);
+        run.send({
+          type: "sealed_chunk",
+          request_id: run.requestId,
+          attempt: run.attempt,
+          seq: frame.seq,
+          sealed: toBase64url(frame.ciphertext),
+        });
+      } else {
+        run.send({ type: "chunk", request_id: run.requestId, attempt: run.attempt, seq: run.seq++, delta });
+      }
     }
   }
 

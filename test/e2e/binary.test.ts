@@ -103,6 +103,13 @@ describe("compiled coordinator", () => {
       const pricing = await fetch(`${url}/v1/pricing`);
       expect(((await pricing.json()) as { fallback_input_usd: string }).fallback_input_usd).toBe("$0.50");
 
+      // Production on a machine without a TEE still serves, and says attestation is not available here.
+      const attestation = await fetch(`${url}/v1/attestation`);
+      expect([attestation.status, ((await attestation.json()) as { error: { code: string } }).error.code]).toEqual([
+        503,
+        "service_unavailable",
+      ]);
+
       expect((await fetch(`${url}/healthz`)).status).toBe(200);
       expect(await (await fetch(`${url}/metrics`)).text()).toContain('route="/v1/models/*"');
     } finally {

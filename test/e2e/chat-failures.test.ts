@@ -424,7 +424,9 @@ describe("admission queue", () => {
 
   test("a queued request that waits past the first-content deadline gets 429 first_content_timeout", async () => {
     await using ctx = await setup({ UMBRA_MAX_QUEUED_PER_MODEL: "4", UMBRA_FIRST_CONTENT_TIMEOUT_MS: "200" });
-    const p = await oneSlot(ctx);
+    // Every request hangs: whether the queued one times out waiting or after the held one's slot frees
+    // (the held one has the same deadline), no content ever comes.
+    const p = await ctx.provider(() => [{ do: "accept" }, { do: "hang" }], { maxConcurrency: 1 });
     const controller = new AbortController();
     const held = postChat(ctx.server.url, ctx.apiKey, chatBody("hold"), { signal: controller.signal }).catch(() => undefined);
     await p.waitFor((f) => f.type === "inference");

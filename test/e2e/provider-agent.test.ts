@@ -67,6 +67,7 @@ describe("session", () => {
         engine: "echo",
         models: [{ build_id: "org/echo" }],
         max_concurrency: 3,
+        encryption_key: expect.stringMatching(/^[A-Za-z0-9_-]{43}$/),
       },
     });
     expect(agent.state()).toEqual({
@@ -284,6 +285,9 @@ describe("malformed coordinator frames close with 1002 and the agent reconnects"
     expect(fake.closes[0]?.code).toBe(CLOSE.protocolError);
     await waitFor(() => agent.state().sessions === 2, "second session");
     expect(fake.ofType("hello").length).toBe(2);
+    // The encryption key is rotated on every connection.
+    const keys = fake.ofType("hello").map((h) => h.encryption_key);
+    expect(new Set(keys).size).toBe(2);
   });
 });
 

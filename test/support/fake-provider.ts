@@ -2,14 +2,26 @@
  * A scriptable provider for coordinator tests: a real WebSocket client speaking protocol v1, whose
  * answer to each inference is decided by a `behave` function. Use `await using`.
  */
+import { ChunkSealer } from "../../src/crypto/chunks.ts";
+import { fromBase64url, toBase64url } from "../../src/crypto/encoding.ts";
+import { generateX25519KeyPair, openRequest } from "../../src/crypto/seal.ts";
 import {
   type CoordinatorFrame,
   type Delta,
   encode,
   type Inference,
+  PROTOCOL_VERSION,
   parseCoordinatorFrame,
+  parseEngineRequest,
   type Usage,
 } from "../../src/protocol/messages.ts";
+
+/** What a `frames` step gets in a sealed session: the attempt's sealer and ids, to craft frames. */
+export interface SealedContext {
+  readonly sealer: ChunkSealer;
+  readonly ids: { readonly request_id: string; readonly attempt: number };
+  readonly seal: (payload: unknown, final: boolean) => { seq: number; sealed: string };
+}
 
 export type Step =
   | { readonly do: "accept" }
@@ -21,6 +33,8 @@ export type Step =
   /** Waits until the promise settles (a gate the test opens). */
   | { readonly do: "until"; readonly ready: Promise<unknown> }
   | { readonly do: "hang" }
+  /** Sealed sessions: arbitrary frames built with the attempt's sealer (tampering tests). */
+  | { readonly do: "frames"; readonly make: (ctx: SealedContext) => readonly string[] }
   | { readonly do: "close" };
 
 export type Behaviour = (inference: Inference) => readonly Step[];
@@ -45,6 +59,8 @@ export interface FakeProviderOptions {
   /** Send heartbeats (default true, every heartbeat interval from welcome). */
   readonly heartbeat?: boolean;
   readonly hello?: Record<string, unknown>;
+  /** Announce an X25519 key and speak the sealed protocol (the real agent always does). */
+  readonly sealed?: boolean;
 }
 
 export interface FakeProvider extends AsyncDisposable {
@@ -59,6 +75,7 @@ export interface FakeProvider extends AsyncDisposable {
 
 export async function connectFakeProvider(options: FakeProviderOptions): Promise<FakeProvider> {
   const url = `${options.url.replace(/^http/, "ws")}/v1/provider/connect`;
+  const keys = options.sealed ? await generateX25519KeyPair() : undefined;
   const ws = new WebSocket(url, { headers: { authorization: `Bearer ${options.token}` } } as unknown as string[]);
   const received: CoordinatorFrame[] = [];
   const watchers: { match: (f: CoordinatorFrame) => boolean; resolve: (f: CoordinatorFrame) => void }[] = [];
@@ -77,9 +94,13 @@ export async function connectFakeProvider(options: FakeProviderOptions): Promise
     if (ws.readyState === WebSocket.OPEN) ws.send(text);
   };
 
-  async function run(inf: Inference): Promise<void> {
+  async function run(inf: Inference, sealer?: ChunkSealer): Promise<void> {
     const key = `${inf.request_id}#${inf.attempt}`;
     let seq = 0;
+    const sealPayload = (payload: unknown, final: boolean) => {
+      const frame = (sealer as ChunkSealer).seal(new TextEncoder().encode(JSON.stringify(payload)), final);
+      return { seq: frame.seq, sealed: toBase64url(frame.ciphertext) };
+    };
     for (const step of behave(inf)) {
       if (cancelled.has(key)) return;
       const ids = { request_id: inf.request_id, attempt: inf.attempt };
@@ -88,18 +109,22 @@ export async function connectFakeProvider(options: FakeProviderOptions): Promise
           send(encode({ type: "accepted", ...ids }));
           break;
         case "chunk":
-          send(encode({ type: "chunk", ...ids, seq: seq++, delta: step.delta }));
+          if (sealer) {
+            seq++;
+            send(encode({ type: "sealed_chunk", ...ids, ...sealPayload(step.delta, false) }));
+          } else {
+            send(encode({ type: "chunk", ...ids, seq: seq++, delta: step.delta }));
+          }
           break;
-        case "complete":
-          send(
-            encode({
-              type: "complete",
-              ...ids,
-              seq,
-              finish_reason: step.finishReason ?? "stop",
-              usage: step.usage ?? { prompt_tokens: 1, completion_tokens: seq },
-            }),
-          );
+        case "complete": {
+          const end = { finish_reason: step.finishReason ?? "stop", usage: step.usage ?? { prompt_tokens: 1, completion_tokens: seq } };
+          if (sealer) send(encode({ type: "sealed_complete", ...ids, ...sealPayload(end, true) }));
+          else send(encode({ type: "complete", ...ids, seq, ...end }));
+          break;
+        }
+        case "frames":
+          if (!sealer) throw new Error("a frames step needs a sealed session");
+          for (const text of step.make({ sealer, ids, seal: sealPayload })) send(text);
           break;
         case "error":
           send(JSON.stringify({ type: "error", ...ids, code: step.code }));
@@ -132,6 +157,22 @@ export async function connectFakeProvider(options: FakeProviderOptions): Promise
       }
     }
     if (frame.type === "inference") void run(frame);
+    if (frame.type === "sealed_inference" && keys) {
+      const sealedFrame = frame;
+      const pair = keys;
+      void (async () => {
+        const binding = { protocolVersion: PROTOCOL_VERSION, requestId: sealedFrame.request_id, attempt: sealedFrame.attempt };
+        const opened = await openRequest(pair.privateKey, fromBase64url(sealedFrame.enc), fromBase64url(sealedFrame.ciphertext), binding);
+        const request = parseEngineRequest(JSON.parse(new TextDecoder().decode(opened.plaintext)));
+        const { enc: _e, ciphertext: _c, ...head } = sealedFrame;
+        const sealer = new ChunkSealer({
+          responseKey: opened.responseKey,
+          requestId: sealedFrame.request_id,
+          attempt: sealedFrame.attempt,
+        });
+        await run({ ...head, type: "inference", request }, sealer);
+      })();
+    }
     if (frame.type === "cancel") cancelled.add(`${frame.request_id}#${frame.attempt}`);
   });
 
@@ -148,6 +189,7 @@ export async function connectFakeProvider(options: FakeProviderOptions): Promise
   ws.send(
     JSON.stringify({
       type: "hello",
+      ...(keys ? { encryption_key: toBase64url(keys.publicKey) } : {}),
       protocol_versions: [1],
       provider_version: "test",
       engine: "fake",

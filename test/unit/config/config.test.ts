@@ -1,6 +1,9 @@
+import "reflect-metadata";
 import { describe, expect, test } from "bun:test";
-import { writeFileSync } from "node:fs";
+import { generateKeyPairSync } from "node:crypto";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { X509Certificate } from "@peculiar/x509";
 import { ConfigError, loadConfig, parseFlags } from "../../../src/config/config.ts";
 import { tempDir } from "../../support/harness.ts";
 
@@ -32,12 +35,22 @@ describe("loadConfig", () => {
       defaultRpm: null,
       defaultTpm: null,
       maxQueuedPerModel: 64,
+      attestation: "dev",
+      attestationPlatform: "sev-snp",
+      tlsPublicKeySpki: null,
+      expectedMeasurement: null,
     });
   });
 
   test("production defaults with an admin token", () => {
     const c = loadConfig({}, { UMBRA_ADMIN_TOKEN: STRONG });
-    expect([c.mode, c.minTrust, c.trustRoot, c.adminToken]).toEqual(["production", "hardware", "apple", STRONG]);
+    expect([c.mode, c.minTrust, c.trustRoot, c.adminToken, c.attestation]).toEqual([
+      "production",
+      "hardware",
+      "apple",
+      STRONG,
+      "configfs-tsm",
+    ]);
   });
 
   test("the result is frozen", () => {
@@ -73,6 +86,7 @@ describe("loadConfig", () => {
       ["a short admin token", { UMBRA_ADMIN_TOKEN: "short" }, "at least 32"],
       ["the development trust root", { UMBRA_ADMIN_TOKEN: STRONG, UMBRA_TRUST_ROOT: "development" }, "development trust root"],
       ["metering off", { UMBRA_ADMIN_TOKEN: STRONG, UMBRA_METERING: "off" }, "--metering off"],
+      ["development attestation evidence", { UMBRA_ADMIN_TOKEN: STRONG, UMBRA_ATTESTATION: "dev" }, "--attestation dev"],
       [
         "a plain-http JWKS URL",
         { UMBRA_ADMIN_TOKEN: STRONG, UMBRA_JWT_JWKS_URL: "http://idp.example/jwks", UMBRA_JWT_ISSUER: "i", UMBRA_JWT_AUDIENCE: "a" },
@@ -99,6 +113,12 @@ describe("loadConfig", () => {
       [{ UMBRA_PROVIDER_HEARTBEAT_MS: "5000", UMBRA_PROVIDER_LIVENESS_MS: "5000" }, "--provider-liveness-ms"],
       [{ UMBRA_FALLBACK_INPUT_PRICE: "1.5" }, "--fallback-input-price"],
       [{ UMBRA_JWT_PUBLIC_KEY: "k" }, "--jwt-issuer"],
+      [{ UMBRA_ATTESTATION: "tpm" }, "--attestation"],
+      [{ UMBRA_ATTESTATION_PLATFORM: "sgx" }, "--attestation-platform"],
+      [{ UMBRA_EXPECTED_MEASUREMENT: "abcd" }, "--expected-measurement"],
+      [{ UMBRA_EXPECTED_MEASUREMENT: "zz".repeat(48) }, "--expected-measurement"],
+      [{ UMBRA_EXPECTED_MEASUREMENT: "ab".repeat(49) }, "--expected-measurement"],
+      [{ UMBRA_TLS_PUBLIC_KEY_FILE: "/nonexistent/tls.pem" }, "--tls-public-key-file"],
       [{ UMBRA_JWT_PUBLIC_KEY: "k", UMBRA_JWT_JWKS_URL: "https://x/j", UMBRA_JWT_ISSUER: "i", UMBRA_JWT_AUDIENCE: "a" }, "exclusive"],
     ])("%p", (env, message) => {
       expect(() => loadConfig({}, env, "development")).toThrow(message);
@@ -109,6 +129,56 @@ describe("loadConfig", () => {
   test("JWT settings", () => {
     const c = loadConfig({}, { UMBRA_JWT_PUBLIC_KEY: "pem", UMBRA_JWT_ISSUER: "https://idp", UMBRA_JWT_AUDIENCE: "umbra" }, "development");
     expect(c.jwt).toEqual({ issuer: "https://idp", audience: "umbra", publicKey: "pem", accountClaim: "sub" });
+  });
+});
+
+describe("coordinator attestation settings", () => {
+  test("production accepts configfs-tsm and none; a flag beats the environment", () => {
+    const env = { UMBRA_ADMIN_TOKEN: STRONG, UMBRA_ATTESTATION: "configfs-tsm" };
+    expect([loadConfig({}, env).attestation, loadConfig(parseFlags(["--attestation", "none"]).values, env).attestation]).toEqual([
+      "configfs-tsm",
+      "none",
+    ]);
+    expect(loadConfig({}, { ...env, UMBRA_ATTESTATION_PLATFORM: "tdx" }).attestationPlatform).toBe("tdx");
+  });
+
+  test("the expected measurement: 96 hex digits in either case, kept as 48 bytes", () => {
+    const c = loadConfig({}, { UMBRA_EXPECTED_MEASUREMENT: `${"AB".repeat(24)}${"0f".repeat(24)}` }, "development");
+    expect(c.expectedMeasurement).toEqual(new Uint8Array([...new Array(24).fill(0xab), ...new Array(24).fill(0x0f)]));
+  });
+
+  describe("the TLS public key file", () => {
+    // A real certificate, and the SubjectPublicKeyInfo DER that @peculiar/x509 reads out of it.
+    const certPem = readFileSync(join(import.meta.dir, "../../fixtures/attestation-cvm/milan-vcek.pem"), "utf8");
+    const spki = new Uint8Array(new X509Certificate(certPem).publicKey.rawData);
+    const spkiPem = `-----BEGIN PUBLIC KEY-----\n${Buffer.from(spki).toString("base64")}\n-----END PUBLIC KEY-----\n`;
+
+    test.each([
+      ["a PEM certificate", certPem],
+      ["a PEM public key", spkiPem],
+      ["a DER public key", Buffer.from(spki)],
+    ])("%s gives the key's SubjectPublicKeyInfo", (_, content) => {
+      using dir = tempDir();
+      const file = join(dir.path, "tls");
+      writeFileSync(file, content);
+      expect(loadConfig({ "tls-public-key-file": file }, {}, "development").tlsPublicKeySpki).toEqual(spki);
+    });
+
+    test.each([
+      [
+        "a private key",
+        generateKeyPairSync("ec", { namedCurve: "P-256" }).privateKey.export({ type: "pkcs8", format: "pem" }),
+        "private key",
+      ],
+      ["text that is no key", "hello\n", "not a PEM certificate or public key"],
+      ["a broken PEM", "-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n", "not a PEM certificate or public key"],
+    ])("%s is refused", (_, content, message) => {
+      using dir = tempDir();
+      const file = join(dir.path, "tls");
+      writeFileSync(file, content);
+      expect(() => loadConfig({}, { UMBRA_TLS_PUBLIC_KEY_FILE: file }, "development")).toThrow(message);
+      expect(() => loadConfig({}, { UMBRA_TLS_PUBLIC_KEY_FILE: file }, "development")).toThrow(ConfigError);
+    });
   });
 });
 

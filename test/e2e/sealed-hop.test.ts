@@ -1,0 +1,164 @@
+/**
+ * The sealed provider hop: a provider that announces an X25519 key gets every request HPKE-sealed to
+ * it and must answer with sealed, numbered chunks and a sealed final frame. A reordered, replayed,
+ * tampered or plaintext frame fails the request (502 invalid_provider_output before commit, one in-band
+ * error after) without failover, and cuts the provider off. Production refuses plaintext sessions.
+ */
+import { describe, expect, test } from "bun:test";
+import { randomBytes } from "node:crypto";
+import { ChunkSealer } from "../../src/crypto/chunks.ts";
+import { toBase64url } from "../../src/crypto/encoding.ts";
+import { CLOSE, type Inference } from "../../src/protocol/messages.ts";
+import { connectFakeProvider, echo, type FakeProvider, type SealedContext, type Step } from "../support/fake-provider.ts";
+import { seedAccount, seedCatalog, type TestApp, testApp } from "../support/harness.ts";
+import { chatBody, parseSse, postChat, providerToken, startServer, type TestServer } from "../support/server.ts";
+import { waitFor } from "../support/wait.ts";
+
+const BUILD = "org/base-build-4bit";
+
+interface Ctx extends AsyncDisposable {
+  readonly t: TestApp;
+  readonly server: TestServer;
+  readonly apiKey: string;
+  provider(behave?: (inf: Inference) => readonly Step[], sealed?: boolean): Promise<FakeProvider>;
+}
+
+async function setup(env: Record<string, string> = {}): Promise<Ctx> {
+  const t = await testApp({ env });
+  await seedCatalog(t);
+  const { accountId, apiKey } = await seedAccount(t);
+  const token = await providerToken(t, accountId);
+  const server = startServer(t);
+  const providers: FakeProvider[] = [];
+  return {
+    t,
+    server,
+    apiKey,
+    async provider(behave = echo, sealed = true) {
+      const p = await connectFakeProvider({ url: server.url, token, models: [BUILD], behave, sealed });
+      providers.push(p);
+      return p;
+    },
+    async [Symbol.asyncDispose]() {
+      for (const p of providers) await p[Symbol.asyncDispose]();
+      await server[Symbol.asyncDispose]();
+      await t[Symbol.asyncDispose]();
+    },
+  };
+}
+
+const frame = (make: (ctx: SealedContext) => readonly string[]): Step => ({ do: "frames", make });
+const chunkText = (ctx: SealedContext, sealed: { seq: number; sealed: string }) =>
+  JSON.stringify({ type: "sealed_chunk", ...ctx.ids, ...sealed });
+/** Flips one bit in a base64url ciphertext. */
+function flip(sealed: string): string {
+  const bytes = Buffer.from(sealed, "base64url");
+  bytes[0] = (bytes[0] as number) ^ 1;
+  return toBase64url(bytes);
+}
+
+async function errorOf(response: Response) {
+  return { status: response.status, body: (await response.json()) as { error: { message: string; type: string; code: string } } };
+}
+
+describe("sealed sessions", () => {
+  test("requests reach the provider sealed (no plaintext inference, no prompt text on the wire) and answers are opened", async () => {
+    await using ctx = await setup();
+    const p = await ctx.provider();
+    const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("sealed secret words"));
+    expect(((await response.json()) as { choices: { message: { content: string } }[] }).choices[0]?.message.content).toBe(
+      "sealed secret words",
+    );
+    const sealedFrames = p.received.filter((f) => f.type === "sealed_inference");
+    expect([sealedFrames.length, p.received.filter((f) => f.type === "inference").length]).toEqual([1, 0]);
+    expect(JSON.stringify(sealedFrames)).not.toContain("secret");
+
+    const stream = await postChat(ctx.server.url, ctx.apiKey, chatBody("one two three", { stream: true }));
+    const events = parseSse(await stream.text()).data;
+    expect(events.at(-1)).toBe("[DONE]");
+  });
+
+  test.each<[string, (ctx: SealedContext) => readonly string[]]>([
+    [
+      "a reordered chunk (seq 1 first)",
+      (c) => {
+        c.seal({ content: "a" }, false);
+        return [chunkText(c, c.seal({ content: "b" }, false))];
+      },
+    ],
+    [
+      "a tampered chunk (one bit flipped)",
+      (c) => {
+        const s = c.seal({ content: "a" }, false);
+        return [chunkText(c, { ...s, sealed: flip(s.sealed) })];
+      },
+    ],
+    ["a plaintext chunk in a sealed session", (c) => [JSON.stringify({ type: "chunk", ...c.ids, seq: 0, delta: { content: "a" } })]],
+    ["a chunk sealed as final (truncation of the stream's meaning)", (c) => [chunkText(c, c.seal({ content: "a" }, true))]],
+    [
+      "a final frame whose payload is not a final",
+      (c) => [JSON.stringify({ type: "sealed_complete", ...c.ids, ...c.seal({ content: "a" }, true) })],
+    ],
+  ])("before commit, %s -> 502 invalid_provider_output, no failover, provider cut off", async (_, make) => {
+    await using ctx = await setup();
+    const bad = await ctx.provider(() => [{ do: "accept" }, frame(make), { do: "hang" }]);
+    const healthy = await ctx.provider();
+    // The bad provider connected first and both are idle: it is tried first.
+    const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("x"));
+    expect(await errorOf(response)).toEqual({
+      status: 502,
+      body: { error: { message: expect.any(String), type: "provider_error", code: "invalid_provider_output" } },
+    });
+    expect(healthy.received.filter((f) => f.type === "sealed_inference")).toEqual([]);
+    expect((await bad.closed).code).toBe(CLOSE.protocolError);
+    expect(ctx.t.app.fleet.list().map((s) => s.id)).toEqual([healthy.providerId]);
+  });
+
+  test("after commit, a replayed chunk -> one in-band invalid_provider_output event, no [DONE]", async () => {
+    await using ctx = await setup();
+    const p = await ctx.provider(() => [
+      { do: "accept" },
+      frame((c) => {
+        const first = chunkText(c, c.seal({ content: "hello " }, false));
+        return [first, first];
+      }),
+      { do: "hang" },
+    ]);
+    const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("x", { stream: true }));
+    expect(response.status).toBe(200);
+    const events = parseSse(await response.text()).data;
+    expect(events.filter((d) => d.includes('"invalid_provider_output"'))).toHaveLength(1);
+    expect(events).not.toContain("[DONE]");
+    expect((await p.closed).code).toBe(CLOSE.protocolError);
+  });
+
+  test("a chunk sealed with another key -> 502 invalid_provider_output", async () => {
+    await using ctx = await setup();
+    await ctx.provider(() => [
+      { do: "accept" },
+      frame((c) => {
+        const stranger = new ChunkSealer({
+          responseKey: new Uint8Array(randomBytes(32)),
+          ...{ requestId: c.ids.request_id, attempt: c.ids.attempt },
+        });
+        const s = stranger.seal(new TextEncoder().encode(JSON.stringify({ content: "a" })), false);
+        return [JSON.stringify({ type: "sealed_chunk", ...c.ids, seq: s.seq, sealed: toBase64url(s.ciphertext) })];
+      }),
+      { do: "hang" },
+    ]);
+    expect((await errorOf(await postChat(ctx.server.url, ctx.apiKey, chatBody("x")))).body.error.code).toBe("invalid_provider_output");
+  });
+});
+
+describe("production requires sealed sessions", () => {
+  test("a plaintext hello is refused; a sealed provider serves", async () => {
+    await using ctx = await setup({ UMBRA_MODE: "production", UMBRA_TRUST_ROOT: "apple", UMBRA_MIN_TRUST: "none" });
+    const plain = await ctx.provider(echo, false);
+    expect((await plain.closed).code).toBe(CLOSE.protocolError);
+    await ctx.provider();
+    await waitFor(() => ctx.t.app.fleet.list().length === 1, "the sealed provider");
+    const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("only sealed"));
+    expect(response.status).toBe(200);
+    await response.json();
+  });
+});
