@@ -2,6 +2,14 @@
  * createApp: wires every service from its dependencies and nothing else. Tests build the app the same
  * way, with a temporary store, a fixed clock or a fake fleet.
  */
+import {
+  assessProviderEvidence,
+  createTrustPolicy,
+  DevelopmentRoot,
+  type ProviderAttestation,
+  TrustAnchor,
+  type TrustPolicy,
+} from "../../attestation/src/index.ts";
 import { AdminService } from "../admin/admin-service.ts";
 import { createHttpApp, type HttpApp } from "../api/http.ts";
 import { type CoordinatorAttestation, createCoordinatorAttestation } from "../attestation/coordinator-attestation.ts";
@@ -47,6 +55,8 @@ export interface App {
   readonly pricing: PricingService;
   readonly authenticate: Authenticator;
   readonly fleet: Fleet;
+  /** The provider trust policy (and, in development, the root that issues local providers' chains). */
+  readonly trust: Promise<ProviderTrust>;
   readonly chat: ChatService;
   readonly wallets: Wallets;
   readonly logger: Logger;
@@ -60,6 +70,23 @@ export interface App {
 /** How often live provider sessions' device tokens are checked against the store. */
 const TOKEN_RECHECK_MS = 30_000;
 
+/** What a provider without (verifiable) evidence earns. */
+const NO_ATTESTATION: ProviderAttestation = Object.freeze({ level: "none", mdaVerified: false, secureEnclave: false });
+
+export interface ProviderTrust {
+  readonly policy: TrustPolicy;
+  /** The development root (development trust only): issues device chains to local providers. */
+  readonly devRoot?: DevelopmentRoot;
+}
+
+/** The trust policy: the pinned Apple root, or a development root generated for this process. */
+async function providerTrust(config: Config, now: () => number): Promise<ProviderTrust> {
+  const mode = config.mode;
+  if (config.trustRoot === "apple") return { policy: createTrustPolicy({ mode, anchor: TrustAnchor.apple(), floor: config.minTrust }) };
+  const devRoot = await DevelopmentRoot.generate(now);
+  return { policy: createTrustPolicy({ mode, anchor: devRoot.anchor, floor: config.minTrust }), devRoot };
+}
+
 export function createApp(deps: AppDeps): App {
   const { config, store } = deps;
   const clock = deps.clock ?? systemClock;
@@ -67,11 +94,23 @@ export function createApp(deps: AppDeps): App {
   const logger = deps.logger ?? createLogger(config.logLevel);
   const metrics = createMetrics();
   const pricing = new PricingService(store.prices, config);
+  const trust = providerTrust(config, now);
+  // A refusal (e.g. the Apple root missing) surfaces in every assessment: providers earn `none`.
+  trust.catch(() => logger.error("provider trust policy unavailable", { reason: "trust root" }));
   const fleet = new Fleet({
     minTrust: config.minTrust,
     heartbeatIntervalMs: config.providerHeartbeatMs,
     livenessTimeoutMs: config.providerLivenessMs,
     requireSealed: config.mode === "production",
+    assess: async (evidence, encryptionKey) => {
+      if (encryptionKey === undefined || evidence === undefined) return NO_ATTESTATION;
+      try {
+        const { policy } = await trust;
+        return await assessProviderEvidence(evidence, { policy, now, helloEncryptionKey: encryptionKey });
+      } catch {
+        return NO_ATTESTATION;
+      }
+    },
     logger,
     now,
   }).start();
@@ -126,6 +165,7 @@ export function createApp(deps: AppDeps): App {
     pricing,
     authenticate,
     fleet,
+    trust,
     chat,
     wallets,
     logger,

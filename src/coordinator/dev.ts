@@ -4,6 +4,7 @@
  * echo engine, in this process, over a real WebSocket to the listening port), and prints
  * ready-to-paste examples.
  */
+import { buildEvidence, FULL_SECURITY, SoftwareIdentity } from "../../attestation/src/index.ts";
 import { type Agent, startAgent } from "../provider/agent.ts";
 import { createEchoEngine } from "../provider/engines/echo.ts";
 import type { App } from "./app.ts";
@@ -77,9 +78,21 @@ export async function seedDevelopment(app: App): Promise<DevSeed> {
   return { accountId: account.id, apiKey: key.key, providerToken: token.token };
 }
 
-/** Starts the local echo provider and resolves once the coordinator welcomed it. */
+/** The posture the development provider claims and its development chain proves. */
+const DEV_POSTURE = { sipEnabled: true, secureBoot: FULL_SECURITY, thirdPartyKexts: false, osVersion: "15.1" } as const;
+
+/**
+ * Starts the local echo provider and resolves once the coordinator welcomed it. It gets a software
+ * identity key and a device chain from this coordinator's development root, so it earns `hardware`
+ * through the same verification code a real Mac goes through (never valid against Apple's root).
+ */
 export async function startDevProvider(app: App, url: string, token: string): Promise<Agent> {
+  const { devRoot } = await app.trust;
+  const identity = SoftwareIdentity.generate();
+  const mdaChain = devRoot ? await devRoot.issueDeviceChain({ identityKey: identity.publicKey(), posture: DEV_POSTURE }) : undefined;
   const agent = startAgent({
+    evidence: async (encryptionKey) =>
+      buildEvidence({ identity, encryptionKey, posture: DEV_POSTURE, timestamp: Date.now(), ...(mdaChain ? { mdaChain } : {}) }).wire,
     url: `${url.replace(/^http/, "ws")}/v1/provider/connect`,
     token,
     engine: createEchoEngine({ models: DEMO_CATALOG.map((m) => m.id), tokensPerSecond: DEMO_TOKENS_PER_SECOND }),

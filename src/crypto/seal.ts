@@ -42,6 +42,7 @@ import { DhkemX25519HkdfSha256 as NobleDhkemX25519HkdfSha256, HkdfSha256 as Nobl
 import { x25519 } from "@noble/curves/ed25519.js";
 import { CanonicalBytes } from "./canonical.ts";
 import { InvalidInputError, InvalidKeyError, RequestOpenError } from "./errors.ts";
+import { NativeDhkemX25519HkdfSha256, NativeHkdfSha256 } from "./hpke-native.ts";
 
 export const REQUEST_INFO_TAG = "umbra-request-v1";
 /** HPKE exporter context of the response key (UTF-8). */
@@ -53,7 +54,7 @@ export const AEAD_TAG_BYTES = 16;
 /** Upper bound on the UTF-8 length of a request id (the protocol allows 128 characters: at most 512 bytes). */
 export const MAX_REQUEST_ID_BYTES = 512;
 
-export type KemImplementation = "webcrypto" | "noble";
+export type KemImplementation = "native" | "webcrypto" | "noble";
 export const DEFAULT_KEM: KemImplementation = "webcrypto";
 
 /** What `info` binds: both sides must pass the same three values. */
@@ -90,6 +91,7 @@ const EMPTY = new Uint8Array(0);
 
 /** Stateless suite descriptions, one per KEM implementation (same algorithms, same bytes). */
 const SUITES: Readonly<Record<KemImplementation, CipherSuite>> = {
+  native: new CipherSuite({ kem: new NativeDhkemX25519HkdfSha256(), kdf: new NativeHkdfSha256(), aead: new Chacha20Poly1305() }),
   webcrypto: new CipherSuite({ kem: new DhkemX25519HkdfSha256(), kdf: new HkdfSha256(), aead: new Chacha20Poly1305() }),
   noble: new CipherSuite({ kem: new NobleDhkemX25519HkdfSha256(), kdf: new NobleHkdfSha256(), aead: new Chacha20Poly1305() }),
 };

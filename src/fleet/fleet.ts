@@ -8,6 +8,7 @@
  * timeout is ended (its attempts fail over).
  */
 import { randomBytes } from "node:crypto";
+import { type ProviderAttestation, summarizeAttestation } from "../../attestation/src/index.ts";
 import type { TrustLevel } from "../config/config.ts";
 import { TRUST_LEVELS } from "../config/config.ts";
 import type { Logger } from "../observability/logger.ts";
@@ -197,17 +198,28 @@ export class Fleet implements FleetView {
     let routable = 0;
     let warm = 0;
     let canAccept = false;
+    const verified: ProviderAttestation[] = [];
     for (const s of this.byBuild.get(buildId) ?? []) {
       if (!s.ready) continue;
       providerCount++;
+      if (s.attestation) verified.push(s.attestation);
       if (s.warm.has(buildId)) warm++;
       if (this.routable(s)) {
         routable++;
         if (s.freeSlots > 0) canAccept = true;
       }
     }
-    // No attestation yet: nothing is verified, so nothing is attested (docs/security.md).
-    return { providerCount, attestedProviders: 0, routableProviders: routable, warmProviders: warm, canAccept, trustLevel: "none" };
+    // Attestation figures come from verified evidence only (attestation/: summarizeAttestation).
+    const summary = summarizeAttestation(verified);
+    return {
+      providerCount,
+      attestedProviders: summary.attestedProviders,
+      routableProviders: routable,
+      warmProviders: warm,
+      canAccept,
+      trustLevel: summary.trustLevel,
+      ...(summary.attestation ? { attestation: summary.attestation } : {}),
+    };
   }
 
   get size(): number {

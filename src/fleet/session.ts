@@ -11,6 +11,7 @@
  * `active` counts attempts the coordinator assigned and not yet released: it is the authoritative load,
  * independent of what heartbeats report.
  */
+import type { ProviderAttestation } from "../../attestation/src/index.ts";
 import type { TrustLevel } from "../config/config.ts";
 import { ChunkOpener } from "../crypto/chunks.ts";
 import { fromBase64url, toBase64url } from "../crypto/encoding.ts";
@@ -57,9 +58,11 @@ export interface SessionSettings {
   readonly livenessTimeoutMs: number;
   /** Refuse plaintext sessions (production): every request must be sealed to the provider's key. */
   readonly requireSealed: boolean;
+  /** Verifies a hello's evidence against its encryption key; never throws (failures earn `none`). */
+  readonly assess: (evidence: unknown, encryptionKey: Uint8Array | undefined) => Promise<ProviderAttestation>;
 }
 
-type State = "awaiting_hello" | "ready" | "closed";
+type State = "awaiting_hello" | "verifying" | "ready" | "closed";
 
 /** How many cancelled attempt keys a session remembers to ignore their late frames. */
 const RECENT_LIMIT = 4096;
@@ -80,6 +83,8 @@ export class ProviderSession implements AttemptOwner {
   /** The provider's X25519 key for this connection; undefined for a plaintext (development) session. */
   encryptionKey: Uint8Array | undefined;
   trust: TrustLevel = "none";
+  /** What the hello's evidence proved (trust level `none` until verified, or without evidence). */
+  attestation: ProviderAttestation | undefined;
   lastSeen: number;
   /** Exponentially weighted first-content latency in ms; undefined until a sample exists. */
   firstContentMs: number | undefined;
@@ -145,21 +150,42 @@ export class ProviderSession implements AttemptOwner {
       this.hello = frame;
       for (const m of frame.models) this.models.set(m.build_id, m);
       this.maxConcurrency = frame.max_concurrency;
-      this.state = "ready";
-      this.transport.send(
-        encode({
-          type: "welcome",
-          protocol_version: PROTOCOL_VERSION,
-          provider_id: this.id,
-          trust_level: this.trust,
-          heartbeat_interval_ms: this.settings.heartbeatIntervalMs,
-          liveness_timeout_ms: this.settings.livenessTimeoutMs,
-        }),
-      );
-      this.logger.info("provider connected", { provider_id: this.id, account_id: this.identity.accountId, count: this.models.size });
-      this.hooks.onReady(this);
+      // Verifying evidence is asynchronous (certificate chains); the provider waits for `welcome`.
+      this.state = "verifying";
+      void this.admit(frame);
       return;
     }
+    if (this.state === "verifying") throw new ProtocolError(`${frame.type} before welcome`);
+    this.applyReady(frame);
+  }
+
+  /** Verifies the hello's evidence, then welcomes the provider at the level it earned. */
+  private async admit(frame: Hello): Promise<void> {
+    const attestation = await this.settings.assess(frame.evidence, this.encryptionKey);
+    if (this.state !== "verifying") return; // closed meanwhile
+    this.attestation = attestation;
+    this.trust = attestation.level;
+    this.state = "ready";
+    this.transport.send(
+      encode({
+        type: "welcome",
+        protocol_version: PROTOCOL_VERSION,
+        provider_id: this.id,
+        trust_level: this.trust,
+        heartbeat_interval_ms: this.settings.heartbeatIntervalMs,
+        liveness_timeout_ms: this.settings.livenessTimeoutMs,
+      }),
+    );
+    this.logger.info("provider connected", {
+      provider_id: this.id,
+      account_id: this.identity.accountId,
+      count: this.models.size,
+      status: this.trust,
+    });
+    this.hooks.onReady(this);
+  }
+
+  private applyReady(frame: ProviderFrame): void {
     switch (frame.type) {
       case "hello":
         throw new ProtocolError("second hello");

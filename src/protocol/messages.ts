@@ -76,6 +76,12 @@ export interface Hello {
    * session is sealed; when absent, plaintext, which only a development coordinator accepts.
    */
   readonly encryption_key?: string;
+  /**
+   * Attestation evidence binding `encryption_key` to the machine's identity key (and, for hardware
+   * trust, an Apple Managed Device Attestation chain): verified by attestation/ (format in its README).
+   * Absent or failing evidence earns trust level `none`.
+   */
+  readonly evidence?: Readonly<Record<string, unknown>>;
 }
 
 export interface Heartbeat {
@@ -350,6 +356,7 @@ export function parseProviderFrame(text: string | Buffer | ArrayBuffer | Uint8Ar
         models,
         max_concurrency: int(o, "max_concurrency", 1, 4096),
         ...(encryptionKey !== undefined ? { encryption_key: encryptionKey } : {}),
+        ...(o.evidence !== undefined ? { evidence: obj(o.evidence, "evidence") } : {}),
       };
     }
     case "heartbeat": {

@@ -54,6 +54,12 @@ export interface AgentOptions {
   readonly random?: () => number;
   /** Close and retry when no welcome arrives within this many ms of dialing; default 15 s. */
   readonly welcomeTimeoutMs?: number;
+  /**
+   * Attestation evidence for a connection's encryption key (attestation/: signed by the machine's
+   * identity key, with its device chain); called once per connection. Without it the provider earns
+   * trust level `none`.
+   */
+  readonly evidence?: (encryptionKey: Uint8Array) => Promise<Readonly<Record<string, unknown>>>;
   /** Called after every state change (for a status line); must not throw. */
   readonly onChange?: (state: AgentState) => void;
 }
@@ -226,6 +232,7 @@ class ProviderAgent implements Agent {
       if (this.ws !== ws) return;
       // A fresh X25519 key for every connection: requests are sealed to it, and it dies with the socket.
       const keys = await generateX25519KeyPair();
+      const evidence = this.options.evidence ? await this.options.evidence(keys.publicKey) : undefined;
       if (this.ws !== ws) return;
       this.privateKey = keys.privateKey;
       const models = this.options.engine.models();
@@ -238,6 +245,7 @@ class ProviderAgent implements Agent {
         models,
         max_concurrency: this.options.maxConcurrency,
         encryption_key: toBase64url(keys.publicKey),
+        ...(evidence ? { evidence } : {}),
       });
     };
     ws.onmessage = (event: MessageEvent) => {

@@ -1,0 +1,134 @@
+/**
+ * Provider trust from verified evidence: a provider's hello evidence is checked against the coordinator's
+ * trust anchor (here the development root, through the same code as Apple's) and bound to the hello's
+ * encryption key. The level it earns sets routing (the floor) and the /v1/models attestation metadata;
+ * nothing unverified counts.
+ */
+import { describe, expect, test } from "bun:test";
+import { buildEvidence, FULL_SECURITY, SoftwareIdentity } from "../../attestation/src/index.ts";
+import { type Agent, startAgent } from "../../src/provider/agent.ts";
+import { createEchoEngine } from "../../src/provider/engines/echo.ts";
+import { seedAccount, seedCatalog, type TestApp, testApp } from "../support/harness.ts";
+import { chatBody, postChat, providerToken, startServer, type TestServer } from "../support/server.ts";
+import { waitFor } from "../support/wait.ts";
+
+const BUILD = "org/base-build-4bit";
+const POSTURE = { sipEnabled: true, secureBoot: FULL_SECURITY, thirdPartyKexts: false, osVersion: "15.1" } as const;
+
+type EvidenceMaker = (t: TestApp, encryptionKey: Uint8Array) => Promise<Readonly<Record<string, unknown>>>;
+
+/** Evidence with a device chain from the app's development root: earns `hardware`. */
+const hardware: EvidenceMaker = async (t, encryptionKey) => {
+  const { devRoot } = await t.app.trust;
+  if (!devRoot) throw new Error("no development root");
+  const identity = SoftwareIdentity.generate();
+  const mdaChain = await devRoot.issueDeviceChain({ identityKey: identity.publicKey(), posture: POSTURE });
+  return buildEvidence({ identity, encryptionKey, posture: POSTURE, timestamp: Date.now(), mdaChain }).wire;
+};
+
+interface Ctx extends AsyncDisposable {
+  readonly t: TestApp;
+  readonly server: TestServer;
+  readonly apiKey: string;
+  provider(evidence?: EvidenceMaker): Promise<Agent>;
+  metadata(): Promise<Record<string, unknown>>;
+}
+
+async function setup(env: Record<string, string> = {}): Promise<Ctx> {
+  const t = await testApp({ env });
+  await seedCatalog(t);
+  const { accountId, apiKey } = await seedAccount(t);
+  const token = await providerToken(t, accountId);
+  const server = startServer(t);
+  const agents: Agent[] = [];
+  return {
+    t,
+    server,
+    apiKey,
+    async provider(evidence) {
+      const agent = startAgent({
+        url: `${server.url.replace(/^http/, "ws")}/v1/provider/connect`,
+        token,
+        engine: createEchoEngine({ models: [BUILD] }),
+        maxConcurrency: 4,
+        ...(evidence ? { evidence: (key: Uint8Array) => evidence(t, key) } : {}),
+      });
+      agents.push(agent);
+      await waitFor(() => agent.state().connected, "welcome");
+      return agent;
+    },
+    async metadata() {
+      const r = await fetch(`${server.url}/v1/models/org/model`, { headers: { authorization: `Bearer ${apiKey}` } });
+      return ((await r.json()) as { metadata: Record<string, unknown> }).metadata;
+    },
+    async [Symbol.asyncDispose]() {
+      for (const a of agents) await a.stop();
+      await server[Symbol.asyncDispose]();
+      await t[Symbol.asyncDispose]();
+    },
+  };
+}
+
+describe("trust from verified evidence", () => {
+  test("development-root evidence earns hardware: welcome, /v1/models metadata with posture booleans", async () => {
+    await using ctx = await setup();
+    const agent = await ctx.provider(hardware);
+    expect(agent.state().trustLevel).toBe("hardware");
+    expect(await ctx.metadata()).toEqual(
+      expect.objectContaining({
+        provider_count: 1,
+        attested_providers: 1,
+        trust_level: "hardware",
+        attestation: { secure_enclave: true, sip_enabled: true, secure_boot: true },
+      }),
+    );
+  });
+
+  test("signed evidence without a device chain earns self_signed; posture is not proven", async () => {
+    await using ctx = await setup();
+    const agent = await ctx.provider(
+      async (_t, encryptionKey) =>
+        buildEvidence({ identity: SoftwareIdentity.generate(), encryptionKey, posture: POSTURE, timestamp: Date.now() }).wire,
+    );
+    expect(agent.state().trustLevel).toBe("self_signed");
+    expect(await ctx.metadata()).toEqual(
+      expect.objectContaining({
+        attested_providers: 1,
+        trust_level: "self_signed",
+        attestation: { secure_enclave: true, sip_enabled: false, secure_boot: false },
+      }),
+    );
+  });
+
+  test.each<[string, EvidenceMaker | undefined]>([
+    ["no evidence", undefined],
+    ["evidence bound to another encryption key", async (t) => hardware(t, new Uint8Array(32).fill(7))],
+    [
+      "evidence whose signed payload was altered",
+      async (t, key) => {
+        const wire = (await hardware(t, key)) as Record<string, unknown>;
+        const payload = String(wire.payload);
+        const altered = payload.slice(0, -4) + (payload.slice(-4) === "AAAA" ? "BBBB" : "AAAA");
+        return { ...wire, payload: altered };
+      },
+    ],
+  ])("%s -> trust none, nothing attested", async (_, evidence) => {
+    await using ctx = await setup();
+    const agent = await ctx.provider(evidence);
+    expect(agent.state().trustLevel).toBe("none");
+    const metadata = await ctx.metadata();
+    expect([metadata.attested_providers, metadata.trust_level, metadata.attestation]).toEqual([0, "none", undefined]);
+  });
+
+  test("the routing floor: below it a provider is connected but not routable; at it, it serves", async () => {
+    await using ctx = await setup({ UMBRA_MIN_TRUST: "hardware" });
+    await ctx.provider();
+    expect(await ctx.metadata()).toEqual(expect.objectContaining({ provider_count: 1, routable_providers: 0, can_accept: false }));
+    const refused = await postChat(ctx.server.url, ctx.apiKey, chatBody("x"));
+    expect([refused.status, ((await refused.json()) as { error: { code: string } }).error.code]).toEqual([503, "model_unavailable"]);
+
+    await ctx.provider(hardware);
+    const served = await postChat(ctx.server.url, ctx.apiKey, chatBody("attested only"));
+    expect(((await served.json()) as { choices: { message: { content: string } }[] }).choices[0]?.message.content).toBe("attested only");
+  });
+});
