@@ -4,6 +4,7 @@
  *   GET  /healthz /readyz /metrics                 no auth
  *   GET  /v1/pricing                               no auth
  *   GET  /v1/attestation                           no auth (503 when this host cannot attest)
+ *   GET  /v1/providers/attestation                 no auth (public keys, trust levels, posture)
  *   GET  /v1/models, /v1/models/{id...}            consumer auth (API key or JWT)
  *   POST /v1/chat/completions                      consumer auth
  *   GET  /v1/provider/connect (WebSocket)          provider device token (provider-socket.ts, wired in server.ts)

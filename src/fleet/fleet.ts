@@ -8,9 +8,10 @@
  * timeout is ended (its attempts fail over).
  */
 import { randomBytes } from "node:crypto";
-import { type ProviderAttestation, summarizeAttestation } from "../../attestation/src/index.ts";
+import { type ProviderAttestation, postureJson, summarizeAttestation } from "../../attestation/src/index.ts";
 import type { TrustLevel } from "../config/config.ts";
 import { TRUST_LEVELS } from "../config/config.ts";
+import { toBase64url } from "../crypto/encoding.ts";
 import type { Logger } from "../observability/logger.ts";
 import { CLOSE } from "../protocol/messages.ts";
 import type { FleetView, ModelCapacity } from "./fleet-view.ts";
@@ -23,6 +24,21 @@ export interface FleetOptions extends SessionSettings {
 }
 
 const rank = (t: TrustLevel) => TRUST_LEVELS.indexOf(t);
+
+export interface PublicProviderAttestation {
+  readonly provider_id: string;
+  readonly trust_level: TrustLevel;
+  readonly routable: boolean;
+  readonly secure_enclave: boolean;
+  readonly device_chain_verified: boolean;
+  /** The identity key (P-256, 65-byte uncompressed point, base64url) that signs evidence and challenges. */
+  readonly identity_key: string | null;
+  readonly identity_key_sha256: string | null;
+  /** This connection's X25519 key, to which requests are sealed. */
+  readonly encryption_key: string | null;
+  readonly posture: Readonly<Record<string, unknown>> | null;
+  readonly models: readonly string[];
+}
 
 interface Waiter {
   readonly wake: () => void;
@@ -220,6 +236,31 @@ export class Fleet implements FleetView {
       trustLevel: summary.trustLevel,
       ...(summary.attestation ? { attestation: summary.attestation } : {}),
     };
+  }
+
+  /**
+   * What anyone may know about the connected providers' attestation (GET /v1/providers/attestation):
+   * public keys, verified trust level and posture, models. Never accounts, tokens or serial numbers.
+   */
+  publicAttestations(): PublicProviderAttestation[] {
+    const out: PublicProviderAttestation[] = [];
+    for (const s of this.sessions.values()) {
+      if (!s.ready) continue;
+      const a = s.attestation;
+      out.push({
+        provider_id: s.id,
+        trust_level: s.trust,
+        routable: this.routable(s),
+        secure_enclave: a?.secureEnclave ?? false,
+        device_chain_verified: a?.mdaVerified ?? false,
+        identity_key: a?.identityKey ? toBase64url(a.identityKey.point) : null,
+        identity_key_sha256: a?.identityKey?.id ?? null,
+        encryption_key: s.encryptionKey ? toBase64url(s.encryptionKey) : null,
+        posture: a?.posture ? postureJson(a.posture) : null,
+        models: [...s.models.keys()],
+      });
+    }
+    return out.sort((x, y) => (x.provider_id < y.provider_id ? -1 : 1));
   }
 
   get size(): number {

@@ -84,6 +84,31 @@ describe("trust from verified evidence", () => {
     );
   });
 
+  test("GET /v1/providers/attestation publishes keys, verified levels and posture, without credentials or accounts", async () => {
+    await using ctx = await setup();
+    await ctx.provider(hardware);
+    await ctx.provider();
+    const response = await fetch(`${ctx.server.url}/v1/providers/attestation`);
+    const body = (await response.json()) as { object: string; data: Record<string, unknown>[] };
+    const byLevel = Object.fromEntries(body.data.map((p) => [String(p.trust_level), p]));
+    expect(byLevel.hardware).toEqual({
+      provider_id: expect.stringMatching(/^prov_/),
+      trust_level: "hardware",
+      routable: true,
+      secure_enclave: true,
+      device_chain_verified: true,
+      identity_key: expect.stringMatching(/^[A-Za-z0-9_-]{87}$/),
+      identity_key_sha256: expect.stringMatching(/^[0-9a-f]{64}$/),
+      encryption_key: expect.stringMatching(/^[A-Za-z0-9_-]{43}$/),
+      posture: { sip_enabled: true, secure_boot: "Full Security", third_party_kexts: false, os_version: "15.1" },
+      models: [BUILD],
+    });
+    expect(byLevel.none).toEqual(
+      expect.objectContaining({ secure_enclave: false, device_chain_verified: false, identity_key: null, posture: null }),
+    );
+    expect(JSON.stringify(body)).not.toMatch(/acct_|umbra-pt-|serial/);
+  });
+
   test("signed evidence without a device chain earns self_signed; posture is not proven", async () => {
     await using ctx = await setup();
     const agent = await ctx.provider(
