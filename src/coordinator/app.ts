@@ -56,7 +56,7 @@ export interface App {
   readonly authenticate: Authenticator;
   readonly fleet: Fleet;
   /** The provider trust policy (and, in development, the root that issues local providers' chains). */
-  readonly trust: Promise<ProviderTrust>;
+  trust(): Promise<ProviderTrust>;
   readonly chat: ChatService;
   readonly wallets: Wallets;
   readonly logger: Logger;
@@ -94,9 +94,16 @@ export function createApp(deps: AppDeps): App {
   const logger = deps.logger ?? createLogger(config.logLevel);
   const metrics = createMetrics();
   const pricing = new PricingService(store.prices, config);
-  const trust = providerTrust(config, now);
-  // A refusal (e.g. the Apple root missing) surfaces in every assessment: providers earn `none`.
-  trust.catch(() => logger.error("provider trust policy unavailable", { reason: "trust root" }));
+  // Built on first use (a development root costs a key generation, which the admin CLI never needs).
+  let trustPromise: Promise<ProviderTrust> | undefined;
+  const trust = (): Promise<ProviderTrust> => {
+    if (!trustPromise) {
+      trustPromise = providerTrust(config, now);
+      // A refusal (e.g. the Apple root missing) surfaces in every assessment: providers earn `none`.
+      trustPromise.catch(() => logger.error("provider trust policy unavailable", { reason: "trust root" }));
+    }
+    return trustPromise;
+  };
   const fleet = new Fleet({
     minTrust: config.minTrust,
     heartbeatIntervalMs: config.providerHeartbeatMs,
@@ -105,7 +112,7 @@ export function createApp(deps: AppDeps): App {
     assess: async (evidence, encryptionKey) => {
       if (encryptionKey === undefined || evidence === undefined) return NO_ATTESTATION;
       try {
-        const { policy } = await trust;
+        const { policy } = await trust();
         return await assessProviderEvidence(evidence, { policy, now, helloEncryptionKey: encryptionKey });
       } catch {
         return NO_ATTESTATION;

@@ -87,7 +87,7 @@ const DEV_POSTURE = { sipEnabled: true, secureBoot: FULL_SECURITY, thirdPartyKex
  * through the same verification code a real Mac goes through (never valid against Apple's root).
  */
 export async function startDevProvider(app: App, url: string, token: string): Promise<Agent> {
-  const { devRoot } = await app.trust;
+  const { devRoot } = await app.trust();
   const identity = SoftwareIdentity.generate();
   const mdaChain = devRoot ? await devRoot.issueDeviceChain({ identityKey: identity.publicKey(), posture: DEV_POSTURE }) : undefined;
   const agent = startAgent({

@@ -31,25 +31,9 @@
  * - Keys of this suite are NativeX25519Key objects; a CryptoKey of another suite is refused, not coerced.
  * - Shared secrets from DH are zeroed after copying out; secret raw bytes are copied, never aliased.
  */
-import {
-  createHmac,
-  createPrivateKey,
-  createPublicKey,
-  diffieHellman,
-  generateKeyPairSync,
-  hkdfSync,
-  type KeyObject,
-} from "node:crypto";
-import { type DhkemPrimitives, Dhkem, KEM_USAGES, LABEL_DKP_PRK, LABEL_SK } from "@hpke/common";
-import {
-  DeriveKeyPairError,
-  DeserializeError,
-  HkdfSha256,
-  InvalidParamError,
-  KemId,
-  NotSupportedError,
-  SerializeError,
-} from "@hpke/core";
+import { createHmac, createPrivateKey, createPublicKey, diffieHellman, generateKeyPairSync, hkdfSync, type KeyObject } from "node:crypto";
+import { Dhkem, type DhkemPrimitives, KEM_USAGES, LABEL_DKP_PRK, LABEL_SK } from "@hpke/common";
+import { DeriveKeyPairError, DeserializeError, HkdfSha256, InvalidParamError, KemId, NotSupportedError, SerializeError } from "@hpke/core";
 
 const HASH_BYTES = 32;
 const X25519_BYTES = 32;
@@ -59,9 +43,7 @@ const EMPTY = new Uint8Array(0);
 const ZERO_SALT = new Uint8Array(HASH_BYTES);
 /** RFC 8410 DER prefixes of an X25519 SubjectPublicKeyInfo and PKCS#8 PrivateKeyInfo (32 raw bytes follow). */
 const SPKI_PREFIX = Uint8Array.from([0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x6e, 0x03, 0x21, 0x00]);
-const PKCS8_PREFIX = Uint8Array.from([
-  0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x6e, 0x04, 0x22, 0x04, 0x20,
-]);
+const PKCS8_PREFIX = Uint8Array.from([0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x6e, 0x04, 0x22, 0x04, 0x20]);
 
 type Bytes = ArrayBufferLike | ArrayBufferView;
 
@@ -176,7 +158,11 @@ function importRaw(raw: Uint8Array, isPublic: boolean): NativeX25519Key {
   if (raw.byteLength !== X25519_BYTES) throw new Error(`Invalid ${isPublic ? "public" : "private"} key for the ciphersuite`);
   const copy = raw.slice();
   if (isPublic) {
-    return new NativeX25519Key("public", createPublicKey({ key: Buffer.from(withPrefix(SPKI_PREFIX, copy).buffer), format: "der", type: "spki" }), copy);
+    return new NativeX25519Key(
+      "public",
+      createPublicKey({ key: Buffer.from(withPrefix(SPKI_PREFIX, copy).buffer), format: "der", type: "spki" }),
+      copy,
+    );
   }
   const der = withPrefix(PKCS8_PREFIX, copy);
   try {

@@ -23,18 +23,21 @@
  * Invariants:
  * - requestId: well-formed Unicode, 1..MAX_REQUEST_ID_BYTES UTF-8 bytes; protocolVersion and attempt: u32.
  * - A fresh ephemeral key per call, so (responseKey, chunk nonce) pairs never repeat across attempts.
- * - Low-order recipient keys (all-zero shared secret, RFC 9180 section 7.1.4) are refused by both KEMs.
+ * - Low-order recipient keys (all-zero shared secret, RFC 9180 section 7.1.4) are refused by all three suites.
  * - Any open failure (tampered enc or ciphertext, wrong recipient key, different binding) is one error,
  *   RequestOpenError: the AEAD cannot tell them apart, and the caller must not either.
  *
- * KEM implementation: the default is "webcrypto" (@hpke/core's DhkemX25519HkdfSha256 with its HkdfSha256:
- * X25519 and HKDF through the runtime's WebCrypto, BoringSSL in Bun). "noble" (@hpke/dhkem-x25519: pure-JS
- * X25519 and HKDF) gives identical bytes (both pass RFC 9180 A.2.1) and is kept for comparison. Measured with
- * bench/crypto.ts on the shared 2-core machine (bench/README.md, two runs): seal of a 4 KB request 460-650 us
- * against 1,090-1,290 us (1.7-2.8x), open 330-640 us against 1,080-1,250 us, one request's whole crypto
- * 1.24-1.48x faster one at a time and 1.5-1.6x more requests/s with 32 in flight (WebCrypto work runs on
- * Bun's thread pool, off the event loop). The KEM is the coordinator's only per-request public-key work
- * besides the receipt check, so the faster implementation is the default.
+ * Suites (KemImplementation), all three @hpke/core's CipherSuite with its key schedule, Encap/Decap and context
+ * logic, @hpke/chacha20poly1305 as the AEAD, and identical bytes (RFC 9180 A.2.1 and request.json pass with each):
+ * - "native" (default): node:crypto X25519 (BoringSSL in Bun) and HKDF-SHA256 plugged into the library's
+ *   extension points (Dhkem base class with DhkemPrimitives, HkdfSha256 subclass; hpke-native.ts); synchronous.
+ * - "webcrypto": @hpke/core's DhkemX25519HkdfSha256 and HkdfSha256, through the runtime's WebCrypto: a seal
+ *   makes about 20 async WebCrypto calls, each a round trip through Bun's thread pool (50-70 us each).
+ * - "noble": @hpke/dhkem-x25519, pure-JS X25519 and HKDF.
+ * Measured with bench/crypto.ts on the shared 2-core machine (bench/README.md, two runs): seal of a 4 KB request
+ * 122-131 us native against 783-816 us webcrypto (6.2-6.4x), open 132-137 us against 786-851 us (5.7-6.4x). The
+ * KEM is the coordinator's only per-request public-key work besides the receipt check, so the fastest suite
+ * is the default; the other two stay for comparison and cross-checks.
  */
 import { Chacha20Poly1305 } from "@hpke/chacha20poly1305";
 import { CipherSuite, DhkemX25519HkdfSha256, HkdfSha256 } from "@hpke/core";
@@ -55,7 +58,7 @@ export const AEAD_TAG_BYTES = 16;
 export const MAX_REQUEST_ID_BYTES = 512;
 
 export type KemImplementation = "native" | "webcrypto" | "noble";
-export const DEFAULT_KEM: KemImplementation = "webcrypto";
+export const DEFAULT_KEM: KemImplementation = "native";
 
 /** What `info` binds: both sides must pass the same three values. */
 export interface RequestBinding {

@@ -19,7 +19,7 @@ type EvidenceMaker = (t: TestApp, encryptionKey: Uint8Array) => Promise<Readonly
 
 /** Evidence with a device chain from the app's development root: earns `hardware`. */
 const hardware: EvidenceMaker = async (t, encryptionKey) => {
-  const { devRoot } = await t.app.trust;
+  const { devRoot } = await t.app.trust();
   if (!devRoot) throw new Error("no development root");
   const identity = SoftwareIdentity.generate();
   const mdaChain = await devRoot.issueDeviceChain({ identityKey: identity.publicKey(), posture: POSTURE });

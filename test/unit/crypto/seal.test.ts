@@ -104,8 +104,8 @@ describe.each(KEMS)("Umbra vector (request.json) with the %s suite", (kem) => {
 });
 
 describe("round trips", () => {
-  test("the default KEM is the WebCrypto one (the faster, see bench/README.md)", () => {
-    expect(DEFAULT_KEM).toBe("webcrypto");
+  test("the default KEM is the native one (the faster, see bench/README.md)", () => {
+    expect(DEFAULT_KEM).toBe("native");
   });
 
   test.each([
