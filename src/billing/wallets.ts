@@ -60,6 +60,8 @@ interface Queued {
 const MAX_BATCH = 512;
 /** How long a busy writer waits for company before committing, in ms. */
 const BATCH_WINDOW_MS = 1;
+/** A batch this large means load: only then is the window worth its latency. */
+const BUSY_BATCH = 8;
 
 /** Work for the writer loop besides commits: loads and refreshes. */
 type Task = () => Promise<void>;
@@ -221,10 +223,10 @@ export class Wallets {
   private kick(): void {
     if (this.running) return;
     this.running = true;
-    // A lone settlement is committed at once (low latency when quiet). Under load (the last batch had
-    // company) the writer waits a moment so more settlements share one commit: a commit's fixed cost
-    // is several times one settlement's.
-    if (this.lastBatch > 1 && this.queue.length < MAX_BATCH) setTimeout(() => void this.loop(), BATCH_WINDOW_MS);
+    // Quiet traffic is committed at once (a window would only add latency: nobody joins the batch).
+    // Under load (the last batch was already large) the writer waits a moment so more settlements
+    // share one commit: a commit's fixed cost is several times one settlement's.
+    if (this.lastBatch >= BUSY_BATCH && this.queue.length < MAX_BATCH) setTimeout(() => void this.loop(), BATCH_WINDOW_MS);
     else setImmediate(() => void this.loop());
   }
 
