@@ -1,6 +1,7 @@
 #!/usr/bin/env bun
 import { randomBytes } from "node:crypto";
 import { ADMIN_COMMANDS, adminUsage, findVerb, runVerb, UsageError } from "../admin/admin-cli.ts";
+import { AdminService } from "../admin/admin-service.ts";
 import { CONFIG_OPTIONS, type Config, ConfigError, loadConfig, type Mode, parseFlags } from "../config/config.ts";
 /**
  * umbra-coordinator: serve | dev | migrate | admin <noun> <verb>. Exit codes: 0 ok, 1 refused or
@@ -73,7 +74,9 @@ async function admin(argv: readonly string[]): Promise<number> {
   const config = loadConfig(values, processEnv(), "development");
   const store = createSqliteStore(config.db);
   try {
-    return await runVerb(createApp({ config, store }).admin, verb, args, values, print, printErr);
+    // The CLI needs the admin operations on the store, nothing else: no fleet, no timers, no
+    // attestation. The running coordinator, if any, sees the changes through the database.
+    return await runVerb(new AdminService(store, () => Date.now()), verb, args, values, print, printErr);
   } finally {
     store.close();
   }
