@@ -1,6 +1,6 @@
 /**
- * What the catalog may know about the fleet: per-build capacity for /v1/models metadata. The provider
- * fleet (issue 3) implements this; until a provider connects every figure is zero and nothing can accept.
+ * What the catalog may know about the fleet: per-build capacity for /v1/models metadata. Fleet
+ * (fleet.ts) implements it; tests pass their own to pin the metadata.
  */
 import type { TrustLevel } from "../config/config.ts";
 
@@ -19,15 +19,3 @@ export interface ModelCapacity {
 export interface FleetView {
   capacity(buildId: string): ModelCapacity;
 }
-
-const NONE: ModelCapacity = Object.freeze({
-  providerCount: 0,
-  attestedProviders: 0,
-  routableProviders: 0,
-  warmProviders: 0,
-  canAccept: false,
-  trustLevel: "none",
-});
-
-/** A fleet with no providers. */
-export const emptyFleet: FleetView = { capacity: () => NONE };

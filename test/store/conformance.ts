@@ -736,9 +736,28 @@ export function runStoreConformance(name: string, open: OpenStore): void {
         expect(await t.store.usage.totals("acct-4", {})).toEqual(empty);
       });
 
-      // TODO(money store): seed earnings through `store.money.settle` (src/store/money-types.ts, being added
-      // with the money path) and pin the sum, and that charges and fees do not count. Until that interface
-      // settles, only the zero cases are pinned here; test/api/admin-reports.test.ts sums real rows.
+      test("earnings sum the account's earning entries only: not its charges, credits or the platform's fees", async () => {
+        await using t = await open();
+        await createAccounts(t.store, "acct-1", "acct-2");
+        await t.store.accounts.credit({ accountId: "acct-1", amount: 10_000, at: T0 });
+        const settle = (requestId: string, charge: number, fee: number) => ({
+          requestId,
+          accountId: "acct-1",
+          keyId: null,
+          charge,
+          providerAccountId: "acct-2",
+          earning: charge - fee,
+          fee,
+          at: T0 + 1,
+          usage: usageRow({ requestId, accountId: "acct-1", cost: charge }),
+        });
+        await t.store.money.settle([settle("req-1", 100, 10), settle("req-2", 50, 5)]);
+        await t.store.money.settle([settle("req-3", 7, 1)]);
+        expect(await t.store.accounts.earnings("acct-2")).toBe(90 + 45 + 6);
+        // The payer pays; it earns nothing.
+        expect(await t.store.accounts.earnings("acct-1")).toBe(0);
+      });
+
       test("earnings are 0 for a fresh account, for an unknown account, and credits do not count", async () => {
         await using t = await open();
         await createAccounts(t.store, "acct-1");
