@@ -91,6 +91,7 @@ export async function startDevProvider(app: App, url: string, token: string): Pr
   const identity = SoftwareIdentity.generate();
   const mdaChain = devRoot ? await devRoot.issueDeviceChain({ identityKey: identity.publicKey(), posture: DEV_POSTURE }) : undefined;
   const agent = startAgent({
+    identity,
     evidence: async (encryptionKey) =>
       buildEvidence({ identity, encryptionKey, posture: DEV_POSTURE, timestamp: Date.now(), ...(mdaChain ? { mdaChain } : {}) }).wire,
     url: `${url.replace(/^http/, "ws")}/v1/provider/connect`,

@@ -7,17 +7,33 @@
  * idempotent, tells the provider once, frees the session slot once, and ends a pending `next()` with
  * a `lost` event so no waiter hangs.
  */
+import type { Hash } from "node:crypto";
 import type { ChunkOpener } from "../crypto/chunks.ts";
 import type { Delta, ProviderErrorCode, Usage } from "../protocol/messages.ts";
 
 export type AttemptEvent =
   | { readonly type: "accepted" }
   | { readonly type: "chunk"; readonly delta: Delta }
-  | { readonly type: "complete"; readonly finishReason: string; readonly usage: Usage }
+  | { readonly type: "complete"; readonly finishReason: string; readonly usage: Usage; readonly receipt?: VerifiedReceipt }
   | { readonly type: "error"; readonly code: ProviderErrorCode }
   | { readonly type: "lost"; readonly reason: string }
   /** The provider's output failed verification (sealed frame reordered, replayed, tampered ...). */
   | { readonly type: "invalid"; readonly reason: string };
+
+/** A provider receipt the coordinator verified, as consumers receive it. */
+export interface VerifiedReceipt {
+  /** base64url DER ECDSA P-256 signature by the provider's identity key over the receipt bytes. */
+  readonly signature: string;
+  /** Lowercase hex SHA-256 of the response content (the `content` deltas, in order, UTF-8). */
+  readonly responseHash: string;
+  /** Lowercase hex SHA-256 of the request plaintext the coordinator sealed. */
+  readonly requestHash: string;
+  /** The build the provider served (an alias's build), as the receipt names it. */
+  readonly modelBuild: string;
+  /** SHA-256 (hex) of the provider's identity key, as in GET /v1/providers/attestation. */
+  readonly providerKeyId: string;
+  readonly trustLevel: string;
+}
 
 export type CancelReason = "client_gone" | "deadline" | "failover" | "shutdown";
 
@@ -39,6 +55,11 @@ export class Attempt {
   firstContentAt: number | undefined;
   /** Sealed sessions: opens this attempt's response frames (set before the inference is sent). */
   opener: ChunkOpener | undefined;
+  /** Sealed sessions: SHA-256 of the request plaintext, and of the response content so far (receipts). */
+  requestSha256: Uint8Array | undefined;
+  responseHash: Hash | undefined;
+  /** The build the request was sent for (receipts name it). */
+  model: string | undefined;
 
   constructor(
     readonly requestId: string,

@@ -11,11 +11,15 @@
  * `active` counts attempts the coordinator assigned and not yet released: it is the authoritative load,
  * independent of what heartbeats report.
  */
+
+import { createHash } from "node:crypto";
 import type { ProviderAttestation } from "../../attestation/src/index.ts";
+import { AttestationError, verifyIdentitySignature } from "../../attestation/src/index.ts";
 import type { TrustLevel } from "../config/config.ts";
 import { ChunkOpener } from "../crypto/chunks.ts";
-import { fromBase64url, toBase64url } from "../crypto/encoding.ts";
+import { fromBase64url, toBase64url, toHex } from "../crypto/encoding.ts";
 import { CryptoError } from "../crypto/errors.ts";
+import { receiptBytes, sha256 } from "../crypto/receipts.ts";
 import { sealRequest } from "../crypto/seal.ts";
 import type { Logger } from "../observability/logger.ts";
 import {
@@ -32,7 +36,9 @@ import {
   parseProviderFrame,
   type ServedModel,
 } from "../protocol/messages.ts";
-import { Attempt, type AttemptOwner, attemptKey, type CancelReason } from "./attempt.ts";
+import { Attempt, type AttemptOwner, attemptKey, type CancelReason, type VerifiedReceipt } from "./attempt.ts";
+
+const encoder = new TextEncoder();
 
 export interface SessionTransport {
   send(text: string): void;
@@ -258,11 +264,13 @@ export class ProviderSession implements AttemptOwner {
       payload = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(plaintext));
       if (final) {
         const end = parseFinal(payload);
+        const receipt = this.verifyReceipt(attempt, end);
         this.served++;
-        attempt.push({ type: "complete", finishReason: end.finish_reason, usage: end.usage });
+        attempt.push({ type: "complete", finishReason: end.finish_reason, usage: end.usage, ...(receipt ? { receipt } : {}) });
         return;
       }
       const delta = parseDelta(payload);
+      if (delta.content) attempt.responseHash?.update(delta.content);
       attempt.chunks++;
       this.noteFirstContent(attempt);
       attempt.push({ type: "chunk", delta });
@@ -272,9 +280,44 @@ export class ProviderSession implements AttemptOwner {
           ? `sealed frame rejected: ${e.code}`
           : e instanceof ProtocolError
             ? `sealed payload: ${e.message}`
-            : "sealed frame is not JSON";
+            : e instanceof AttestationError
+              ? `receipt rejected: ${e.check}`
+              : "sealed frame is not JSON";
       this.untrust(attempt, reason);
     }
+  }
+
+  /**
+   * An attested provider must sign a receipt for every answer: its identity key over the canonical
+   * receipt bytes (src/crypto/receipts.ts) of the request id, model build, SHA-256 of the request
+   * plaintext the coordinator sealed, SHA-256 of the content it relayed, and the usage. Throws
+   * AttestationError (missing or bad signature); a provider without verified identity signs nothing.
+   */
+  private verifyReceipt(attempt: Attempt, end: ReturnType<typeof parseFinal>): VerifiedReceipt | undefined {
+    const identityKey = this.attestation?.identityKey;
+    if (!identityKey || !attempt.requestSha256 || !attempt.responseHash || attempt.model === undefined) return undefined;
+    if (!end.receipt) throw new AttestationError("signature", "an attested provider must sign a receipt");
+    const responseSha256 = new Uint8Array(attempt.responseHash.digest());
+    const bytes = receiptBytes({
+      requestId: attempt.requestId,
+      modelBuild: attempt.model,
+      requestSha256: attempt.requestSha256,
+      responseSha256,
+      usage: {
+        promptTokens: end.usage.prompt_tokens,
+        cachedTokens: end.usage.cached_tokens ?? 0,
+        completionTokens: end.usage.completion_tokens,
+      },
+    });
+    verifyIdentitySignature(identityKey, bytes, fromBase64url(end.receipt.signature, "receipt.signature"), "receipt");
+    return {
+      signature: end.receipt.signature,
+      responseHash: toHex(responseSha256),
+      requestHash: toHex(attempt.requestSha256),
+      modelBuild: attempt.model,
+      providerKeyId: identityKey.id,
+      trustLevel: this.trust,
+    };
   }
 
   /** Invalid output: fail the attempt with `invalid` and end the session (the provider is untrusted). */
@@ -306,7 +349,11 @@ export class ProviderSession implements AttemptOwner {
         return attempt;
       }
       const binding = { protocolVersion: PROTOCOL_VERSION, requestId: frame.request_id, attempt: frame.attempt };
-      const sealed = await sealRequest(key, new TextEncoder().encode(JSON.stringify(frame.request)), binding);
+      const plaintext = encoder.encode(JSON.stringify(frame.request));
+      attempt.requestSha256 = sha256(plaintext);
+      attempt.responseHash = createHash("sha256");
+      attempt.model = frame.model;
+      const sealed = await sealRequest(key, plaintext, binding);
       if (attempt.done) return attempt; // cancelled or the session ended while sealing
       attempt.opener = new ChunkOpener({ responseKey: sealed.responseKey, requestId: frame.request_id, attempt: frame.attempt });
       this.transport.send(

@@ -13,7 +13,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { type ApiError, Errors } from "../errors/api-error.ts";
-import type { AttemptEvent } from "../fleet/attempt.ts";
+import type { AttemptEvent, VerifiedReceipt } from "../fleet/attempt.ts";
 import type { Usage } from "../protocol/messages.ts";
 import type { Committed } from "./dispatch.ts";
 
@@ -53,6 +53,22 @@ export function usageJson(u: Usage) {
   };
 }
 
+/** A verified provider receipt as the consumer sees it (docs/security.md shows how to check it). */
+export function receiptJson(receipt: VerifiedReceipt | undefined) {
+  if (!receipt) return {};
+  return {
+    se_signature: receipt.signature,
+    response_hash: receipt.responseHash,
+    metadata: {
+      receipt_version: 1,
+      provider_key_id: receipt.providerKeyId,
+      trust_level: receipt.trustLevel,
+      request_hash: receipt.requestHash,
+      model_build: receipt.modelBuild,
+    },
+  };
+}
+
 /** The error a post-commit failure turns into. */
 function failureOf(event: AttemptEvent): ApiError {
   if (event.type === "invalid") return Errors.invalidProviderOutput("the provider's output failed verification");
@@ -86,6 +102,7 @@ export async function collectCompletion(committed: Committed, ctx: ResponseConte
           },
         ],
         usage: usageJson(event.usage),
+        ...receiptJson(event.receipt),
       };
     } else if (event.type !== "accepted") {
       await onEnd({
@@ -138,7 +155,8 @@ export function streamCompletion(committed: Committed, ctx: ResponseContext, onE
           case "complete": {
             const reason = finishReason(event.finishReason, event.usage, ctx.maxTokens);
             controller.enqueue(frame(`"choices":[],"usage":${JSON.stringify(usageJson(event.usage))}`));
-            controller.enqueue(frame(`"choices":[{"index":0,"delta":{},"finish_reason":${JSON.stringify(reason)}}]`));
+            const receipt = event.receipt ? `,${JSON.stringify(receiptJson(event.receipt)).slice(1, -1)}` : "";
+            controller.enqueue(frame(`"choices":[{"index":0,"delta":{},"finish_reason":${JSON.stringify(reason)}}]${receipt}`));
             await end({ status: "completed", usage: event.usage, completionChars: chars, finishReason: reason });
             controller.enqueue(DONE);
             controller.close();

@@ -286,7 +286,7 @@ export function parseDelta(v: unknown): Delta {
  * Validates the end of an attempt: `{finish_reason, usage}` (plaintext complete frames, and the opened
  * payload of a sealed complete). Throws ProtocolError.
  */
-export function parseFinal(v: unknown): { finish_reason: string; usage: Usage } {
+export function parseFinal(v: unknown): { finish_reason: string; usage: Usage; receipt?: { signature: string } } {
   const o = obj(v, "final");
   const u = obj(o.usage, "usage");
   const cached = optInt(u, "cached_tokens", 0, 2 ** 40);
@@ -298,7 +298,9 @@ export function parseFinal(v: unknown): { finish_reason: string; usage: Usage } 
     ...(reasoning !== undefined ? { reasoning_tokens: reasoning } : {}),
   };
   if ((usage.cached_tokens ?? 0) > usage.prompt_tokens) fail("usage.cached_tokens exceeds prompt_tokens");
-  return { finish_reason: str(o, "finish_reason", 64), usage };
+  // A receipt (sealed finals only): the identity key's DER signature over src/crypto/receipts.ts bytes.
+  const receipt = o.receipt === undefined ? undefined : { signature: b64url(obj(o.receipt, "receipt"), "signature", 16, 256) };
+  return { finish_reason: str(o, "finish_reason", 64), usage, ...(receipt ? { receipt } : {}) };
 }
 
 /** Validates a request body (plaintext inference frames, and the opened payload of a sealed one). */

@@ -35,7 +35,7 @@ import {
   type Welcome,
 } from "../protocol/messages.ts";
 import { VERSION } from "../version.ts";
-import { Attempts } from "./attempts.ts";
+import { Attempts, type ReceiptSigner } from "./attempts.ts";
 import type { Engine } from "./engines/engine.ts";
 
 export interface AgentOptions {
@@ -60,6 +60,8 @@ export interface AgentOptions {
    * trust level `none`.
    */
   readonly evidence?: (encryptionKey: Uint8Array) => Promise<Readonly<Record<string, unknown>>>;
+  /** The identity key that signed the evidence: signs a receipt for every sealed answer. */
+  readonly identity?: ReceiptSigner;
   /** Called after every state change (for a status line); must not throw. */
   readonly onChange?: (state: AgentState) => void;
 }
@@ -435,7 +437,7 @@ class ProviderAgent implements Agent {
     }
     const send = (f: ProviderFrame) => this.send(ws, f);
     if (frame.type === "inference") this.attempts.start(frame, send);
-    else void this.attempts.startSealed(frame, this.privateKey as Uint8Array, send);
+    else void this.attempts.startSealed(frame, this.privateKey as Uint8Array, send, this.options.identity);
   }
 
   private changed(): void {

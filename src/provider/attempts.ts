@@ -9,8 +9,10 @@
  * several chunks (MAX_CHUNK_CHARS UTF-16 units each, surrogate pairs kept whole).
  */
 
+import { createHash, type Hash } from "node:crypto";
 import { ChunkSealer } from "../crypto/chunks.ts";
 import { fromBase64url, toBase64url } from "../crypto/encoding.ts";
+import { receiptBytes, sha256 } from "../crypto/receipts.ts";
 import { openRequest } from "../crypto/seal.ts";
 import type { Logger } from "../observability/logger.ts";
 import {
@@ -51,6 +53,10 @@ interface Running {
   deadline?: ReturnType<typeof setTimeout>;
   /** Sealed attempts: seals every chunk and the final frame with the request's response key. */
   readonly sealer: ChunkSealer | undefined;
+  /** Sealed attempts of a provider with an identity: what its receipt covers. */
+  readonly receipt:
+    | { readonly signer: ReceiptSigner; readonly requestSha256: Uint8Array; readonly content: Hash; readonly model: string }
+    | undefined;
   /** Text waiting to be sent as one chunk (see `buffer`). */
   pendingContent: string;
   pendingReasoning: string;
@@ -59,6 +65,11 @@ interface Running {
 
 const keyOf = (requestId: string, attempt: number) => `${attempt}:${requestId}`;
 const encoder = new TextEncoder();
+
+/** The provider's identity key as receipts need it: DER ECDSA P-256 over SHA-256(message). */
+export interface ReceiptSigner {
+  sign(message: Uint8Array): Uint8Array;
+}
 
 export class Attempts {
   private readonly running = new Map<string, Running>();
@@ -83,13 +94,15 @@ export class Attempts {
    * request id and attempt), then runs it like `start`, sealing the answer. A request that does not
    * open is refused with `invalid_request` (nothing is run).
    */
-  async startSealed(frame: SealedInference, privateKey: Uint8Array, send: SendFrame): Promise<void> {
+  async startSealed(frame: SealedInference, privateKey: Uint8Array, send: SendFrame, signer?: ReceiptSigner): Promise<void> {
     let request: EngineRequestBody;
     let sealer: ChunkSealer;
+    let requestSha256: Uint8Array;
     try {
       const binding = { protocolVersion: PROTOCOL_VERSION, requestId: frame.request_id, attempt: frame.attempt };
       const opened = await openRequest(privateKey, fromBase64url(frame.enc, "enc"), fromBase64url(frame.ciphertext, "ciphertext"), binding);
       request = parseEngineRequest(JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(opened.plaintext)));
+      requestSha256 = sha256(opened.plaintext);
       sealer = new ChunkSealer({ responseKey: opened.responseKey, requestId: frame.request_id, attempt: frame.attempt });
     } catch {
       this.logger.warn("sealed request refused", { request_id: frame.request_id, attempt: frame.attempt });
@@ -103,11 +116,12 @@ export class Attempts {
       return;
     }
     const { enc: _enc, ciphertext: _ciphertext, ...head } = frame;
-    this.start({ ...head, type: "inference", request }, send, sealer);
+    const receipt = signer ? { signer, requestSha256, content: createHash("sha256"), model: frame.model } : undefined;
+    this.start({ ...head, type: "inference", request }, send, sealer, receipt);
   }
 
   /** Sends `accepted` and runs the engine; the caller decided to accept (capacity, model, not draining). */
-  start(frame: Inference, send: SendFrame, sealer?: ChunkSealer): void {
+  start(frame: Inference, send: SendFrame, sealer?: ChunkSealer, receipt?: Running["receipt"]): void {
     const run: Running = {
       key: keyOf(frame.request_id, frame.attempt),
       requestId: frame.request_id,
@@ -117,6 +131,7 @@ export class Attempts {
       seq: 0,
       silenced: false,
       sealer,
+      receipt,
       pendingContent: "",
       pendingReasoning: "",
       flushScheduled: false,
@@ -164,7 +179,8 @@ export class Attempts {
         }
         this.flush(run);
         if (run.sealer) {
-          const final = run.sealer.seal(encoder.encode(JSON.stringify({ finish_reason: event.finishReason, usage: event.usage })), true);
+          const end = { finish_reason: event.finishReason, usage: event.usage, ...this.sign(run, event.usage) };
+          const final = run.sealer.seal(encoder.encode(JSON.stringify(end)), true);
           run.send({
             type: "sealed_complete",
             request_id: run.requestId,
@@ -232,6 +248,7 @@ export class Attempts {
     run.pendingReasoning = "";
     for (const delta of splitDelta(pending)) {
       if (run.sealer) {
+        if (delta.content) run.receipt?.content.update(delta.content);
         const frame = run.sealer.seal(encoder.encode(JSON.stringify(delta)), false);
         run.send({
           type: "sealed_chunk",
@@ -244,6 +261,20 @@ export class Attempts {
         run.send({ type: "chunk", request_id: run.requestId, attempt: run.attempt, seq: run.seq++, delta });
       }
     }
+  }
+
+  /** The receipt of a completed sealed attempt: the identity key's signature over the receipt bytes. */
+  private sign(run: Running, usage: Usage): { receipt?: { signature: string } } {
+    const r = run.receipt;
+    if (!r) return {};
+    const bytes = receiptBytes({
+      requestId: run.requestId,
+      modelBuild: r.model,
+      requestSha256: r.requestSha256,
+      responseSha256: new Uint8Array(r.content.digest()),
+      usage: { promptTokens: usage.prompt_tokens, cachedTokens: usage.cached_tokens ?? 0, completionTokens: usage.completion_tokens },
+    });
+    return { receipt: { signature: toBase64url(r.signer.sign(bytes)) } };
   }
 
   /** Optionally one error frame, then silence, abort the engine call and free the slot. */

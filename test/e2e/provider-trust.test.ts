@@ -5,7 +5,9 @@
  * nothing unverified counts.
  */
 import { describe, expect, test } from "bun:test";
-import { buildEvidence, FULL_SECURITY, SoftwareIdentity } from "../../attestation/src/index.ts";
+import { createHash } from "node:crypto";
+import { buildEvidence, FULL_SECURITY, parseIdentityKey, SoftwareIdentity, verifyIdentitySignature } from "../../attestation/src/index.ts";
+import { receiptBytes } from "../../src/crypto/receipts.ts";
 import { type Agent, startAgent } from "../../src/provider/agent.ts";
 import { createEchoEngine } from "../../src/provider/engines/echo.ts";
 import { seedAccount, seedCatalog, type TestApp, testApp } from "../support/harness.ts";
@@ -16,6 +18,16 @@ const BUILD = "org/base-build-4bit";
 const POSTURE = { sipEnabled: true, secureBoot: FULL_SECURITY, thirdPartyKexts: false, osVersion: "15.1" } as const;
 
 type EvidenceMaker = (t: TestApp, encryptionKey: Uint8Array) => Promise<Readonly<Record<string, unknown>>>;
+
+/** Evidence with a device chain from the app's development root for `identity`: earns `hardware`. */
+const hardwareFor =
+  (identity: SoftwareIdentity): EvidenceMaker =>
+  async (t, encryptionKey) => {
+    const { devRoot } = await t.app.trust();
+    if (!devRoot) throw new Error("no development root");
+    const mdaChain = await devRoot.issueDeviceChain({ identityKey: identity.publicKey(), posture: POSTURE });
+    return buildEvidence({ identity, encryptionKey, posture: POSTURE, timestamp: Date.now(), mdaChain }).wire;
+  };
 
 /** Evidence with a device chain from the app's development root: earns `hardware`. */
 const hardware: EvidenceMaker = async (t, encryptionKey) => {
@@ -30,7 +42,7 @@ interface Ctx extends AsyncDisposable {
   readonly t: TestApp;
   readonly server: TestServer;
   readonly apiKey: string;
-  provider(evidence?: EvidenceMaker): Promise<Agent>;
+  provider(evidence?: EvidenceMaker, identity?: { sign(message: Uint8Array): Uint8Array }): Promise<Agent>;
   metadata(): Promise<Record<string, unknown>>;
 }
 
@@ -45,8 +57,9 @@ async function setup(env: Record<string, string> = {}): Promise<Ctx> {
     t,
     server,
     apiKey,
-    async provider(evidence) {
+    async provider(evidence, identity) {
       const agent = startAgent({
+        ...(identity ? { identity } : {}),
         url: `${server.url.replace(/^http/, "ws")}/v1/provider/connect`,
         token,
         engine: createEchoEngine({ models: [BUILD] }),
@@ -152,8 +165,75 @@ describe("trust from verified evidence", () => {
     const refused = await postChat(ctx.server.url, ctx.apiKey, chatBody("x"));
     expect([refused.status, ((await refused.json()) as { error: { code: string } }).error.code]).toEqual([503, "model_unavailable"]);
 
-    await ctx.provider(hardware);
+    const identity = SoftwareIdentity.generate();
+    await ctx.provider(hardwareFor(identity), identity);
     const served = await postChat(ctx.server.url, ctx.apiKey, chatBody("attested only"));
     expect(((await served.json()) as { choices: { message: { content: string } }[] }).choices[0]?.message.content).toBe("attested only");
+  });
+});
+
+describe("receipts", () => {
+  test("an attested provider signs every answer; a consumer verifies it with the published key", async () => {
+    await using ctx = await setup();
+    const identity = SoftwareIdentity.generate();
+    await ctx.provider(hardwareFor(identity), identity);
+    const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("signed words"));
+    const body = (await response.json()) as {
+      choices: { message: { content: string } }[];
+      usage: { prompt_tokens: number; completion_tokens: number };
+      se_signature: string;
+      response_hash: string;
+      metadata: { receipt_version: number; provider_key_id: string; trust_level: string; request_hash: string; model_build: string };
+    };
+    const content = body.choices[0]?.message.content ?? "";
+    expect(body.response_hash).toBe(createHash("sha256").update(content).digest("hex"));
+    expect([body.metadata.receipt_version, body.metadata.trust_level, body.metadata.model_build]).toEqual([1, "hardware", BUILD]);
+
+    // What a consumer does: the provider's key from the public list, the receipt bytes from the answer.
+    const providers = (await (await fetch(`${ctx.server.url}/v1/providers/attestation`)).json()) as {
+      data: { identity_key: string; identity_key_sha256: string }[];
+    };
+    const published = providers.data.find((p) => p.identity_key_sha256 === body.metadata.provider_key_id);
+    if (!published) throw new Error("the signing provider is not published");
+    const key = parseIdentityKey(Buffer.from(published.identity_key, "base64url"));
+    const bytes = receiptBytes({
+      requestId: response.headers.get("x-request-id") as string,
+      modelBuild: body.metadata.model_build,
+      requestSha256: Buffer.from(body.metadata.request_hash, "hex"),
+      responseSha256: Buffer.from(body.response_hash, "hex"),
+      usage: { promptTokens: body.usage.prompt_tokens, cachedTokens: 0, completionTokens: body.usage.completion_tokens },
+    });
+    expect(() => verifyIdentitySignature(key, bytes, Buffer.from(body.se_signature, "base64url"), "receipt")).not.toThrow();
+    // One changed claim and it no longer verifies.
+    const forged = receiptBytes({
+      requestId: response.headers.get("x-request-id") as string,
+      modelBuild: BUILD,
+      requestSha256: Buffer.from(body.metadata.request_hash, "hex"),
+      responseSha256: Buffer.from(body.response_hash, "hex"),
+      usage: { promptTokens: body.usage.prompt_tokens, cachedTokens: 0, completionTokens: body.usage.completion_tokens + 1 },
+    });
+    expect(() => verifyIdentitySignature(key, forged, Buffer.from(body.se_signature, "base64url"), "receipt")).toThrow();
+  });
+
+  test.each<[string, { sign(message: Uint8Array): Uint8Array } | undefined]>([
+    ["signs with another key", SoftwareIdentity.generate()],
+    ["signs nothing", undefined],
+  ])("an attested provider that %s -> 502 invalid_provider_output, cut off", async (_, signer) => {
+    await using ctx = await setup();
+    const identity = SoftwareIdentity.generate();
+    await ctx.provider(hardwareFor(identity), signer);
+    const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("x"));
+    expect([response.status, ((await response.json()) as { error: { code: string } }).error.code]).toEqual([
+      502,
+      "invalid_provider_output",
+    ]);
+    await waitFor(() => ctx.t.app.fleet.list().length === 0, "the provider cut off");
+  });
+
+  test("a provider without verified identity gets no receipt fields", async () => {
+    await using ctx = await setup();
+    await ctx.provider();
+    const body = (await (await postChat(ctx.server.url, ctx.apiKey, chatBody("plain"))).json()) as Record<string, unknown>;
+    expect(["se_signature", "response_hash", "metadata"].filter((k) => k in body)).toEqual([]);
   });
 });
