@@ -5,6 +5,7 @@
  *   GET  /v1/pricing                               no auth
  *   GET  /v1/attestation                           no auth (503 when this host cannot attest)
  *   GET  /v1/providers/attestation                 no auth (public keys, trust levels, posture)
+ *   POST /v1/provider/dev-chain                    provider device token; development trust only
  *   GET  /v1/models, /v1/models/{id...}            consumer auth (API key or JWT)
  *   POST /v1/chat/completions                      consumer auth
  *   GET  /v1/provider/connect (WebSocket)          provider device token (provider-socket.ts, wired in server.ts)
@@ -26,7 +27,7 @@ import type { Logger } from "../observability/logger.ts";
 import type { Metrics } from "../observability/metrics.ts";
 import type { Store } from "../store/types.ts";
 import { adminRoutes } from "./admin.ts";
-import { attestationRoutes } from "./attestation.ts";
+import { attestationRoutes, type DevChainDeps } from "./attestation.ts";
 import { chatRoutes } from "./chat.ts";
 import { errorHandling } from "./errors.ts";
 import { healthRoutes } from "./health.ts";
@@ -39,6 +40,8 @@ export interface HttpDeps {
   readonly pricing: PricingService;
   readonly admin: AdminService;
   readonly attestation: CoordinatorAttestation;
+  readonly issueDevChain: DevChainDeps["issueDevChain"];
+  readonly providerTokenValid: DevChainDeps["providerTokenValid"];
   readonly chat: ChatService;
   readonly fleet: Fleet;
   readonly authenticate: Authenticator;

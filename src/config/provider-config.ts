@@ -49,6 +49,8 @@ export interface ProviderConfig {
   readonly echoFirstTokenDelayMs: number;
   readonly drainTimeoutMs: number;
   readonly logLevel: LogLevel;
+  /** Ask a development coordinator for a device chain (software identity key; never valid in production). */
+  readonly devAttestation: boolean;
 }
 
 /** Every `start` setting with its flag and environment twin. docs/operations.md lists the same table. */
@@ -88,6 +90,13 @@ export const PROVIDER_SETTINGS = {
     help: "longest wait for active attempts on shutdown",
   },
   logLevel: { flag: "log-level", env: "UMBRA_PROVIDER_LOG_LEVEL", kind: "enum", values: LOG_LEVELS, help: "error, warn, info or debug" },
+  devAttestation: {
+    flag: "dev-attestation",
+    env: "UMBRA_PROVIDER_DEV_ATTESTATION",
+    kind: "enum",
+    values: ["on", "off"],
+    help: "on: get a development device chain from a development coordinator (trust level hardware there)",
+  },
 } as const satisfies Record<string, Setting>;
 
 type SettingName = keyof typeof PROVIDER_SETTINGS;
@@ -216,6 +225,7 @@ export function loadProviderConfig(flags: FlagValues, env: Env): ProviderConfig 
     ),
     drainTimeoutMs: intOf("drainTimeoutMs", raw("drainTimeoutMs", flags, env), DEFAULTS.drainTimeoutMs, 0, DAY_MS),
     logLevel: enumOf<LogLevel>("logLevel", raw("logLevel", flags, env), DEFAULTS.logLevel),
+    devAttestation: enumOf<"on" | "off">("devAttestation", raw("devAttestation", flags, env), "off") === "on",
   };
   return Object.freeze(config);
 }

@@ -15,6 +15,7 @@ import { createHttpApp, type HttpApp } from "../api/http.ts";
 import { type CoordinatorAttestation, createCoordinatorAttestation } from "../attestation/coordinator-attestation.ts";
 import { type Authenticator, createAuthenticator } from "../auth/authenticator.ts";
 import { createJwtVerifier } from "../auth/jwt.ts";
+import { PROVIDER_TOKEN_PREFIX, sha256Hex } from "../auth/secrets.ts";
 import { Billing } from "../billing/billing.ts";
 import { PricingService } from "../billing/pricing.ts";
 import { Wallets } from "../billing/wallets.ts";
@@ -158,6 +159,15 @@ export function createApp(deps: AppDeps): App {
     fleet,
     authenticate,
     adminToken: config.adminToken,
+    issueDevChain: (identityKey, posture) =>
+      config.trustRoot === "development"
+        ? trust().then((t) => {
+            if (!t.devRoot) throw new Error("no development root");
+            return t.devRoot.issueDeviceChain({ identityKey, posture });
+          })
+        : undefined,
+    providerTokenValid: async (token) =>
+      token.startsWith(PROVIDER_TOKEN_PREFIX) && (await store.providerTokens.findByHash(sha256Hex(token)))?.revokedAt === null,
     maxBodyBytes: config.maxBodyBytes,
     logger,
     metrics,

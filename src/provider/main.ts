@@ -1,5 +1,6 @@
 #!/usr/bin/env bun
 import { cpus, totalmem } from "node:os";
+import { buildEvidence, FULL_SECURITY, postureJson, SoftwareIdentity } from "../../attestation/src/index.ts";
 import { ConfigError } from "../config/config.ts";
 import { loadProviderConfig, PROVIDER_SETTINGS, type ProviderConfig, parseProviderFlags } from "../config/provider-config.ts";
 /**
@@ -11,7 +12,7 @@ import { loadProviderConfig, PROVIDER_SETTINGS, type ProviderConfig, parseProvid
  * Output: a one-line live status on stderr when it is a terminal, JSON log lines otherwise.
  */
 import { processEnv } from "../config/settings.ts";
-import { createLogger, type LogSink } from "../observability/logger.ts";
+import { createLogger, type Logger, type LogSink } from "../observability/logger.ts";
 import type { Hello } from "../protocol/messages.ts";
 import { VERSION } from "../version.ts";
 import { type AgentState, startAgent } from "./agent.ts";
@@ -82,6 +83,33 @@ function statusLine(): { sink: LogSink; update: (state: AgentState) => void; end
   };
 }
 
+/** The posture a development provider claims (and its development chain states). */
+const DEV_POSTURE = { sipEnabled: true, secureBoot: FULL_SECURITY, thirdPartyKexts: false, osVersion: "15.1" } as const;
+
+/**
+ * `--dev-attestation on`: a software identity key and a device chain from the development coordinator's
+ * root (POST /v1/provider/dev-chain with the device token), so this provider earns `hardware` there
+ * through the same verification as a Mac. A production coordinator answers 404 and the start fails.
+ */
+async function developmentAttestation(config: ProviderConfig, logger: Logger) {
+  const identity = SoftwareIdentity.generate();
+  const base = config.connectUrl.replace(/^ws/, "http").replace(/\/v1\/provider\/connect$/, "");
+  const response = await fetch(`${base}/v1/provider/dev-chain`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${config.token}`, "content-type": "application/json" },
+    body: JSON.stringify({ identity_key: Buffer.from(identity.publicKey()).toString("base64url"), posture: postureJson(DEV_POSTURE) }),
+  });
+  if (!response.ok) throw new ConfigError(`--dev-attestation: the coordinator refused a development chain (HTTP ${response.status})`);
+  const { chain } = (await response.json()) as { chain: string[] };
+  const mdaChain = chain.map((der) => new Uint8Array(Buffer.from(der, "base64url")));
+  logger.info("development attestation ready", { count: mdaChain.length });
+  return {
+    identity,
+    evidence: async (encryptionKey: Uint8Array) =>
+      buildEvidence({ identity, encryptionKey, posture: DEV_POSTURE, timestamp: Date.now(), mdaChain }).wire,
+  };
+}
+
 async function start(argv: readonly string[]): Promise<number> {
   const flags = parseProviderFlags(argv, { help: { type: "boolean", short: "h" } });
   if (flags.help === true) {
@@ -93,7 +121,9 @@ async function start(argv: readonly string[]): Promise<number> {
   const logger = createLogger(config.logLevel, line?.sink);
   const engine = createEngine(config);
   logger.info("provider starting", { url: config.connectUrl, version: VERSION, count: config.models.length });
+  const attestation = config.devAttestation ? await developmentAttestation(config, logger) : undefined;
   const agent = startAgent({
+    ...(attestation ?? {}),
     url: config.connectUrl,
     token: config.token,
     engine,

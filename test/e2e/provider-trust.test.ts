@@ -11,6 +11,7 @@ import { receiptBytes } from "../../src/crypto/receipts.ts";
 import { type Agent, startAgent } from "../../src/provider/agent.ts";
 import { createEchoEngine } from "../../src/provider/engines/echo.ts";
 import { seedAccount, seedCatalog, type TestApp, testApp } from "../support/harness.ts";
+import { startProvider } from "../support/processes.ts";
 import { chatBody, postChat, providerToken, startServer, type TestServer } from "../support/server.ts";
 import { waitFor } from "../support/wait.ts";
 
@@ -235,5 +236,66 @@ describe("receipts", () => {
     await ctx.provider();
     const body = (await (await postChat(ctx.server.url, ctx.apiKey, chatBody("plain"))).json()) as Record<string, unknown>;
     expect(["se_signature", "response_hash", "metadata"].filter((k) => k in body)).toEqual([]);
+  });
+});
+
+describe("a separately started provider joins a development coordinator at hardware", () => {
+  test("umbra-provider start --dev-attestation on: hardware, and its answers carry receipts", async () => {
+    await using ctx = await setup();
+    const account = await ctx.t.app.admin.createAccount({ name: "machine" });
+    const token = (await ctx.t.app.admin.createProviderToken({ account_id: account.id })).token;
+    await using proc = startProvider([
+      "--coordinator",
+      ctx.server.url,
+      "--token",
+      token,
+      "--engine",
+      "echo",
+      "--model",
+      BUILD,
+      "--dev-attestation",
+      "on",
+    ]);
+    await proc.connected;
+    expect(await ctx.metadata()).toEqual(expect.objectContaining({ trust_level: "hardware", attested_providers: 1 }));
+    const body = (await (await postChat(ctx.server.url, ctx.apiKey, chatBody("from another process"))).json()) as Record<string, unknown>;
+    expect([typeof body.se_signature, (body.metadata as { trust_level: string }).trust_level]).toEqual(["string", "hardware"]);
+  });
+
+  test("a production coordinator offers no development chain: 404, and the provider does not start", async () => {
+    await using ctx = await setup({ UMBRA_MODE: "production", UMBRA_TRUST_ROOT: "apple" });
+    const account = await ctx.t.app.admin.createAccount({ name: "machine" });
+    const token = (await ctx.t.app.admin.createProviderToken({ account_id: account.id })).token;
+    const direct = await fetch(`${ctx.server.url}/v1/provider/dev-chain`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      body: JSON.stringify({
+        identity_key: Buffer.from(SoftwareIdentity.generate().publicKey()).toString("base64url"),
+        posture: { sip_enabled: true, secure_boot: "Full Security", third_party_kexts: false, os_version: "15.1" },
+      }),
+    });
+    expect(direct.status).toBe(404);
+    await using proc = startProvider([
+      "--coordinator",
+      ctx.server.url,
+      "--token",
+      token,
+      "--engine",
+      "echo",
+      "--model",
+      BUILD,
+      "--dev-attestation",
+      "on",
+    ]);
+    expect(await proc.proc.exited).not.toBe(0);
+  });
+
+  test("the dev-chain endpoint wants a live provider device token", async () => {
+    await using ctx = await setup();
+    const response = await fetch(`${ctx.server.url}/v1/provider/dev-chain`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${ctx.apiKey}` },
+    });
+    expect(response.status).toBe(401);
   });
 });

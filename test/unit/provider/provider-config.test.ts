@@ -20,6 +20,7 @@ describe("loadProviderConfig", () => {
       echoFirstTokenDelayMs: 0,
       drainTimeoutMs: 120_000,
       logLevel: "info",
+      devAttestation: false,
     });
   });
 
@@ -63,6 +64,7 @@ describe("loadProviderConfig", () => {
       echoFirstTokenDelayMs: 0,
       drainTimeoutMs: 0,
       logLevel: "debug",
+      devAttestation: false,
     });
   });
 
@@ -94,6 +96,7 @@ describe("loadProviderConfig", () => {
       echoFirstTokenDelayMs: 250,
       drainTimeoutMs: 5000,
       logLevel: "warn",
+      devAttestation: false,
     });
   });
 
