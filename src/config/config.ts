@@ -69,6 +69,9 @@ export interface Config {
   readonly defaultTpm: number | null;
   /** Requests that may wait for a free provider slot, per model; beyond it 429 capacity_exhausted. */
   readonly maxQueuedPerModel: number;
+  /** How often an attested provider is challenged, and how long it has to answer. */
+  readonly challengeIntervalMs: number;
+  readonly challengeTimeoutMs: number;
   /** Evidence source of GET /v1/attestation; `dev` is refused in production. */
   readonly attestation: AttestationSource;
   /** The confidential-VM platform configfs-tsm must report (its kernel provider is checked against it). */
@@ -169,6 +172,13 @@ export const SETTINGS = {
     help: "requests per minute for keys without a limit (0 = none)",
   },
   defaultTpm: { flag: "default-tpm", env: "UMBRA_DEFAULT_TPM", kind: "int", help: "tokens per minute for keys without a limit (0 = none)" },
+  challengeIntervalMs: {
+    flag: "challenge-interval-ms",
+    env: "UMBRA_CHALLENGE_INTERVAL_MS",
+    kind: "int",
+    help: "provider challenge interval",
+  },
+  challengeTimeoutMs: { flag: "challenge-timeout-ms", env: "UMBRA_CHALLENGE_TIMEOUT_MS", kind: "int", help: "time to answer a challenge" },
   maxQueuedPerModel: {
     flag: "max-queued-per-model",
     env: "UMBRA_MAX_QUEUED_PER_MODEL",
@@ -225,6 +235,8 @@ const DEFAULTS = {
   providerLivenessMs: 15_000,
   platformFeePercent: 10,
   maxQueuedPerModel: 64,
+  challengeIntervalMs: 300_000,
+  challengeTimeoutMs: 30_000,
 } as const;
 
 const raw = (name: SettingName, flags: FlagValues, env: Env) => readSetting(SETTINGS[name], flags, env);
@@ -367,6 +379,8 @@ export function loadConfig(flags: FlagValues, env: Env, defaultMode: Mode = "pro
     defaultRpm: intOf("defaultRpm", raw("defaultRpm", flags, env), 0, 0, 1_000_000_000) || null,
     defaultTpm: intOf("defaultTpm", raw("defaultTpm", flags, env), 0, 0, 1_000_000_000_000) || null,
     maxQueuedPerModel: intOf("maxQueuedPerModel", raw("maxQueuedPerModel", flags, env), DEFAULTS.maxQueuedPerModel, 0, 1_000_000),
+    challengeIntervalMs: intOf("challengeIntervalMs", raw("challengeIntervalMs", flags, env), DEFAULTS.challengeIntervalMs, 20, 86_400_000),
+    challengeTimeoutMs: intOf("challengeTimeoutMs", raw("challengeTimeoutMs", flags, env), DEFAULTS.challengeTimeoutMs, 10, 3_600_000),
     attestation,
     attestationPlatform: enumOf<AttestationPlatform>("attestationPlatform", raw("attestationPlatform", flags, env), "sev-snp"),
     tlsPublicKeySpki: tlsPublicKeyFile === undefined ? null : readTlsPublicKey(tlsPublicKeyFile),
@@ -374,6 +388,9 @@ export function loadConfig(flags: FlagValues, env: Env, defaultMode: Mode = "pro
     ...(adminToken !== undefined ? { adminToken } : {}),
     ...(jwt !== undefined ? { jwt } : {}),
   };
+  if (config.challengeTimeoutMs >= config.challengeIntervalMs) {
+    throw new ConfigError("--challenge-timeout-ms must be shorter than --challenge-interval-ms");
+  }
   if (config.providerLivenessMs <= config.providerHeartbeatMs) {
     throw new ConfigError("--provider-liveness-ms must be longer than --provider-heartbeat-ms");
   }

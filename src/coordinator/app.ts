@@ -7,6 +7,7 @@ import {
   createTrustPolicy,
   DevelopmentRoot,
   type ProviderAttestation,
+  startChallenges,
   TrustAnchor,
   type TrustPolicy,
 } from "../../attestation/src/index.ts";
@@ -83,9 +84,14 @@ export interface ProviderTrust {
 /** The trust policy: the pinned Apple root, or a development root generated for this process. */
 async function providerTrust(config: Config, now: () => number): Promise<ProviderTrust> {
   const mode = config.mode;
-  if (config.trustRoot === "apple") return { policy: createTrustPolicy({ mode, anchor: TrustAnchor.apple(), floor: config.minTrust }) };
+  const schedule = {
+    floor: config.minTrust,
+    challengeIntervalMs: config.challengeIntervalMs,
+    challengeTimeoutMs: config.challengeTimeoutMs,
+  };
+  if (config.trustRoot === "apple") return { policy: createTrustPolicy({ mode, anchor: TrustAnchor.apple(), ...schedule }) };
   const devRoot = await DevelopmentRoot.generate(now);
-  return { policy: createTrustPolicy({ mode, anchor: devRoot.anchor, floor: config.minTrust }), devRoot };
+  return { policy: createTrustPolicy({ mode, anchor: devRoot.anchor, ...schedule }), devRoot };
 }
 
 export function createApp(deps: AppDeps): App {
@@ -117,6 +123,13 @@ export function createApp(deps: AppDeps): App {
         return await assessProviderEvidence(evidence, { policy, now, helloEncryptionKey: encryptionKey });
       } catch {
         return NO_ATTESTATION;
+      }
+    },
+    challenge: async (attestation) => {
+      try {
+        return startChallenges(attestation, (await trust()).policy, now);
+      } catch {
+        return undefined;
       }
     },
     logger,

@@ -4,7 +4,7 @@
  * echo engine, in this process, over a real WebSocket to the listening port), and prints
  * ready-to-paste examples.
  */
-import { buildEvidence, FULL_SECURITY, SoftwareIdentity } from "../../attestation/src/index.ts";
+import { answerChallenge, buildEvidence, FULL_SECURITY, parseChallenge, SoftwareIdentity } from "../../attestation/src/index.ts";
 import { type Agent, startAgent } from "../provider/agent.ts";
 import { createEchoEngine } from "../provider/engines/echo.ts";
 import type { App } from "./app.ts";
@@ -92,6 +92,10 @@ export async function startDevProvider(app: App, url: string, token: string): Pr
   const mdaChain = devRoot ? await devRoot.issueDeviceChain({ identityKey: identity.publicKey(), posture: DEV_POSTURE }) : undefined;
   const agent = startAgent({
     identity,
+    answerChallenge: (challenge: { nonce: string; timestamp: number }) => {
+      const wire = answerChallenge(identity, parseChallenge(challenge), DEV_POSTURE).wire;
+      return { payload: String(wire.payload), signature: String(wire.signature) };
+    },
     evidence: async (encryptionKey) =>
       buildEvidence({ identity, encryptionKey, posture: DEV_POSTURE, timestamp: Date.now(), ...(mdaChain ? { mdaChain } : {}) }).wire,
     url: `${url.replace(/^http/, "ws")}/v1/provider/connect`,

@@ -168,11 +168,15 @@ export class Fleet implements FleetView {
     return out;
   }
 
-  /** Ends sessions that were silent past the liveness timeout (and those that never said hello). */
+  /**
+   * Ends sessions that were silent past the liveness timeout (and those that never said hello), and
+   * runs the others' challenge schedules.
+   */
   sweep(): void {
     const cutoff = this.options.now() - this.options.livenessTimeoutMs;
     for (const s of [...this.sessions.values()]) {
       if (s.lastSeen < cutoff) s.terminate(CLOSE.timeout, "no heartbeat within the liveness timeout");
+      else s.pollChallenges();
     }
   }
 

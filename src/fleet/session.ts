@@ -14,7 +14,13 @@
 
 import { createHash } from "node:crypto";
 import type { ProviderAttestation } from "../../attestation/src/index.ts";
-import { AttestationError, verifyIdentitySignature } from "../../attestation/src/index.ts";
+import {
+  AttestationError,
+  type ChallengeSession,
+  challengeFields,
+  verifyIdentitySignature,
+  withdrawTrust,
+} from "../../attestation/src/index.ts";
 import type { TrustLevel } from "../config/config.ts";
 import { ChunkOpener } from "../crypto/chunks.ts";
 import { fromBase64url, toBase64url, toHex } from "../crypto/encoding.ts";
@@ -66,6 +72,8 @@ export interface SessionSettings {
   readonly requireSealed: boolean;
   /** Verifies a hello's evidence against its encryption key; never throws (failures earn `none`). */
   readonly assess: (evidence: unknown, encryptionKey: Uint8Array | undefined) => Promise<ProviderAttestation>;
+  /** Starts the challenge schedule of an attested provider (the trust policy's interval and timeout). */
+  readonly challenge: (attestation: ProviderAttestation) => Promise<ChallengeSession | undefined>;
 }
 
 type State = "awaiting_hello" | "verifying" | "ready" | "closed";
@@ -91,6 +99,8 @@ export class ProviderSession implements AttemptOwner {
   trust: TrustLevel = "none";
   /** What the hello's evidence proved (trust level `none` until verified, or without evidence). */
   attestation: ProviderAttestation | undefined;
+  /** Periodic challenges of an attested provider; a wrong, late or missing answer withdraws its trust. */
+  private challenges: ChallengeSession | undefined;
   lastSeen: number;
   /** Exponentially weighted first-content latency in ms; undefined until a sample exists. */
   firstContentMs: number | undefined;
@@ -171,6 +181,7 @@ export class ProviderSession implements AttemptOwner {
     if (this.state !== "verifying") return; // closed meanwhile
     this.attestation = attestation;
     this.trust = attestation.level;
+    this.challenges = attestation.level === "none" ? undefined : await this.settings.challenge(attestation);
     this.state = "ready";
     this.transport.send(
       encode({
@@ -199,6 +210,14 @@ export class ProviderSession implements AttemptOwner {
         this.status = frame.status;
         this.warm = new Set(frame.warm_models);
         this.reportedQueued = frame.queued;
+        return;
+      case "challenge_response":
+        if (!this.challenges) throw new ProtocolError("challenge_response without a challenge");
+        try {
+          this.challenges.answer(frame);
+        } catch (e) {
+          this.withdraw(e instanceof AttestationError ? e : new AttestationError("challenge_format", "the answer could not be checked"));
+        }
         return;
       default: {
         const key = attemptKey(frame.request_id, frame.attempt);
@@ -318,6 +337,35 @@ export class ProviderSession implements AttemptOwner {
       providerKeyId: identityKey.id,
       trustLevel: this.trust,
     };
+  }
+
+  /**
+   * Challenge duty, called by the fleet's sweep: sends a due challenge, and withdraws trust at once when
+   * an answer is overdue (the session stays connected at level `none`, below any production floor).
+   */
+  pollChallenges(): void {
+    const c = this.challenges;
+    if (!c || this.state !== "ready") return;
+    const due = c.poll();
+    if (!c.trusted && c.failure) {
+      this.withdraw(c.failure);
+      return;
+    }
+    if (due) {
+      try {
+        this.transport.send(encode({ type: "challenge", ...challengeFields(due) }));
+      } catch {
+        // the close handler deals with a dead connection
+      }
+    }
+  }
+
+  private withdraw(error: AttestationError): void {
+    if (!this.attestation || this.trust === "none") return;
+    this.attestation = withdrawTrust(this.attestation, error);
+    this.trust = "none";
+    this.challenges = undefined;
+    this.logger.warn("provider trust withdrawn", { provider_id: this.id, reason: error.check });
   }
 
   /** Invalid output: fail the attempt with `invalid` and end the session (the provider is untrusted). */

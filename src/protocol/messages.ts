@@ -156,7 +156,23 @@ export interface SealedComplete {
   readonly sealed: string;
 }
 
-export type ProviderFrame = Hello | Heartbeat | Accepted | Chunk | Complete | SealedChunk | SealedComplete | ProviderError;
+/** The answer to a challenge: the identity key's signature over nonce, timestamp and posture (attestation/). */
+export interface ChallengeResponse {
+  readonly type: "challenge_response";
+  readonly payload: string;
+  readonly signature: string;
+}
+
+export type ProviderFrame =
+  | Hello
+  | Heartbeat
+  | Accepted
+  | Chunk
+  | Complete
+  | SealedChunk
+  | SealedComplete
+  | ProviderError
+  | ChallengeResponse;
 
 export interface Welcome {
   readonly type: "welcome";
@@ -202,7 +218,14 @@ export interface Cancel {
   readonly reason: "client_gone" | "deadline" | "failover" | "shutdown";
 }
 
-export type CoordinatorFrame = Welcome | Inference | SealedInference | Cancel;
+/** A fresh nonce (base64) and the coordinator's time: answer with `challenge_response` in time. */
+export interface ChallengeFrame {
+  readonly type: "challenge";
+  readonly nonce: string;
+  readonly timestamp: number;
+}
+
+export type CoordinatorFrame = Welcome | Inference | SealedInference | Cancel | ChallengeFrame;
 
 export class ProtocolError extends Error {
   override readonly name = "ProtocolError";
@@ -376,6 +399,9 @@ export function parseProviderFrame(text: string | Buffer | ArrayBuffer | Uint8Ar
       return { type: "accepted", ...attemptIds(o) };
     case "chunk":
       return { type: "chunk", ...attemptIds(o), seq: int(o, "seq"), delta: parseDelta(o.delta) };
+    case "challenge_response":
+      // The fields are checked by attestation/ (parseChallengeAnswer) against the outstanding challenge.
+      return { type: "challenge_response", payload: str(o, "payload", 8192), signature: str(o, "signature", 512) };
     case "sealed_chunk":
       return { type: "sealed_chunk", ...attemptIds(o), seq: int(o, "seq"), sealed: b64url(o, "sealed", 22, MAX_FRAME_BYTES) };
     case "sealed_complete":
@@ -417,6 +443,8 @@ export function parseCoordinatorFrame(text: string | Buffer | ArrayBuffer | Uint
         request: parseEngineRequest(o.request),
       };
     }
+    case "challenge":
+      return { type: "challenge", nonce: str(o, "nonce", 64), timestamp: int(o, "timestamp", 0, Number.MAX_SAFE_INTEGER) };
     case "sealed_inference":
       return {
         type: "sealed_inference",

@@ -62,6 +62,11 @@ export interface AgentOptions {
   readonly evidence?: (encryptionKey: Uint8Array) => Promise<Readonly<Record<string, unknown>>>;
   /** The identity key that signed the evidence: signs a receipt for every sealed answer. */
   readonly identity?: ReceiptSigner;
+  /**
+   * Answers a coordinator challenge (attestation/: the identity key's signature over the nonce, the
+   * timestamp and the current posture); `{payload, signature}` goes back as `challenge_response`.
+   */
+  readonly answerChallenge?: (challenge: { nonce: string; timestamp: number }) => { payload: string; signature: string };
   /** Called after every state change (for a status line); must not throw. */
   readonly onChange?: (state: AgentState) => void;
 }
@@ -373,6 +378,12 @@ class ProviderAgent implements Agent {
       case "inference":
       case "sealed_inference":
         this.onInference(ws, frame);
+        return;
+      case "challenge":
+        if (this.options.answerChallenge) {
+          const answer = this.options.answerChallenge({ nonce: frame.nonce, timestamp: frame.timestamp });
+          this.send(ws, { type: "challenge_response", payload: answer.payload, signature: answer.signature });
+        }
         return;
       case "cancel":
         if (this.attempts.cancel(frame.request_id, frame.attempt)) {

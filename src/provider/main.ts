@@ -1,6 +1,13 @@
 #!/usr/bin/env bun
 import { cpus, totalmem } from "node:os";
-import { buildEvidence, FULL_SECURITY, postureJson, SoftwareIdentity } from "../../attestation/src/index.ts";
+import {
+  answerChallenge,
+  buildEvidence,
+  FULL_SECURITY,
+  parseChallenge,
+  postureJson,
+  SoftwareIdentity,
+} from "../../attestation/src/index.ts";
 import { ConfigError } from "../config/config.ts";
 import { loadProviderConfig, PROVIDER_SETTINGS, type ProviderConfig, parseProviderFlags } from "../config/provider-config.ts";
 /**
@@ -105,6 +112,10 @@ async function developmentAttestation(config: ProviderConfig, logger: Logger) {
   logger.info("development attestation ready", { count: mdaChain.length });
   return {
     identity,
+    answerChallenge: (challenge: { nonce: string; timestamp: number }) => {
+      const wire = answerChallenge(identity, parseChallenge(challenge), DEV_POSTURE).wire;
+      return { payload: String(wire.payload), signature: String(wire.signature) };
+    },
     evidence: async (encryptionKey: Uint8Array) =>
       buildEvidence({ identity, encryptionKey, posture: DEV_POSTURE, timestamp: Date.now(), mdaChain }).wire,
   };

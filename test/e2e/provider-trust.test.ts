@@ -6,9 +6,17 @@
  */
 import { describe, expect, test } from "bun:test";
 import { createHash } from "node:crypto";
-import { buildEvidence, FULL_SECURITY, parseIdentityKey, SoftwareIdentity, verifyIdentitySignature } from "../../attestation/src/index.ts";
+import {
+  answerChallenge,
+  buildEvidence,
+  FULL_SECURITY,
+  parseChallenge,
+  parseIdentityKey,
+  SoftwareIdentity,
+  verifyIdentitySignature,
+} from "../../attestation/src/index.ts";
 import { receiptBytes } from "../../src/crypto/receipts.ts";
-import { type Agent, startAgent } from "../../src/provider/agent.ts";
+import { type Agent, type AgentOptions, startAgent } from "../../src/provider/agent.ts";
 import { createEchoEngine } from "../../src/provider/engines/echo.ts";
 import { seedAccount, seedCatalog, type TestApp, testApp } from "../support/harness.ts";
 import { startProvider } from "../support/processes.ts";
@@ -43,7 +51,11 @@ interface Ctx extends AsyncDisposable {
   readonly t: TestApp;
   readonly server: TestServer;
   readonly apiKey: string;
-  provider(evidence?: EvidenceMaker, identity?: { sign(message: Uint8Array): Uint8Array }): Promise<Agent>;
+  provider(
+    evidence?: EvidenceMaker,
+    identity?: { sign(message: Uint8Array): Uint8Array },
+    answer?: AgentOptions["answerChallenge"],
+  ): Promise<Agent>;
   metadata(): Promise<Record<string, unknown>>;
 }
 
@@ -58,9 +70,10 @@ async function setup(env: Record<string, string> = {}): Promise<Ctx> {
     t,
     server,
     apiKey,
-    async provider(evidence, identity) {
+    async provider(evidence, identity, answer) {
       const agent = startAgent({
         ...(identity ? { identity } : {}),
+        ...(answer ? { answerChallenge: answer } : {}),
         url: `${server.url.replace(/^http/, "ws")}/v1/provider/connect`,
         token,
         engine: createEchoEngine({ models: [BUILD] }),
@@ -297,5 +310,45 @@ describe("a separately started provider joins a development coordinator at hardw
       headers: { authorization: `Bearer ${ctx.apiKey}` },
     });
     expect(response.status).toBe(401);
+  });
+});
+
+describe("challenges", () => {
+  /** Fast challenge rounds: every 150 ms, 60 ms to answer; the sweep runs every 15 ms. */
+  const FAST = {
+    UMBRA_CHALLENGE_INTERVAL_MS: "150",
+    UMBRA_CHALLENGE_TIMEOUT_MS: "60",
+    UMBRA_PROVIDER_HEARTBEAT_MS: "30",
+    UMBRA_PROVIDER_LIVENESS_MS: "2000",
+  };
+  const answerWith =
+    (identity: SoftwareIdentity): AgentOptions["answerChallenge"] =>
+    (challenge) => {
+      const wire = answerChallenge(identity, parseChallenge(challenge), POSTURE).wire;
+      return { payload: String(wire.payload), signature: String(wire.signature) };
+    };
+
+  test("a provider that answers every challenge keeps its trust across rounds", async () => {
+    await using ctx = await setup(FAST);
+    const identity = SoftwareIdentity.generate();
+    await ctx.provider(hardwareFor(identity), identity, answerWith(identity));
+    const started = Date.now();
+    await waitFor(() => Date.now() - started > 700, "several challenge rounds", 5_000);
+    expect((await ctx.metadata()).trust_level).toBe("hardware");
+  });
+
+  test.each<[string, (identity: SoftwareIdentity) => AgentOptions["answerChallenge"] | undefined]>([
+    ["never answers", () => undefined],
+    ["answers with another key", () => answerWith(SoftwareIdentity.generate())],
+  ])("a provider that %s loses its trust at once and stops receiving requests", async (_, answer) => {
+    await using ctx = await setup({ ...FAST, UMBRA_MIN_TRUST: "hardware" });
+    const identity = SoftwareIdentity.generate();
+    await ctx.provider(hardwareFor(identity), identity, answer(identity));
+    expect((await ctx.metadata()).trust_level).toBe("hardware");
+    await waitFor(async () => (await ctx.metadata()).trust_level === "none", "trust withdrawn", 5_000);
+    expect(await ctx.metadata()).toEqual(expect.objectContaining({ attested_providers: 0, routable_providers: 0, can_accept: false }));
+    const refused = await postChat(ctx.server.url, ctx.apiKey, chatBody("x"));
+    expect(refused.status).toBe(503);
+    await refused.json();
   });
 });
