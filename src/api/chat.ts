@@ -2,32 +2,105 @@
  * POST /v1/chat/completions: JSON or an event stream (status 200 only once first content arrived).
  * A client that left before the answer gets nothing (nobody reads it); the status recorded for it in
  * metrics is 499, the customary "client closed request", not an error of ours.
+ *
+ * Sealed transport (optional, src/crypto/consumer-seal.ts): a body sent as application/vnd.umbra.sealed+json
+ * is opened in memory with the coordinator's sealing key; a bad envelope or one that does not open is a
+ * plain 400, and once it opened every answer (errors included) is sealed back to the consumer.
  */
 import { Elysia } from "elysia";
+import type { CoordinatorAttestation } from "../attestation/coordinator-attestation.ts";
 import type { Authenticator } from "../auth/authenticator.ts";
+import { type ConsumerResponseSealer, openConsumerRequest, readSealedEnvelope, SEALED_CONTENT_TYPE } from "../crypto/consumer-seal.ts";
+import { Errors, toApiError } from "../errors/api-error.ts";
 import type { ChatService } from "../inference/chat-service.ts";
 import { ClientGone } from "../inference/dispatch.ts";
 import { consumerAuth } from "./auth.ts";
-import { readJsonBody } from "./errors.ts";
+import { errorResponse, parseJson, readBody } from "./errors.ts";
 
 const CLIENT_CLOSED = 499;
+const PATH = "/v1/chat/completions";
 const SSE_HEADERS = { "content-type": "text/event-stream", "cache-control": "no-cache", "x-accel-buffering": "no" };
 
-export function chatRoutes(deps: { chat: ChatService; authenticate: Authenticator; maxBodyBytes: number }) {
+interface ChatDeps {
+  readonly chat: ChatService;
+  readonly authenticate: Authenticator;
+  readonly attestation: Pick<CoordinatorAttestation, "sealingKey">;
+  readonly maxBodyBytes: number;
+}
+
+export function chatRoutes(deps: ChatDeps) {
   return new Elysia({ name: "chat" }).use(consumerAuth(deps.authenticate)).post(
-    "/v1/chat/completions",
+    PATH,
     async ({ request, principal }) => {
-      const body = await readJsonBody(request, deps.maxBodyBytes);
-      let result: Awaited<ReturnType<ChatService["complete"]>>;
+      const bytes = await readBody(request, deps.maxBodyBytes);
+      if (!isSealed(request)) return answer(deps, parseJson(bytes), principal, request);
+      const { plaintext, sealer } = await openSealed(deps, bytes);
+      let response: Response;
       try {
-        result = await deps.chat.complete(body, principal, request.signal);
-      } catch (e) {
-        if (e instanceof ClientGone) return new Response(null, { status: CLIENT_CLOSED });
-        throw e;
+        response = await answer(deps, parseJson(plaintext), principal, request);
+      } catch (error) {
+        response = errorResponse(toApiError(error));
       }
-      if (result.kind === "stream") return new Response(result.stream, { status: 200, headers: { ...SSE_HEADERS, ...result.headers } });
-      return new Response(JSON.stringify(result.body), { status: 200, headers: { "content-type": "application/json", ...result.headers } });
+      return sealResponse(response, sealer);
     },
     { parse: "none" },
   );
+}
+
+async function answer(deps: ChatDeps, body: unknown, principal: Parameters<ChatService["complete"]>[1], request: Request) {
+  let result: Awaited<ReturnType<ChatService["complete"]>>;
+  try {
+    result = await deps.chat.complete(body, principal, request.signal);
+  } catch (e) {
+    if (e instanceof ClientGone) return new Response(null, { status: CLIENT_CLOSED });
+    throw e;
+  }
+  if (result.kind === "stream") return new Response(result.stream, { status: 200, headers: { ...SSE_HEADERS, ...result.headers } });
+  return new Response(JSON.stringify(result.body), { status: 200, headers: { "content-type": "application/json", ...result.headers } });
+}
+
+function isSealed(request: Request): boolean {
+  const type = request.headers.get("content-type");
+  return type !== null && type.split(";")[0]?.trim().toLowerCase() === SEALED_CONTENT_TYPE;
+}
+
+/** Reads and opens a sealed envelope; every failure is a plain 400 (there is no key to seal it with). */
+async function openSealed(deps: ChatDeps, bytes: Uint8Array) {
+  const read = readSealedEnvelope(parseJson(bytes));
+  if (!read.ok) throw read.missing ? Errors.missingField(read.param) : Errors.invalidValue(read.message, read.param);
+  const key = await deps.attestation.sealingKey();
+  try {
+    return await openConsumerRequest(key.privateKey, read.enc, read.ciphertext, PATH);
+  } catch {
+    throw Errors.invalidValue(
+      "the sealed body does not open with the coordinator's sealing key (fetch GET /v1/attestation again: the key changes on restart)",
+      "ciphertext",
+    );
+  }
+}
+
+/** The same status and headers, the body sealed: JSON as one sealed body, a stream frame by frame. */
+async function sealResponse(response: Response, sealer: ConsumerResponseSealer): Promise<Response> {
+  if (response.body === null) return response;
+  const headers = new Headers(response.headers);
+  if (headers.get("content-type") !== "text/event-stream") {
+    const plaintext = new Uint8Array(await response.arrayBuffer());
+    headers.set("content-type", SEALED_CONTENT_TYPE);
+    return new Response(JSON.stringify(sealer.body(plaintext)), { status: response.status, headers });
+  }
+  const reader = response.body.getReader();
+  const encoder = new TextEncoder();
+  const sealed = new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      const { done, value } = await reader.read();
+      if (done) {
+        controller.enqueue(encoder.encode(sealer.end()));
+        controller.close();
+        return;
+      }
+      if (value.byteLength > 0) controller.enqueue(encoder.encode(sealer.stream(value)));
+    },
+    cancel: (reason) => reader.cancel(reason),
+  });
+  return new Response(sealed, { status: response.status, headers });
 }

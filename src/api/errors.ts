@@ -33,19 +33,27 @@ export function errorHandling(logger: Logger) {
 }
 
 /**
- * Reads a JSON body of at most `maxBytes` without holding more than that in memory: a declared length
- * over the limit is refused before reading, and a stream that grows past it is cancelled. Throws 413
+ * Reads a JSON body of at most `maxBytes` (readBody), then parses it (parseJson). Throws 413
  * request_too_large or 400 invalid_json.
  */
 export async function readJsonBody(request: Request, maxBytes: number): Promise<unknown> {
+  return parseJson(await readBody(request, maxBytes));
+}
+
+/**
+ * Reads a body of at most `maxBytes` without holding more than that in memory: a declared length over the
+ * limit is refused before reading, and a stream that grows past it is cancelled. No body reads as empty.
+ * Throws 413 request_too_large.
+ */
+export async function readBody(request: Request, maxBytes: number): Promise<Uint8Array> {
   const declared = request.headers.get("content-length");
   if (declared !== null && Number(declared) > maxBytes) {
     throw Errors.requestTooLarge(`the request body exceeds ${maxBytes} bytes`);
   }
-  if (!request.body) return undefined;
+  if (!request.body) return new Uint8Array(0);
   // A declared length within the limit is read in one call (the server reads exactly that many bytes);
   // only a body of unknown length is counted as it streams.
-  if (declared !== null) return parseJson(new Uint8Array(await request.arrayBuffer()));
+  if (declared !== null) return new Uint8Array(await request.arrayBuffer());
   const reader = request.body.getReader();
   const chunks: Uint8Array[] = [];
   let size = 0;
@@ -59,10 +67,11 @@ export async function readJsonBody(request: Request, maxBytes: number): Promise<
     }
     chunks.push(value);
   }
-  return parseJson(Buffer.concat(chunks, size));
+  return Buffer.concat(chunks, size);
 }
 
-function parseJson(bytes: Uint8Array): unknown {
+/** A JSON body's value (undefined when empty). Throws 400 invalid_json. */
+export function parseJson(bytes: Uint8Array): unknown {
   if (bytes.byteLength === 0) return undefined;
   try {
     return JSON.parse(new TextDecoder().decode(bytes)) as unknown;

@@ -132,7 +132,21 @@ export async function sealRequest(
   binding: RequestBinding,
   options: KemOptions = {},
 ): Promise<SealedRequest> {
-  const info = requestInfo(binding);
+  return hpkeSeal(recipientPublicKey, plaintext, requestInfo(binding), options);
+}
+
+/**
+ * Single-shot HPKE seal (base mode, empty AAD) under any `info`, plus the 32-byte response key exported
+ * from the same context. sealRequest binds the provider hop; consumer-seal.ts the consumer transport.
+ * @throws InvalidKeyError when the key is not 32 bytes or is a low-order point.
+ * @throws InvalidInputError when the plaintext is not bytes.
+ */
+export async function hpkeSeal(
+  recipientPublicKey: Uint8Array,
+  plaintext: Uint8Array,
+  info: Uint8Array<ArrayBuffer>,
+  options: KemOptions = {},
+): Promise<SealedRequest> {
   checkKey(recipientPublicKey, "recipient public key");
   if (!(plaintext instanceof Uint8Array)) throw new InvalidInputError("plaintext must be bytes");
   const suite = hpkeSuite(options.kem);
@@ -170,7 +184,20 @@ export async function openRequest(
   binding: RequestBinding,
   options: KemOptions = {},
 ): Promise<OpenedRequest> {
-  const info = requestInfo(binding);
+  return hpkeOpen(recipientPrivateKey, enc, ciphertext, requestInfo(binding), options);
+}
+
+/**
+ * The recipient side of hpkeSeal: open under `info` and export the response key.
+ * @throws InvalidKeyError, InvalidInputError, RequestOpenError as openRequest.
+ */
+export async function hpkeOpen(
+  recipientPrivateKey: Uint8Array,
+  enc: Uint8Array,
+  ciphertext: Uint8Array,
+  info: Uint8Array<ArrayBuffer>,
+  options: KemOptions = {},
+): Promise<OpenedRequest> {
   checkKey(recipientPrivateKey, "recipient private key");
   if (!(enc instanceof Uint8Array) || enc.byteLength !== X25519_KEY_BYTES) {
     throw new InvalidInputError(`enc must be ${X25519_KEY_BYTES} bytes`);

@@ -14,6 +14,8 @@
 import { describe, expect, test } from "bun:test";
 import { readdirSync } from "node:fs";
 import OpenAI from "openai";
+import { type SealedAnswer, sealedChat } from "../../docs/examples/sealed-chat.ts";
+import { SEALED_CONTENT_TYPE } from "../../src/crypto/consumer-seal.ts";
 import type { Inference } from "../../src/protocol/messages.ts";
 import {
   CANARY,
@@ -232,6 +234,28 @@ describe("privacy canary", () => {
     for await (const chunk of clientStream) streamedByClient += chunk.choices[0]?.delta.content ?? "";
     successes.push({ what: "openai client, stream", status: 200, headers: "", body: streamedByClient });
 
+    // Sealed transport: opened answers join the others (success carries the canary, errors must not);
+    // a bad envelope carrying the canary is a plain 400 that must not echo it.
+    const sealedAnswers: [string, SealedAnswer][] = [
+      ["sealed", await sealedChat(c.url, apiKey, canaryBody(BUILD.echo))],
+      ["sealed, stream", await sealedChat(c.url, apiKey, canaryBody(BUILD.echo, { stream: true }))],
+      ["sealed, unknown model", await sealedChat(c.url, apiKey, canaryBody(`canary/${CANARY}`))],
+      ["sealed, provider error", await sealedChat(c.url, apiKey, canaryBody(BUILD.failing))],
+    ];
+    for (const [what, answer] of sealedAnswers) {
+      const body = answer.events ? answer.events.join("\n") : JSON.stringify(answer.json);
+      (answer.status === 200 ? successes : failures).push({ what, status: answer.status, headers: "", body });
+      statuses[what] = `${answer.status}${answer.sealed ? " sealed" : ""}`;
+    }
+    const sealedPost = (body: string) =>
+      fetch(`${c.url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${apiKey}`, "content-type": SEALED_CONTENT_TYPE },
+        body,
+      });
+    await keep("sealed, bad envelope", await sealedPost(JSON.stringify({ version: 1, enc: CANARY, ciphertext: CANARY })));
+    await keep("sealed, plain body", await sealedPost(JSON.stringify(canaryBody(BUILD.echo))));
+
     // Malformed requests: broken JSON, wrong types, unknown models, all carrying the canary.
     const truncated = JSON.stringify(canaryBody(BUILD.echo)).slice(0, -20);
     await keep("invalid JSON", await post(truncated));
@@ -405,6 +429,12 @@ describe("privacy canary", () => {
       "invalid JSON": 400,
       "JSON that is not an object": 400,
       ...invalid,
+      sealed: "200 sealed",
+      "sealed, stream": "200 sealed",
+      "sealed, unknown model": "404 sealed",
+      "sealed, provider error": "502 sealed",
+      "sealed, bad envelope": 400,
+      "sealed, plain body": 400,
       "unknown model": 404,
       "unknown model, stream": 404,
       "unknown model, retrieve": 404,
