@@ -85,7 +85,15 @@ export {
   type SecureEnclaveOptions,
   verifySecureEnclaveEvidence,
 } from "./secure-enclave.ts";
-export { answerChallenge, buildEvidence, type EvidenceRequest, SoftwareIdentity } from "./software-identity.ts";
+export {
+  answerChallenge,
+  buildEvidence,
+  challengeResponsePayload,
+  type EvidenceRequest,
+  evidencePayload,
+  evidenceWire,
+  SoftwareIdentity,
+} from "./software-identity.ts";
 export {
   type AssessOptions,
   type AttestationSummary,

@@ -46,31 +46,35 @@ export interface EvidenceRequest {
   readonly mdaChain?: readonly Uint8Array[];
 }
 
-/** Builds signed evidence; `wire` is the hello frame's `evidence` value. */
-export function buildEvidence(request: EvidenceRequest): { payload: Uint8Array; signature: Uint8Array; wire: Record<string, unknown> } {
-  const payload = new TextEncoder().encode(
+/** The exact evidence bytes an identity key signs (any signer: software here, a Secure Enclave elsewhere). */
+export function evidencePayload(request: {
+  readonly identityKey: Uint8Array;
+  readonly encryptionKey: Uint8Array;
+  readonly posture: Posture;
+  readonly timestamp: number;
+}): Uint8Array {
+  return new TextEncoder().encode(
     JSON.stringify({
       kind: EVIDENCE_KIND,
       version: EVIDENCE_VERSION,
-      identity_key: encodeBase64(request.identity.publicKey(request.keyForm ?? 65)),
+      identity_key: encodeBase64(request.identityKey),
       encryption_key: encodeBase64(request.encryptionKey),
       timestamp: request.timestamp,
       posture: postureJson(request.posture),
     }),
   );
-  const signature = request.identity.sign(payload);
-  const wire: Record<string, unknown> = { payload: encodeBase64(payload), signature: encodeBase64(signature) };
-  if (request.mdaChain) wire.mda_chain = request.mdaChain.map(encodeBase64);
-  return { payload, signature, wire };
 }
 
-/** Signs an answer to `challenge`; `wire` is the challenge_response frame without `type`. */
-export function answerChallenge(
-  identity: SoftwareIdentity,
-  challenge: Challenge,
-  posture: Posture,
-): { payload: Uint8Array; signature: Uint8Array; wire: Record<string, unknown> } {
-  const payload = new TextEncoder().encode(
+/** The hello frame's `evidence` value from signed evidence bytes and the device chain (DER, leaf first). */
+export function evidenceWire(payload: Uint8Array, signature: Uint8Array, mdaChain?: readonly Uint8Array[]): Record<string, unknown> {
+  const wire: Record<string, unknown> = { payload: encodeBase64(payload), signature: encodeBase64(signature) };
+  if (mdaChain) wire.mda_chain = mdaChain.map(encodeBase64);
+  return wire;
+}
+
+/** The exact challenge-answer bytes an identity key signs. */
+export function challengeResponsePayload(challenge: Challenge, posture: Posture): Uint8Array {
+  return new TextEncoder().encode(
     JSON.stringify({
       kind: CHALLENGE_RESPONSE_KIND,
       version: CHALLENGE_VERSION,
@@ -79,6 +83,22 @@ export function answerChallenge(
       posture: postureJson(posture),
     }),
   );
+}
+
+/** Builds signed evidence; `wire` is the hello frame's `evidence` value. */
+export function buildEvidence(request: EvidenceRequest): { payload: Uint8Array; signature: Uint8Array; wire: Record<string, unknown> } {
+  const payload = evidencePayload({ ...request, identityKey: request.identity.publicKey(request.keyForm ?? 65) });
+  const signature = request.identity.sign(payload);
+  return { payload, signature, wire: evidenceWire(payload, signature, request.mdaChain) };
+}
+
+/** Signs an answer to `challenge`; `wire` is the challenge_response frame without `type`. */
+export function answerChallenge(
+  identity: SoftwareIdentity,
+  challenge: Challenge,
+  posture: Posture,
+): { payload: Uint8Array; signature: Uint8Array; wire: Record<string, unknown> } {
+  const payload = challengeResponsePayload(challenge, posture);
   const signature = identity.sign(payload);
   return { payload, signature, wire: { payload: encodeBase64(payload), signature: encodeBase64(signature) } };
 }

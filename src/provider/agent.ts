@@ -66,7 +66,10 @@ export interface AgentOptions {
    * Answers a coordinator challenge (attestation/: the identity key's signature over the nonce, the
    * timestamp and the current posture); `{payload, signature}` goes back as `challenge_response`.
    */
-  readonly answerChallenge?: (challenge: { nonce: string; timestamp: number }) => { payload: string; signature: string };
+  readonly answerChallenge?: (challenge: {
+    nonce: string;
+    timestamp: number;
+  }) => { payload: string; signature: string } | Promise<{ payload: string; signature: string }>;
   /** Called after every state change (for a status line); must not throw. */
   readonly onChange?: (state: AgentState) => void;
 }
@@ -381,8 +384,12 @@ class ProviderAgent implements Agent {
         return;
       case "challenge":
         if (this.options.answerChallenge) {
-          const answer = this.options.answerChallenge({ nonce: frame.nonce, timestamp: frame.timestamp });
-          this.send(ws, { type: "challenge_response", payload: answer.payload, signature: answer.signature });
+          const answering = this.options.answerChallenge;
+          // A key that cannot sign leaves the challenge unanswered: the coordinator withdraws trust.
+          void (async () => answering({ nonce: frame.nonce, timestamp: frame.timestamp }))().then(
+            (answer) => this.send(ws, { type: "challenge_response", payload: answer.payload, signature: answer.signature }),
+            () => this.logger.warn("challenge not answered", { reason: "identity_key" }),
+          );
         }
         return;
       case "cancel":

@@ -66,9 +66,9 @@ interface Running {
 const keyOf = (requestId: string, attempt: number) => `${attempt}:${requestId}`;
 const encoder = new TextEncoder();
 
-/** The provider's identity key as receipts need it: DER ECDSA P-256 over SHA-256(message). */
+/** The provider's identity key as receipts need it: DER ECDSA P-256 over SHA-256(message) (identity.ts). */
 export interface ReceiptSigner {
-  sign(message: Uint8Array): Uint8Array;
+  sign(message: Uint8Array): Uint8Array | Promise<Uint8Array>;
 }
 
 export class Attempts {
@@ -179,7 +179,7 @@ export class Attempts {
         }
         this.flush(run);
         if (run.sealer) {
-          const end = { finish_reason: event.finishReason, usage: event.usage, ...this.sign(run, event.usage) };
+          const end = { finish_reason: event.finishReason, usage: event.usage, ...(await this.sign(run, event.usage)) };
           const final = run.sealer.seal(encoder.encode(JSON.stringify(end)), true);
           run.send({
             type: "sealed_complete",
@@ -264,7 +264,7 @@ export class Attempts {
   }
 
   /** The receipt of a completed sealed attempt: the identity key's signature over the receipt bytes. */
-  private sign(run: Running, usage: Usage): { receipt?: { signature: string } } {
+  private async sign(run: Running, usage: Usage): Promise<{ receipt?: { signature: string } }> {
     const r = run.receipt;
     if (!r) return {};
     const bytes = receiptBytes({
@@ -274,7 +274,7 @@ export class Attempts {
       responseSha256: new Uint8Array(r.content.digest()),
       usage: { promptTokens: usage.prompt_tokens, cachedTokens: usage.cached_tokens ?? 0, completionTokens: usage.completion_tokens },
     });
-    return { receipt: { signature: toBase64url(r.signer.sign(bytes)) } };
+    return { receipt: { signature: toBase64url(await r.signer.sign(bytes)) } };
   }
 
   /** Optionally one error frame, then silence, abort the engine call and free the slot. */

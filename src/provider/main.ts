@@ -1,13 +1,6 @@
 #!/usr/bin/env bun
 import { cpus, totalmem } from "node:os";
-import {
-  answerChallenge,
-  buildEvidence,
-  FULL_SECURITY,
-  parseChallenge,
-  postureJson,
-  SoftwareIdentity,
-} from "../../attestation/src/index.ts";
+import { FULL_SECURITY, parseChallenge, postureJson, SoftwareIdentity } from "../../attestation/src/index.ts";
 import { ConfigError } from "../config/config.ts";
 import { loadProviderConfig, PROVIDER_SETTINGS, type ProviderConfig, parseProviderFlags } from "../config/provider-config.ts";
 /**
@@ -26,6 +19,7 @@ import { type AgentState, startAgent } from "./agent.ts";
 import { createEchoEngine } from "./engines/echo.ts";
 import type { Engine } from "./engines/engine.ts";
 import { createOpenAIEngine } from "./engines/openai.ts";
+import { signChallengeAnswer, signEvidence, softwareIdentity } from "./identity.ts";
 
 const USAGE = `umbra-provider ${VERSION}
 
@@ -99,12 +93,12 @@ const DEV_POSTURE = { sipEnabled: true, secureBoot: FULL_SECURITY, thirdPartyKex
  * through the same verification as a Mac. A production coordinator answers 404 and the start fails.
  */
 async function developmentAttestation(config: ProviderConfig, logger: Logger) {
-  const identity = SoftwareIdentity.generate();
+  const identity = softwareIdentity(SoftwareIdentity.generate());
   const base = config.connectUrl.replace(/^ws/, "http").replace(/\/v1\/provider\/connect$/, "");
   const response = await fetch(`${base}/v1/provider/dev-chain`, {
     method: "POST",
     headers: { authorization: `Bearer ${config.token}`, "content-type": "application/json" },
-    body: JSON.stringify({ identity_key: Buffer.from(identity.publicKey()).toString("base64url"), posture: postureJson(DEV_POSTURE) }),
+    body: JSON.stringify({ identity_key: Buffer.from(identity.publicKey).toString("base64url"), posture: postureJson(DEV_POSTURE) }),
   });
   if (!response.ok) throw new ConfigError(`--dev-attestation: the coordinator refused a development chain (HTTP ${response.status})`);
   const { chain } = (await response.json()) as { chain: string[] };
@@ -112,12 +106,9 @@ async function developmentAttestation(config: ProviderConfig, logger: Logger) {
   logger.info("development attestation ready", { count: mdaChain.length });
   return {
     identity,
-    answerChallenge: (challenge: { nonce: string; timestamp: number }) => {
-      const wire = answerChallenge(identity, parseChallenge(challenge), DEV_POSTURE).wire;
-      return { payload: String(wire.payload), signature: String(wire.signature) };
-    },
-    evidence: async (encryptionKey: Uint8Array) =>
-      buildEvidence({ identity, encryptionKey, posture: DEV_POSTURE, timestamp: Date.now(), mdaChain }).wire,
+    answerChallenge: (challenge: { nonce: string; timestamp: number }) =>
+      signChallengeAnswer(identity, parseChallenge(challenge), DEV_POSTURE),
+    evidence: (encryptionKey: Uint8Array) => signEvidence(identity, encryptionKey, DEV_POSTURE, mdaChain),
   };
 }
 
