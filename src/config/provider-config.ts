@@ -51,6 +51,8 @@ export interface ProviderConfig {
   readonly logLevel: LogLevel;
   /** Ask a development coordinator for a device chain (software identity key; never valid in production). */
   readonly devAttestation: boolean;
+  /** A signing helper holding the identity key (the Secure Enclave helper on a Mac); else a software key. */
+  readonly identityHelper?: string;
 }
 
 /** Every `start` setting with its flag and environment twin. docs/operations.md lists the same table. */
@@ -96,6 +98,12 @@ export const PROVIDER_SETTINGS = {
     kind: "enum",
     values: ["on", "off"],
     help: "on: get a development device chain from a development coordinator (trust level hardware there)",
+  },
+  identityHelper: {
+    flag: "identity-helper",
+    env: "UMBRA_PROVIDER_IDENTITY_HELPER",
+    kind: "string",
+    help: "path of a signing helper that holds the identity key (umbra-se-helper on a Mac)",
   },
 } as const satisfies Record<string, Setting>;
 
@@ -207,6 +215,8 @@ export function loadProviderConfig(flags: FlagValues, env: Env): ProviderConfig 
   }
   if (engine !== "openai" && upstreamRaw !== undefined) throw new ConfigError(`--upstream does not apply to --engine ${engine}`);
   const upstream = upstreamRaw === undefined ? undefined : upstreamOf(upstreamRaw);
+  const identityHelper = raw("identityHelper", flags, env);
+  if (identityHelper === "") throw new ConfigError("--identity-helper: empty path");
 
   const config: ProviderConfig = {
     connectUrl,
@@ -226,6 +236,7 @@ export function loadProviderConfig(flags: FlagValues, env: Env): ProviderConfig 
     drainTimeoutMs: intOf("drainTimeoutMs", raw("drainTimeoutMs", flags, env), DEFAULTS.drainTimeoutMs, 0, DAY_MS),
     logLevel: enumOf<LogLevel>("logLevel", raw("logLevel", flags, env), DEFAULTS.logLevel),
     devAttestation: enumOf<"on" | "off">("devAttestation", raw("devAttestation", flags, env), "off") === "on",
+    ...(identityHelper !== undefined ? { identityHelper } : {}),
   };
   return Object.freeze(config);
 }

@@ -19,7 +19,7 @@ import { type AgentState, startAgent } from "./agent.ts";
 import { createEchoEngine } from "./engines/echo.ts";
 import type { Engine } from "./engines/engine.ts";
 import { createOpenAIEngine } from "./engines/openai.ts";
-import { signChallengeAnswer, signEvidence, softwareIdentity } from "./identity.ts";
+import { helperIdentity, type ProviderIdentity, signChallengeAnswer, signEvidence, softwareIdentity } from "./identity.ts";
 
 const USAGE = `umbra-provider ${VERSION}
 
@@ -93,7 +93,7 @@ const DEV_POSTURE = { sipEnabled: true, secureBoot: FULL_SECURITY, thirdPartyKex
  * through the same verification as a Mac. A production coordinator answers 404 and the start fails.
  */
 async function developmentAttestation(config: ProviderConfig, logger: Logger) {
-  const identity = softwareIdentity(SoftwareIdentity.generate());
+  const identity = await identityOf(config);
   const base = config.connectUrl.replace(/^ws/, "http").replace(/\/v1\/provider\/connect$/, "");
   const response = await fetch(`${base}/v1/provider/dev-chain`, {
     method: "POST",
@@ -103,13 +103,23 @@ async function developmentAttestation(config: ProviderConfig, logger: Logger) {
   if (!response.ok) throw new ConfigError(`--dev-attestation: the coordinator refused a development chain (HTTP ${response.status})`);
   const { chain } = (await response.json()) as { chain: string[] };
   const mdaChain = chain.map((der) => new Uint8Array(Buffer.from(der, "base64url")));
-  logger.info("development attestation ready", { count: mdaChain.length });
+  logger.info("development attestation ready", { count: mdaChain.length, reason: identity.kind });
   return {
     identity,
     answerChallenge: (challenge: { nonce: string; timestamp: number }) =>
       signChallengeAnswer(identity, parseChallenge(challenge), DEV_POSTURE),
     evidence: (encryptionKey: Uint8Array) => signEvidence(identity, encryptionKey, DEV_POSTURE, mdaChain),
   };
+}
+
+/** The identity key: the signing helper named by --identity-helper, else a fresh software key. */
+async function identityOf(config: ProviderConfig): Promise<ProviderIdentity> {
+  if (config.identityHelper === undefined) return softwareIdentity(SoftwareIdentity.generate());
+  try {
+    return await helperIdentity([config.identityHelper]);
+  } catch (error) {
+    throw new ConfigError(`--identity-helper: ${error instanceof Error ? error.message : String(error)}`);
+  }
 }
 
 async function start(argv: readonly string[]): Promise<number> {
@@ -123,6 +133,10 @@ async function start(argv: readonly string[]): Promise<number> {
   const logger = createLogger(config.logLevel, line?.sink);
   const engine = createEngine(config);
   logger.info("provider starting", { url: config.connectUrl, version: VERSION, count: config.models.length });
+  if (config.identityHelper !== undefined && !config.devAttestation) {
+    // Production evidence also needs the Mac's device attestation chain and its measured posture.
+    throw new ConfigError("--identity-helper needs --dev-attestation on in this version");
+  }
   const attestation = config.devAttestation ? await developmentAttestation(config, logger) : undefined;
   const agent = startAgent({
     ...(attestation ?? {}),

@@ -6,6 +6,8 @@
  */
 import { describe, expect, test } from "bun:test";
 import { createHash } from "node:crypto";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
 import {
   answerChallenge,
   buildEvidence,
@@ -18,7 +20,7 @@ import {
 import { receiptBytes } from "../../src/crypto/receipts.ts";
 import { type Agent, type AgentOptions, startAgent } from "../../src/provider/agent.ts";
 import { createEchoEngine } from "../../src/provider/engines/echo.ts";
-import { seedAccount, seedCatalog, type TestApp, testApp } from "../support/harness.ts";
+import { seedAccount, seedCatalog, type TestApp, tempDir, testApp } from "../support/harness.ts";
 import { startProvider } from "../support/processes.ts";
 import { chatBody, postChat, providerToken, startServer, type TestServer } from "../support/server.ts";
 import { waitFor } from "../support/wait.ts";
@@ -273,6 +275,44 @@ describe("a separately started provider joins a development coordinator at hardw
     expect(await ctx.metadata()).toEqual(expect.objectContaining({ trust_level: "hardware", attested_providers: 1 }));
     const body = (await (await postChat(ctx.server.url, ctx.apiKey, chatBody("from another process"))).json()) as Record<string, unknown>;
     expect([typeof body.se_signature, (body.metadata as { trust_level: string }).trust_level]).toEqual(["string", "hardware"]);
+  });
+
+  test("umbra-provider start --identity-helper: the helper's key is the published identity and signs receipts", async () => {
+    await using ctx = await setup();
+    const account = await ctx.t.app.admin.createAccount({ name: "machine" });
+    const token = (await ctx.t.app.admin.createProviderToken({ account_id: account.id })).token;
+    const secret = SoftwareIdentity.generate();
+    const secretHex = "11".repeat(32);
+    const helperKey = SoftwareIdentity.fromSecretKey(new Uint8Array(Buffer.from(secretHex, "hex")));
+    using dir = tempDir();
+    const helper = join(dir.path, "umbra-se-helper");
+    writeFileSync(helper, `#!/bin/sh\nexec "${process.execPath}" "${join(import.meta.dir, "../fixtures/fake-identity-helper.ts")}" ok\n`, {
+      mode: 0o755,
+    });
+    const args = ["--coordinator", ctx.server.url, "--token", token, "--engine", "echo", "--model", BUILD];
+
+    await using proc = startProvider([...args, "--dev-attestation", "on", "--identity-helper", helper], { FAKE_HELPER_KEY: secretHex });
+    await proc.connected;
+    const published = (await (await fetch(`${ctx.server.url}/v1/providers/attestation`)).json()) as {
+      data: { identity_key: string; trust_level: string }[];
+    };
+    expect(published.data.map((p) => [p.identity_key, p.trust_level])).toEqual([
+      [Buffer.from(helperKey.publicKey()).toString("base64url"), "hardware"],
+    ]);
+    expect(Buffer.from(secret.publicKey()).toString("base64url")).not.toBe(published.data[0]?.identity_key);
+    const body = (await (await postChat(ctx.server.url, ctx.apiKey, chatBody("signed by the helper"))).json()) as Record<string, unknown>;
+    expect((body.metadata as { trust_level: string }).trust_level).toBe("hardware");
+
+    // Without --dev-attestation there is no device chain to present yet: a clear refusal.
+    const alone = Bun.spawn(
+      [process.execPath, join(import.meta.dir, "../../src/provider/main.ts"), "start", ...args, "--identity-helper", helper],
+      {
+        stdout: "pipe",
+        stderr: "pipe",
+      },
+    );
+    expect(await alone.exited).not.toBe(0);
+    expect(await new Response(alone.stderr).text()).toContain("--identity-helper needs --dev-attestation on");
   });
 
   test("a production coordinator offers no development chain: 404, and the provider does not start", async () => {
