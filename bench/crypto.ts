@@ -21,8 +21,9 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { cpus } from "node:os";
 import { join } from "node:path";
+import { parseIdentityKey, SoftwareIdentity, verifyIdentitySignature } from "../attestation/src/index.ts";
 import { type ChunkFrame, ChunkOpener, ChunkSealer } from "../src/crypto/chunks.ts";
-import { importReceiptPublicKey, type ReceiptClaims, sha256, signReceipt, verifyReceipt } from "../src/crypto/receipts.ts";
+import { type ReceiptClaims, receiptBytes, sha256 } from "../src/crypto/receipts.ts";
 import { generateX25519KeyPair, type KemImplementation, openRequest, type RequestBinding, sealRequest } from "../src/crypto/seal.ts";
 
 const ROOT = join(import.meta.dir, "..");
@@ -39,8 +40,10 @@ const request = new Uint8Array(REQUEST_BYTES).map((_, i) => 32 + (i % 95));
 const chunkTexts = Array.from({ length: CHUNKS }, (_, i) => new Uint8Array(i === CHUNKS - 1 ? 0 : chunkBytes).fill(97 + (i % 26)));
 const responseContent = new Uint8Array(chunkTexts.reduce((n, c) => n + c.byteLength, 0)).fill(97);
 const keys = await generateX25519KeyPair();
-const identity = await crypto.subtle.generateKey({ name: "ECDSA", namedCurve: "P-256" }, true, ["sign", "verify"]);
-const verifyKey = await importReceiptPublicKey(new Uint8Array(await crypto.subtle.exportKey("raw", identity.publicKey)));
+// Receipts as the product signs and checks them: the provider's identity key (the software key here; a
+// Secure Enclave signs the same bytes) and attestation/'s DER verification with the key from hello.
+const identity = SoftwareIdentity.generate();
+const verifyKey = parseIdentityKey(identity.publicKey());
 const sealedOnce = await sealRequest(keys.publicKey, request, binding);
 const stream = { responseKey: sealedOnce.responseKey, requestId: binding.requestId, attempt: binding.attempt };
 const frames: ChunkFrame[] = (() => {
@@ -57,7 +60,15 @@ function claims(): ReceiptClaims {
     usage: { promptTokens: 1024, cachedTokens: 0, completionTokens: CHUNKS },
   };
 }
-const signedOnce = await signReceipt(identity.privateKey, claims());
+/** Provider side: the digests of what it received and produced, the canonical bytes, the signature. */
+function signReceipt(): Uint8Array {
+  return identity.sign(receiptBytes(claims()));
+}
+/** Coordinator side: its own digests, the canonical bytes, the signature check. */
+function verifyReceipt(signature: Uint8Array): void {
+  verifyIdentitySignature(verifyKey, receiptBytes(claims()), signature, "receipt");
+}
+const signedOnce = signReceipt();
 
 const steps = {
   chunkSeals(): void {
@@ -69,11 +80,11 @@ const steps = {
     for (const frame of frames) opener.open(frame);
     opener.finish();
   },
-  async receiptSign(): Promise<void> {
-    await signReceipt(identity.privateKey, claims());
+  receiptSign(): void {
+    signReceipt();
   },
-  async receiptVerify(): Promise<void> {
-    await verifyReceipt(verifyKey, claims(), signedOnce.signature, { responseHash: signedOnce.responseHash });
+  receiptVerify(): void {
+    verifyReceipt(signedOnce);
   },
 };
 
@@ -85,8 +96,7 @@ async function wholeRequest(kem: KemImplementation): Promise<void> {
   const opener = new ChunkOpener(s);
   for (let i = 0; i < CHUNKS; i++) opener.open(sealer.seal(chunkTexts[i]!, i === CHUNKS - 1));
   opener.finish();
-  const signed = await signReceipt(identity.privateKey, claims());
-  await verifyReceipt(verifyKey, claims(), signed.signature, { responseHash: signed.responseHash });
+  verifyReceipt(signReceipt());
 }
 
 /** Operations per second of `op`, run back to back by `workers` concurrent loops for `ms` milliseconds. */

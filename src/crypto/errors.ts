@@ -25,9 +25,7 @@ export type CryptoErrorCode =
   | "chunk_replayed"
   | "chunk_after_final"
   | "chunk_truncated"
-  | "chunk_auth_failed"
-  | "receipt_signature_invalid"
-  | "receipt_mismatch";
+  | "chunk_auth_failed";
 
 export abstract class CryptoError extends Error {
   abstract readonly code: CryptoErrorCode;
@@ -97,16 +95,4 @@ export class TruncatedStreamError extends CryptoError {
 export class ChunkAuthenticationError extends CryptoError {
   override readonly name = "ChunkAuthenticationError";
   readonly code = "chunk_auth_failed";
-}
-
-/** A receipt signature that is malformed or does not verify under the given key. */
-export class ReceiptSignatureError extends CryptoError {
-  override readonly name = "ReceiptSignatureError";
-  readonly code = "receipt_signature_invalid";
-}
-
-/** A value the provider reported (its response hash) differs from the one the coordinator computed. */
-export class ReceiptMismatchError extends CryptoError {
-  override readonly name = "ReceiptMismatchError";
-  readonly code = "receipt_mismatch";
 }
