@@ -215,8 +215,12 @@ export function loadProviderConfig(flags: FlagValues, env: Env): ProviderConfig 
   }
   if (engine !== "openai" && upstreamRaw !== undefined) throw new ConfigError(`--upstream does not apply to --engine ${engine}`);
   const upstream = upstreamRaw === undefined ? undefined : upstreamOf(upstreamRaw);
+  const devAttestation = enumOf<"on" | "off">("devAttestation", raw("devAttestation", flags, env), "off") === "on";
   const identityHelper = raw("identityHelper", flags, env);
   if (identityHelper === "") throw new ConfigError("--identity-helper: empty path");
+  // Production evidence also needs the Mac's device attestation chain and its measured posture.
+  if (identityHelper !== undefined && !devAttestation)
+    throw new ConfigError("--identity-helper needs --dev-attestation on in this version");
 
   const config: ProviderConfig = {
     connectUrl,
@@ -235,7 +239,7 @@ export function loadProviderConfig(flags: FlagValues, env: Env): ProviderConfig 
     ),
     drainTimeoutMs: intOf("drainTimeoutMs", raw("drainTimeoutMs", flags, env), DEFAULTS.drainTimeoutMs, 0, DAY_MS),
     logLevel: enumOf<LogLevel>("logLevel", raw("logLevel", flags, env), DEFAULTS.logLevel),
-    devAttestation: enumOf<"on" | "off">("devAttestation", raw("devAttestation", flags, env), "off") === "on",
+    devAttestation,
     ...(identityHelper !== undefined ? { identityHelper } : {}),
   };
   return Object.freeze(config);

@@ -32,7 +32,7 @@ import { CanonicalBytes } from "./canonical.ts";
 import { ChunkOpener, ChunkSealer, chunkFromWire, chunkToWire, MAX_CHUNK_PLAINTEXT_BYTES, type WireChunk } from "./chunks.ts";
 import { fromBase64url, toBase64url } from "./encoding.ts";
 import { MalformedChunkError } from "./errors.ts";
-import { hpkeOpen, hpkeSeal, type KemOptions, X25519_KEY_BYTES } from "./seal.ts";
+import { AEAD_TAG_BYTES, hpkeOpen, hpkeSeal, type KemOptions, X25519_KEY_BYTES } from "./seal.ts";
 
 export const SEALED_CONTENT_TYPE = "application/vnd.umbra.sealed+json";
 export const SEALED_VERSION = 1;
@@ -105,7 +105,7 @@ export function readSealedEnvelope(value: unknown): EnvelopeRead {
   } catch {
     return fail("ciphertext", "'ciphertext' is not base64url");
   }
-  if (ciphertext.byteLength < 16) return fail("ciphertext", "'ciphertext' is shorter than its authentication tag");
+  if (ciphertext.byteLength < AEAD_TAG_BYTES) return fail("ciphertext", "'ciphertext' is shorter than its authentication tag");
   return { ok: true, enc, ciphertext };
 }
 

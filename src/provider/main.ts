@@ -133,10 +133,6 @@ async function start(argv: readonly string[]): Promise<number> {
   const logger = createLogger(config.logLevel, line?.sink);
   const engine = createEngine(config);
   logger.info("provider starting", { url: config.connectUrl, version: VERSION, count: config.models.length });
-  if (config.identityHelper !== undefined && !config.devAttestation) {
-    // Production evidence also needs the Mac's device attestation chain and its measured posture.
-    throw new ConfigError("--identity-helper needs --dev-attestation on in this version");
-  }
   const attestation = config.devAttestation ? await developmentAttestation(config, logger) : undefined;
   const agent = startAgent({
     ...(attestation ?? {}),
@@ -165,6 +161,7 @@ async function start(argv: readonly string[]): Promise<number> {
   process.on("SIGINT", onSignal);
 
   const exit = await agent.done;
+  attestation?.identity.close();
   line?.end();
   if (exit.reason === "unauthorized" || exit.reason === "version") {
     printErr(`umbra-provider: ${exit.message}`);
