@@ -52,4 +52,5 @@ clean:
 
 # Benchmarks (not tests): results in bench/results/. See bench/README.md.
 bench: deps
+	$(BUN) bench/money.ts
 	$(BUN) bench/run.ts

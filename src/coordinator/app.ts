@@ -136,7 +136,7 @@ export function createApp(deps: AppDeps): App {
     now,
   }).start();
   const catalog = new CatalogService(store.catalog, deps.fleet ?? fleet, pricing);
-  const wallets = new Wallets(store.money, logger);
+  const wallets = new Wallets(store.money, logger, { observeCommit: (n, seconds) => metrics.observeSettlementCommit(n, seconds) });
   const billing = new Billing(wallets, config);
   const limiter = new RateLimiter({ now });
   const admin = new AdminService(store, now, {

@@ -9,6 +9,8 @@ export interface Metrics {
   observeHttp(method: string, route: string, status: number, seconds: number): void;
   /** One chat answer's end: completed, failed or cancelled; streamed or not. */
   observeChat(outcome: string, stream: boolean): void;
+  /** One group commit of settlements: how many, and how long the commit took. */
+  observeSettlementCommit(settlements: number, seconds: number): void;
   render(): Promise<string>;
 }
 
@@ -33,8 +35,24 @@ export function createMetrics(): Metrics {
     labelNames: ["outcome", "stream"] as const,
     registers: [registry],
   });
+  const commitSizes = new Histogram({
+    name: "umbra_settlement_batch_size",
+    help: "Settlements per group commit (durable before their responses complete)",
+    buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512],
+    registers: [registry],
+  });
+  const commitTime = new Histogram({
+    name: "umbra_settlement_commit_seconds",
+    help: "Time of one group commit of settlements",
+    buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1],
+    registers: [registry],
+  });
   return {
     registry,
+    observeSettlementCommit(settlements, seconds) {
+      commitSizes.observe(settlements);
+      commitTime.observe(seconds);
+    },
     observeChat(outcome, stream) {
       chats.inc({ outcome, stream: String(stream) });
     },

@@ -11,9 +11,8 @@
  * line of defence.
  */
 import type { Database } from "bun:sqlite";
-import { eq, sql } from "drizzle-orm";
 import { type MoneyStore, PLATFORM_ACCOUNT_ID, type SettleResult } from "../money-types.ts";
-import { accounts, apiKeys, balances } from "../schema.ts";
+import { accounts, balances } from "../schema.ts";
 import type { Db } from "./open.ts";
 
 /** A usage row as positional statement parameters, in the column order of `insertUsage`. */
@@ -38,23 +37,14 @@ type UsageRow = [
 export function sqliteMoney(db: Db, client: Database, keysChanged: () => void): MoneyStore {
   let platformReady = false;
 
-  const balanceOf = db
-    .select({ balance: balances.balance })
-    .from(balances)
-    .where(eq(balances.accountId, sql.placeholder("id")))
-    .prepare();
-  const spentOf = db
-    .select({ spent: apiKeys.spent })
-    .from(apiKeys)
-    .where(eq(apiKeys.id, sql.placeholder("id")))
-    .prepare();
-  const setBalance = db
-    .update(balances)
-    .set({ balance: sql`${sql.placeholder("balance")}`, updatedAt: sql`${sql.placeholder("at")}` })
-    .where(eq(balances.accountId, sql.placeholder("id")))
-    .prepare();
-  // The two statements run once per settled request: bun:sqlite's own prepared statements on the same
-  // connection, without Drizzle's per-call placeholder mapping (measurable at thousands per second).
+  // Every statement of the settlement path is bun:sqlite's own prepared statement on the same
+  // connection, without Drizzle's per-call placeholder mapping and result shaping: at hundreds of
+  // commits per second that overhead was a large share of a commit's fixed cost (bench/README.md).
+  const balanceOf = client.prepare<{ balance: number }, [string]>("SELECT balance_micro_usd AS balance FROM balances WHERE account_id = ?");
+  const spentOf = client.prepare<{ spent: number }, [string]>("SELECT spent_micro_usd AS spent FROM api_keys WHERE id = ?");
+  const setBalance = client.prepare<unknown, [number, number, string]>(
+    "UPDATE balances SET balance_micro_usd = ?, updated_at = ? WHERE account_id = ?",
+  );
   const insertUsage = client.prepare<unknown, UsageRow>(
     `INSERT INTO usage (request_id, account_id, key_id, model, build_id, provider_id, prompt_tokens, cached_tokens,
        completion_tokens, cost_micro_usd, started_at, first_content_ms, duration_ms, outcome)
@@ -65,26 +55,22 @@ export function sqliteMoney(db: Db, client: Database, keysChanged: () => void): 
     `INSERT INTO ledger_entries (account_id, kind, amount_micro_usd, balance_after_micro_usd, request_id, created_at)
      VALUES ($accountId, $kind, $amount, $balanceAfter, $requestId, $createdAt)`,
   );
-  const setSpent = db
-    .update(apiKeys)
-    .set({ spent: sql`${sql.placeholder("spent")}` })
-    .where(eq(apiKeys.id, sql.placeholder("id")))
-    .prepare();
+  const setSpent = client.prepare<unknown, [number, string]>("UPDATE api_keys SET spent_micro_usd = ? WHERE id = ?");
 
   return {
-    balance: async (accountId) => balanceOf.get({ id: accountId })?.balance,
-    keySpent: async (keyId) => spentOf.get({ id: keyId })?.spent,
+    balance: async (accountId) => balanceOf.get(accountId)?.balance,
+    keySpent: async (keyId) => spentOf.get(keyId)?.spent,
     async settle(batch): Promise<SettleResult> {
       const createPlatform = !platformReady && batch.some((x) => x.fee > 0);
-      const result = db.transaction((tx): SettleResult => {
+      const result = client.transaction((): SettleResult => {
         if (createPlatform) {
           // The platform account collects fees; created with the first fee, inside the batch's own
           // transaction so that a refused batch leaves no platform account behind.
-          tx.insert(accounts)
+          db.insert(accounts)
             .values({ id: PLATFORM_ACCOUNT_ID, name: "Platform", jwtSubject: null, createdAt: 0 })
             .onConflictDoNothing()
             .run();
-          tx.insert(balances).values({ accountId: PLATFORM_ACCOUNT_ID, balance: 0, reserved: 0, updatedAt: 0 }).onConflictDoNothing().run();
+          db.insert(balances).values({ accountId: PLATFORM_ACCOUNT_ID, balance: 0, reserved: 0, updatedAt: 0 }).onConflictDoNothing().run();
         }
         const running = new Map<string, number>();
         const spent = new Map<string, number>();
@@ -93,7 +79,7 @@ export function sqliteMoney(db: Db, client: Database, keysChanged: () => void): 
         const current = (accountId: string): number => {
           let b = running.get(accountId);
           if (b === undefined) {
-            b = balanceOf.get({ id: accountId })?.balance;
+            b = balanceOf.get(accountId)?.balance;
             if (b === undefined) throw new Error("settlement names an account that does not exist");
             running.set(accountId, b);
           }
@@ -145,15 +131,15 @@ export function sqliteMoney(db: Db, client: Database, keysChanged: () => void): 
           lastAt = Math.max(lastAt, x.at);
           if (x.charge <= 0) continue;
           move(x.accountId, "charge", -x.charge, x.requestId, x.at);
-          if (x.keyId !== null) spent.set(x.keyId, (spent.get(x.keyId) ?? spentOf.get({ id: x.keyId })?.spent ?? 0) + x.charge);
+          if (x.keyId !== null) spent.set(x.keyId, (spent.get(x.keyId) ?? spentOf.get(x.keyId)?.spent ?? 0) + x.charge);
           if (x.providerAccountId !== null && x.earning > 0) credit(x.providerAccountId, "earning", x.earning, x.at);
           if (x.fee > 0) credit(PLATFORM_ACCOUNT_ID, "fee", x.fee, x.at);
         }
         for (const [accountId, c] of credits) move(accountId, c.kind, c.amount, null, c.at);
-        for (const [id, balance] of running) setBalance.run({ id, balance, at: lastAt });
-        for (const [id, total] of spent) setSpent.run({ id, spent: total });
+        for (const [id, balance] of running) setBalance.run(balance, lastAt, id);
+        for (const [id, total] of spent) setSpent.run(total, id);
         return { applied, balances: running, keySpent: spent };
-      });
+      })();
       if (createPlatform) platformReady = true;
       if (result.keySpent.size > 0) keysChanged();
       return result;

@@ -143,11 +143,12 @@ function recordingLogger(lines: LogLine[]): Logger {
   return { error: at("error"), warn: at("warn"), info: at("info"), debug: at("debug") };
 }
 
-function setup(balances: Record<string, number>, spent: Record<string, number> = {}) {
+function setup(balances: Record<string, number>, spent: Record<string, number> = {}, commitGapMs = 0) {
   const store = new FakeMoney({ provider: 0, ...balances }, spent);
   const logs: LogLine[] = [];
-  const wallets = new Wallets(store, recordingLogger(logs));
-  return { store, wallets, logs };
+  const commits: number[] = [];
+  const wallets = new Wallets(store, recordingLogger(logs), { commitGapMs, observeCommit: (n) => void commits.push(n) });
+  return { store, wallets, logs, commits };
 }
 
 function settlement(requestId: string, accountId: string, charge: number, keyId: string | null = null): Settlement {
@@ -448,6 +449,30 @@ describe("settle", () => {
       batches: [["r-1"], ["r-2", "r-3", "r-4"]],
       A: 993,
       B: 997,
+    });
+  });
+
+  test("commits are spaced: a settlement after a quiet gap commits at once, those just after a commit share the next", async () => {
+    // A gap far longer than the test's event-loop turns, so that timing cannot decide the outcome.
+    const { store, wallets, commits } = setup({ A: 1_000 }, {}, 300);
+    const holds = await Promise.all([1, 2, 3, 4].map(() => hold(wallets, "A", 10)));
+    // Quiet: committed within a few event-loop turns, no timer involved.
+    const first = track(wallets.settle(holds[0], settlement("r-1", "A", 1)));
+    await turns();
+    expect(first.done()).toBe(true);
+    // Within the gap after that commit, arriving at different turns: they wait for the gap's end and
+    // share one commit.
+    const next = [];
+    for (const i of [2, 3, 4]) {
+      next.push(track(wallets.settle(holds[i - 1], settlement(`r-${i}`, "A", i))));
+      await turns(2);
+    }
+    expect(next.map((x) => x.done())).toEqual([false, false, false]);
+    await Promise.all(next.map((x) => x.promise));
+    expect({ batches: store.batches, commits, A: store.balances.get("A") }).toEqual({
+      batches: [["r-1"], ["r-2", "r-3", "r-4"]],
+      commits: [1, 3],
+      A: 990,
     });
   });
 
