@@ -41,7 +41,8 @@ check: typecheck lint test
 build: deps
 	$(BUN) build $(BUILD_FLAGS) src/coordinator/main.ts --outfile dist/umbra-coordinator
 	$(BUN) build $(BUILD_FLAGS) src/provider/main.ts --outfile dist/umbra-provider
-	@cd dist && sha256sum umbra-coordinator umbra-provider
+	$(BUN) build $(BUILD_FLAGS) --target=bun-darwin-arm64 src/provider/main.ts --outfile dist/umbra-provider-darwin-arm64
+	@cd dist && sha256sum umbra-coordinator umbra-provider umbra-provider-darwin-arm64
 
 migrations: deps
 	node_modules/.bin/drizzle-kit generate

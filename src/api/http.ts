@@ -6,6 +6,10 @@
  *   GET  /v1/attestation                           no auth (503 when this host cannot attest)
  *   GET  /v1/providers/attestation                 no auth (public keys, trust levels, posture)
  *   POST /v1/provider/dev-chain                    provider device token; development trust only
+ *   POST /v1/provider/device/code, .../token       no auth; device login (RFC 8628), rate limited (device.ts)
+ *   POST /v1/provider/device/approve               consumer auth -> wrong-code limit -> decision
+ *   GET  /device                                   no auth; the approval page
+ *   GET  /v1/provider/me                           provider device token
  *   GET  /v1/models, /v1/models/{id...}            consumer auth (API key or JWT)
  *   POST /v1/chat/completions                      consumer auth
  *   GET  /v1/provider/connect (WebSocket)          provider device token (provider-socket.ts, wired in server.ts)
@@ -13,12 +17,14 @@
  *
  * Guard order per consumer route: auth -> handler. The chat handler then applies, in order: validation,
  * model and allowlist, rate limit (429), reservation (402), admission and dispatch (chat-service.ts).
- * `handle` wraps Elysia to time every request under its route template for /metrics.
+ * `handle` wraps Elysia to time every request under its route template for /metrics, and remembers the
+ * peer address the server hands in (per-address limits of the device login).
  */
 import { Elysia } from "elysia";
 import type { AdminService } from "../admin/admin-service.ts";
 import type { CoordinatorAttestation } from "../attestation/coordinator-attestation.ts";
 import type { Authenticator } from "../auth/authenticator.ts";
+import type { DeviceFlow } from "../auth/device-flow.ts";
 import type { PricingService } from "../billing/pricing.ts";
 import type { CatalogService } from "../catalog/catalog.ts";
 import type { Fleet } from "../fleet/fleet.ts";
@@ -29,6 +35,7 @@ import type { Store } from "../store/types.ts";
 import { adminRoutes } from "./admin.ts";
 import { attestationRoutes, type DevChainDeps } from "./attestation.ts";
 import { chatRoutes } from "./chat.ts";
+import { deviceRoutes } from "./device.ts";
 import { errorHandling } from "./errors.ts";
 import { healthRoutes } from "./health.ts";
 import { modelRoutes } from "./models.ts";
@@ -45,6 +52,9 @@ export interface HttpDeps {
   readonly chat: ChatService;
   readonly fleet: Fleet;
   readonly authenticate: Authenticator;
+  readonly deviceFlow: DeviceFlow;
+  /** Unix ms. */
+  readonly now: () => number;
   readonly adminToken: string | undefined;
   readonly maxBodyBytes: number;
   readonly logger: Logger;
@@ -52,12 +62,16 @@ export interface HttpDeps {
 }
 
 export interface HttpApp {
-  /** Handles one request (tests call this in-process; the server calls it per request). */
-  handle(request: Request): Promise<Response>;
+  /**
+   * Handles one request (tests call this in-process; the server calls it per request with the peer's
+   * address, undefined in-process).
+   */
+  handle(request: Request, clientAddress?: string): Promise<Response>;
 }
 
 export function createHttpApp(deps: HttpDeps): HttpApp {
   const routes = new WeakMap<Request, string>();
+  const addresses = new WeakMap<Request, string>();
   const app = new Elysia({ name: "umbra" })
     .use(errorHandling(deps.logger))
     .onTransform({ as: "global" }, ({ request, route }) => {
@@ -68,11 +82,13 @@ export function createHttpApp(deps: HttpDeps): HttpApp {
     .use(attestationRoutes(deps))
     .use(modelRoutes(deps))
     .use(chatRoutes(deps))
+    .use(deviceRoutes({ ...deps, clientAddress: (request) => addresses.get(request) }))
     .use(adminRoutes(deps));
 
   return {
-    async handle(request) {
+    async handle(request, clientAddress) {
       const started = performance.now();
+      if (clientAddress !== undefined) addresses.set(request, clientAddress);
       const response = await app.handle(request);
       deps.metrics.observeHttp(request.method, routes.get(request) ?? "unmatched", response.status, (performance.now() - started) / 1000);
       return response;

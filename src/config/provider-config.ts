@@ -2,13 +2,16 @@
  * Provider configuration (`umbra-provider start`): parsed once from flags and `UMBRA_PROVIDER_*`
  * environment variables, validated, frozen.
  *
- * Precedence: flag > environment > `<NAME>_FILE` (secrets only) > default. `--model` repeats; its
- * environment twin holds a comma-separated list. Each model is `BUILD` or `BUILD=UPSTREAM_NAME` (the
+ * Precedence: flag > environment > `<NAME>_FILE` (secrets only) > the config file (JSON, keys named like
+ * the flags, lists as arrays; never the token) > the credentials `login` stored (coordinator and token) >
+ * default. `--model` and `--schedule` repeat; their environment twins hold comma-separated lists. Each model is `BUILD` or `BUILD=UPSTREAM_NAME` (the
  * name the OpenAI-compatible runtime knows the weights by; defaults to the build id).
  * The device token never travels in plaintext to another machine: plain `http`/`ws` coordinator URLs
  * are accepted for loopback hosts only.
  */
+import { readFileSync } from "node:fs";
 import { type ParseArgsConfig, parseArgs } from "node:util";
+import { Schedule } from "../provider/schedule.ts";
 import { LOG_LEVELS, type LogLevel } from "./config.ts";
 import {
   ConfigError,
@@ -53,6 +56,17 @@ export interface ProviderConfig {
   readonly devAttestation: boolean;
   /** A signing helper holding the identity key (the Secure Enclave helper on a Mac); else a software key. */
   readonly identityHelper?: string;
+  /** When it may serve (src/provider/schedule.ts); empty: always. */
+  readonly schedule: readonly string[];
+}
+
+/** The config file's values, by flag name (lists as arrays). */
+export type FileValues = Readonly<Record<string, string | readonly string[]>>;
+
+/** What `login` stored. */
+export interface StoredLogin {
+  readonly coordinator: string;
+  readonly token: string;
 }
 
 /** Every `start` setting with its flag and environment twin. docs/operations.md lists the same table. */
@@ -105,6 +119,12 @@ export const PROVIDER_SETTINGS = {
     kind: "string",
     help: "path of a signing helper that holds the identity key (umbra-se-helper on a Mac)",
   },
+  schedule: {
+    flag: "schedule",
+    env: "UMBRA_PROVIDER_SCHEDULE",
+    kind: "list",
+    help: "when to serve, local time: 'mon-fri 22:00-07:00', 'daily 09:00-17:00'; repeatable",
+  },
 } as const satisfies Record<string, Setting>;
 
 type SettingName = keyof typeof PROVIDER_SETTINGS;
@@ -128,8 +148,20 @@ const DAY_MS = 86_400_000;
 
 const flagName = (name: SettingName) => `--${PROVIDER_SETTINGS[name].flag}`;
 
-const raw = (name: SettingName, flags: FlagValues, env: Env) => readSetting(PROVIDER_SETTINGS[name], flags, env);
-const rawList = (name: SettingName, flags: FlagValues, env: Env) => readList(PROVIDER_SETTINGS[name], flags, env);
+/** The config file's value of a single-valued setting. */
+function fileValue(name: SettingName, file: FileValues): string | undefined {
+  const v = file[PROVIDER_SETTINGS[name].flag];
+  if (v === undefined) return undefined;
+  if (typeof v !== "string") throw new ConfigError(`config file: '${PROVIDER_SETTINGS[name].flag}' must be a single value`);
+  return v;
+}
+
+/** The config file's value of a list setting. */
+function fileList(name: SettingName, file: FileValues): string[] {
+  const v = file[PROVIDER_SETTINGS[name].flag];
+  if (v === undefined) return [];
+  return typeof v === "string" ? [v] : [...v];
+}
 const enumOf = <T extends string>(name: SettingName, value: string | undefined, fallback: T | undefined): T =>
   enumSetting(PROVIDER_SETTINGS[name], value, fallback);
 const intOf = (name: SettingName, value: string | undefined, fallback: number, min: number, max: number) =>
@@ -169,13 +201,19 @@ function connectUrlOf(value: string): string {
   return `${secure ? "wss" : "ws"}://${url.host}${path}`;
 }
 
+/** A coordinator URL (http, https, ws, wss; plaintext on loopback only) -> its http(s) base URL. */
+export function coordinatorBaseOf(value: string): string {
+  return connectUrlOf(value).replace(/^ws/, "http").slice(0, -CONNECT_PATH.length);
+}
+
 function upstreamOf(value: string): string {
   const url = parseUrl("upstream", value);
   if (url.protocol !== "http:" && url.protocol !== "https:") throw new ConfigError(`--upstream: '${url.protocol}' is not http or https`);
   return `${url.protocol}//${url.host}${url.pathname.replace(/\/+$/, "")}`;
 }
 
-function modelsOf(entries: readonly string[]): ModelMapping[] {
+/** Parses `--model` entries (BUILD or BUILD=UPSTREAM_NAME); throws ConfigError naming the entry. */
+export function modelsOf(entries: readonly string[]): ModelMapping[] {
   if (entries.length === 0) throw new ConfigError("--model is required: give at least one BUILD or BUILD=UPSTREAM_NAME");
   if (entries.length > MAX_MODELS) throw new ConfigError(`--model: at most ${MAX_MODELS} models per provider`);
   const seen = new Set<string>();
@@ -197,26 +235,41 @@ function modelsOf(entries: readonly string[]): ModelMapping[] {
  * Builds the frozen provider configuration. Throws ConfigError with a message naming the flag for any
  * missing, invalid or unsafe value.
  */
-export function loadProviderConfig(flags: FlagValues, env: Env): ProviderConfig {
-  const coordinator = raw("coordinator", flags, env);
-  if (coordinator === undefined) throw new ConfigError("--coordinator is required: the coordinator's base URL");
+export function loadProviderConfig(flags: FlagValues, env: Env, sources: { file?: FileValues; login?: StoredLogin } = {}): ProviderConfig {
+  const file = sources.file ?? {};
+  const raw = (name: SettingName) => readSetting(PROVIDER_SETTINGS[name], flags, env) ?? fileValue(name, file);
+  const rawList = (name: SettingName) => {
+    const given = readList(PROVIDER_SETTINGS[name], flags, env);
+    return given.length > 0 ? given : fileList(name, file);
+  };
+  const coordinator = raw("coordinator") ?? sources.login?.coordinator;
+  if (coordinator === undefined) {
+    throw new ConfigError("--coordinator is required: the coordinator's base URL (or run 'umbra-provider login' first)");
+  }
   const connectUrl = connectUrlOf(coordinator);
 
-  const token = raw("token", flags, env);
+  // The stored token belongs to the coordinator it was issued by: never send it to another one.
+  const storedToken =
+    sources.login && (raw("coordinator") === undefined || sameCoordinator(raw("coordinator") as string, sources.login.coordinator))
+      ? sources.login.token
+      : undefined;
+  const token = raw("token") ?? storedToken;
   if (token === undefined || token === "") {
-    throw new ConfigError("--token is required: the provider device token (or UMBRA_PROVIDER_TOKEN / UMBRA_PROVIDER_TOKEN_FILE)");
+    throw new ConfigError(
+      "--token is required: the provider device token (or UMBRA_PROVIDER_TOKEN / UMBRA_PROVIDER_TOKEN_FILE, or run 'umbra-provider login')",
+    );
   }
   if (!/^[\x21-\x7e]{1,4096}$/.test(token)) throw new ConfigError("--token: must be printable ASCII without spaces");
 
-  const engine = enumOf<EngineName>("engine", raw("engine", flags, env), undefined);
-  const upstreamRaw = raw("upstream", flags, env);
+  const engine = enumOf<EngineName>("engine", raw("engine"), undefined);
+  const upstreamRaw = raw("upstream");
   if (engine === "openai" && upstreamRaw === undefined) {
     throw new ConfigError("--upstream is required with --engine openai (e.g. http://127.0.0.1:11434/v1)");
   }
   if (engine !== "openai" && upstreamRaw !== undefined) throw new ConfigError(`--upstream does not apply to --engine ${engine}`);
   const upstream = upstreamRaw === undefined ? undefined : upstreamOf(upstreamRaw);
-  const devAttestation = enumOf<"on" | "off">("devAttestation", raw("devAttestation", flags, env), "off") === "on";
-  const identityHelper = raw("identityHelper", flags, env);
+  const devAttestation = enumOf<"on" | "off">("devAttestation", raw("devAttestation"), "off") === "on";
+  const identityHelper = raw("identityHelper");
   if (identityHelper === "") throw new ConfigError("--identity-helper: empty path");
   // Production evidence also needs the Mac's device attestation chain and its measured posture.
   if (identityHelper !== undefined && !devAttestation)
@@ -227,22 +280,81 @@ export function loadProviderConfig(flags: FlagValues, env: Env): ProviderConfig 
     token,
     engine,
     ...(upstream !== undefined ? { upstream } : {}),
-    models: Object.freeze(modelsOf(rawList("model", flags, env))),
-    maxConcurrency: intOf("maxConcurrency", raw("maxConcurrency", flags, env), DEFAULTS.maxConcurrency, 1, MAX_CONCURRENCY),
-    echoTokensPerSecond: intOf("echoTokensPerSecond", raw("echoTokensPerSecond", flags, env), DEFAULTS.echoTokensPerSecond, 0, 1_000_000),
-    echoFirstTokenDelayMs: intOf(
-      "echoFirstTokenDelayMs",
-      raw("echoFirstTokenDelayMs", flags, env),
-      DEFAULTS.echoFirstTokenDelayMs,
-      0,
-      DAY_MS,
-    ),
-    drainTimeoutMs: intOf("drainTimeoutMs", raw("drainTimeoutMs", flags, env), DEFAULTS.drainTimeoutMs, 0, DAY_MS),
-    logLevel: enumOf<LogLevel>("logLevel", raw("logLevel", flags, env), DEFAULTS.logLevel),
+    models: Object.freeze(modelsOf(rawList("model"))),
+    maxConcurrency: intOf("maxConcurrency", raw("maxConcurrency"), DEFAULTS.maxConcurrency, 1, MAX_CONCURRENCY),
+    echoTokensPerSecond: intOf("echoTokensPerSecond", raw("echoTokensPerSecond"), DEFAULTS.echoTokensPerSecond, 0, 1_000_000),
+    echoFirstTokenDelayMs: intOf("echoFirstTokenDelayMs", raw("echoFirstTokenDelayMs"), DEFAULTS.echoFirstTokenDelayMs, 0, DAY_MS),
+    drainTimeoutMs: intOf("drainTimeoutMs", raw("drainTimeoutMs"), DEFAULTS.drainTimeoutMs, 0, DAY_MS),
+    logLevel: enumOf<LogLevel>("logLevel", raw("logLevel"), DEFAULTS.logLevel),
     devAttestation,
     ...(identityHelper !== undefined ? { identityHelper } : {}),
+    schedule: Object.freeze(scheduleOf(rawList("schedule"))),
   };
   return Object.freeze(config);
+}
+
+function scheduleOf(windows: readonly string[]): string[] {
+  // Parsed here so that a bad window stops `start` with a clear message before it connects.
+  Schedule.parse(windows);
+  return [...windows];
+}
+
+/** Whether two coordinator URLs name the same origin (the scheme's ws/http forms are the same server). */
+export function sameCoordinator(a: string, b: string): boolean {
+  try {
+    const origin = (u: string) => {
+      const url = new URL(u);
+      const secure = url.protocol === "https:" || url.protocol === "wss:";
+      return `${secure ? "https" : "http"}://${url.host}`;
+    };
+    return origin(a) === origin(b);
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Reads the JSON config file: an object whose keys are flag names (`engine`, `upstream`, `model`,
+ * `max-concurrency`, `schedule`, ...), values strings, numbers or (lists) arrays of strings. Undefined
+ * when the file does not exist and was not named explicitly.
+ */
+export function readConfigFile(path: string, explicit: boolean): FileValues | undefined {
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (error) {
+    if (!explicit && (error as NodeJS.ErrnoException).code === "ENOENT") return undefined;
+    throw new ConfigError(`--config: cannot read ${path}: ${(error as Error).message}`);
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (error) {
+    throw new ConfigError(`--config: ${path} is not valid JSON (${(error as Error).message})`);
+  }
+  if (typeof value !== "object" || value === null || Array.isArray(value))
+    throw new ConfigError(`--config: ${path} must hold a JSON object`);
+  const byFlag = new Map<string, Setting>(Object.values(PROVIDER_SETTINGS).map((s) => [s.flag, s]));
+  const out: Record<string, string | readonly string[]> = {};
+  for (const [key, v] of Object.entries(value)) {
+    const setting = byFlag.get(key);
+    if (!setting)
+      throw new ConfigError(`--config: ${path}: unknown setting '${key}' (use the flag names of 'umbra-provider start --help')`);
+    if (setting.flag === "token")
+      throw new ConfigError(`--config: ${path}: the device token does not belong in the config file; run 'umbra-provider login'`);
+    if (setting.kind === "list") {
+      const list = typeof v === "string" ? [v] : v;
+      if (!Array.isArray(list) || !list.every((x) => typeof x === "string")) {
+        throw new ConfigError(`--config: ${path}: '${key}' must be a string or an array of strings`);
+      }
+      out[key] = list;
+    } else if (typeof v === "string" || (typeof v === "number" && Number.isFinite(v))) {
+      out[key] = String(v);
+    } else {
+      throw new ConfigError(`--config: ${path}: '${key}' must be a string${setting.kind === "int" ? " or a number" : ""}`);
+    }
+  }
+  return out;
 }
 
 /** Parses `start` argv; unknown flags and positionals are an error (ConfigError naming the flag). */

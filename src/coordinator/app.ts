@@ -15,6 +15,7 @@ import { AdminService } from "../admin/admin-service.ts";
 import { createHttpApp, type HttpApp } from "../api/http.ts";
 import { type CoordinatorAttestation, createCoordinatorAttestation } from "../attestation/coordinator-attestation.ts";
 import { type Authenticator, createAuthenticator } from "../auth/authenticator.ts";
+import { DeviceFlow } from "../auth/device-flow.ts";
 import { createJwtVerifier } from "../auth/jwt.ts";
 import { PROVIDER_TOKEN_PREFIX, sha256Hex } from "../auth/secrets.ts";
 import { Billing } from "../billing/billing.ts";
@@ -171,6 +172,8 @@ export function createApp(deps: AppDeps): App {
     chat,
     fleet,
     authenticate,
+    deviceFlow: new DeviceFlow({ now }),
+    now,
     adminToken: config.adminToken,
     issueDevChain: (identityKey, posture) =>
       config.trustRoot === "development"

@@ -33,7 +33,7 @@ export function listen(app: App, host = app.config.host, port = app.config.port)
       const path = pathOf(request.url);
       if (path === PROVIDER_CONNECT_PATH) return socket.upgrade(request, srv);
       if (path === CHAT_PATH) srv.timeout(request, 0);
-      return app.http.handle(request);
+      return app.http.handle(request, srv.requestIP(request)?.address);
     },
     websocket: socket.websocket,
     error: () =>

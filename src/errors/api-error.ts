@@ -27,8 +27,8 @@ const VOCABULARY = {
   400: { type: "invalid_request_error", codes: ["invalid_json", "missing_field", "invalid_value", "unsupported_value"] },
   401: { type: "authentication_error", codes: ["invalid_api_key", "invalid_token"] },
   403: { type: "permission_error", codes: ["model_not_allowed", "forbidden"] },
-  404: { type: "not_found_error", codes: ["model_not_found", "not_found"] },
-  409: { type: "conflict_error", codes: ["self_route_conflict", "conflict"] },
+  404: { type: "not_found_error", codes: ["model_not_found", "not_found", "device_code_not_found"] },
+  409: { type: "conflict_error", codes: ["self_route_conflict", "conflict", "device_code_already_decided"] },
   413: { type: "request_too_large", codes: ["request_too_large", "prompt_too_large"] },
   422: { type: "invalid_request_error", codes: ["tool_schema_invalid"] },
   429: { type: "rate_limit_error", codes: ["rate_limit_exceeded", "capacity_exhausted", "first_content_timeout"] },
@@ -88,8 +88,12 @@ export const Errors = {
   forbidden: make(403, "forbidden"),
   modelNotFound: make(404, "model_not_found"),
   notFound: make(404, "not_found"),
+  /** A provider device login's user code is unknown or expired (one answer for both). */
+  deviceCodeNotFound: make(404, "device_code_not_found"),
   selfRouteConflict: make(409, "self_route_conflict"),
   conflict: make(409, "conflict"),
+  /** A provider device login was already approved or denied. */
+  deviceCodeAlreadyDecided: make(409, "device_code_already_decided"),
   requestTooLarge: make(413, "request_too_large"),
   promptTooLarge: make(413, "prompt_too_large"),
   rateLimited: (message: string, retryAfterSeconds: number, headers: Record<string, string> = {}) =>

@@ -102,6 +102,8 @@ export class ProviderSession implements AttemptOwner {
   /** Periodic challenges of an attested provider; a wrong, late or missing answer withdraws its trust. */
   private challenges: ChallengeSession | undefined;
   lastSeen: number;
+  /** When the connection opened (Unix ms). */
+  readonly connectedAt: number;
   /** Exponentially weighted first-content latency in ms; undefined until a sample exists. */
   firstContentMs: number | undefined;
   served = 0;
@@ -116,6 +118,7 @@ export class ProviderSession implements AttemptOwner {
     private readonly now: () => number,
   ) {
     this.lastSeen = now();
+    this.connectedAt = this.lastSeen;
   }
 
   get ready(): boolean {

@@ -38,8 +38,11 @@ export interface AccountStore {
   credit(input: { accountId: string; amount: number; at: number }): Promise<Account | undefined>;
   /** Newest first. */
   ledger(accountId: string, limit: number): Promise<LedgerEntry[]>;
-  /** The sum of the account's `earning` ledger entries; 0 when it has none or does not exist. */
-  earnings(accountId: string): Promise<number>;
+  /**
+   * The sum of the account's `earning` ledger entries, only those created at or after `since` (Unix ms)
+   * when given; 0 when it has none or does not exist.
+   */
+  earnings(accountId: string, since?: number): Promise<number>;
 }
 
 export interface ApiKeyRecord {

@@ -7,6 +7,7 @@ import { createHash } from "node:crypto";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { tempDir } from "../support/harness.ts";
+import { startCoordinator } from "../support/processes.ts";
 
 const ROOT = join(import.meta.dir, "../..");
 const BUN = join(ROOT, "node_modules/.bin/bun");
@@ -131,6 +132,53 @@ describe("compiled coordinator", () => {
     expect(await proc.exited).toBe(2);
     expect(await new Response(proc.stderr).text()).toContain("admin token");
   });
+
+  test("the compiled provider tool detaches itself, reports status and stops", async () => {
+    await using coordinator = await startCoordinator();
+    const { providerToken } = await coordinator.seed(["org/bin-model"]);
+    using home = tempDir("umbra-provider-home-");
+    const run = async (...args: string[]) => {
+      const proc = Bun.spawn([join(dirs[0]!.path, "umbra-provider"), ...args], {
+        env: { PATH: process.env.PATH ?? "", HOME: home.path, UMBRA_PROVIDER_HOME: home.path },
+        stdout: "pipe",
+        stderr: "pipe",
+      });
+      const [out, err, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
+      return { code, out, err };
+    };
+    const started = await run(
+      "start",
+      "--detach",
+      "--coordinator",
+      coordinator.url,
+      "--token",
+      providerToken,
+      "--engine",
+      "echo",
+      "--model",
+      "org/bin-model",
+    );
+    expect({ code: started.code, err: started.err }).toEqual({ code: 0, err: "" });
+    expect(started.out).toContain("connected");
+    const status = JSON.parse((await run("status", "--json")).out) as { running: boolean; state: { connected: boolean } };
+    expect({ running: status.running, connected: status.state.connected }).toEqual({ running: true, connected: true });
+    expect((await run("stop")).code).toBe(0);
+    expect((await run("status")).code).toBe(3);
+  }, 60_000);
+
+  test("the provider tool compiles for macOS on Apple Silicon (make build): a Mach-O arm64 executable", async () => {
+    using out = tempDir("umbra-build-darwin-");
+    const file = join(out.path, "umbra-provider-darwin-arm64");
+    const proc = Bun.spawn([BUN, ...FLAGS, "--target=bun-darwin-arm64", join(ROOT, "src/provider/main.ts"), "--outfile", file], {
+      cwd: ROOT,
+      stdout: "pipe",
+      stderr: "pipe",
+    });
+    expect(await proc.exited).toBe(0);
+    const head = readFileSync(file).subarray(0, 8);
+    // MH_MAGIC_64 (0xfeedfacf) and CPU_TYPE_ARM64 (0x0100000c), little-endian.
+    expect([head.readUInt32LE(0), head.readUInt32LE(4)]).toEqual([0xfeedfacf, 0x0100000c]);
+  }, 120_000);
 
   test("the provider binary answers --version", async () => {
     const proc = Bun.spawn([join(dirs[0]!.path, "umbra-provider"), "--version"], { stdout: "pipe" });

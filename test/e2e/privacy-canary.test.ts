@@ -392,6 +392,11 @@ describe("privacy canary", () => {
     const exitCode = await c.stop();
     findings.push(...scanDir("database folder after SIGTERM", c.dir));
     for (const p of Object.values(providers)) await p[Symbol.asyncDispose]();
+    // The provider tool's own files (state, pid) hold counts and ids only.
+    for (const [name, p] of Object.entries(providers)) {
+      expect(readdirSync(p.home)).toContain("state.json");
+      findings.push(...scanDir(`provider ${name} folder`, p.home));
+    }
     const outputs: Record<string, { stdout: string; stderr: string }> = { coordinator: c.output() };
     for (const [name, p] of Object.entries(providers)) outputs[`provider ${name}`] = p.output();
     for (const [name, out] of Object.entries(outputs)) {

@@ -4,6 +4,8 @@
  * device token exits 1 with a clear message.
  */
 import { describe, expect, test } from "bun:test";
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { CLOSE } from "../../src/protocol/messages.ts";
 import { FakeCoordinator } from "../support/fake-coordinator.ts";
@@ -12,11 +14,15 @@ import { waitFor } from "../support/wait.ts";
 const ROOT = join(import.meta.dir, "../..");
 const BUN = join(ROOT, "node_modules/.bin/bun");
 const MAIN = join(ROOT, "src/provider/main.ts");
-/** A clean environment: no UMBRA_PROVIDER_* from the machine running the tests. */
-const ENV = { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/tmp" };
+/** A clean environment: no UMBRA_PROVIDER_* from the machine running the tests, a folder of its own. */
+const env = () => ({
+  PATH: process.env.PATH ?? "/usr/bin:/bin",
+  HOME: process.env.HOME ?? "/tmp",
+  UMBRA_PROVIDER_HOME: mkdtempSync(join(tmpdir(), "umbra-provider-home-")),
+});
 
 function spawnProvider(args: readonly string[]) {
-  const proc = Bun.spawn([BUN, MAIN, "start", ...args], { cwd: ROOT, env: ENV, stdout: "pipe", stderr: "pipe" });
+  const proc = Bun.spawn([BUN, MAIN, "start", ...args], { cwd: ROOT, env: env(), stdout: "pipe", stderr: "pipe" });
   const stderr = new Response(proc.stderr).text();
   return { proc, stderr };
 }

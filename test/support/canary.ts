@@ -186,13 +186,21 @@ export async function startCanaryCoordinator(env: Record<string, string>): Promi
 export interface CanaryProvider extends CapturedProcess, AsyncDisposable {
   /** Resolves with the provider id once the coordinator welcomed it. */
   readonly connected: Promise<string>;
+  /** The tool's folder (UMBRA_PROVIDER_HOME): pid and state files. */
+  readonly home: string;
 }
 
 /** `umbra-provider start` with the given flags, debug logging, every output byte kept. */
 export function startCanaryProvider(args: readonly string[]): CanaryProvider {
+  const home = mkdtempSync(join(tmpdir(), "umbra-provider-home-"));
   const proc = Bun.spawn([BUN, join(ROOT, "src/provider/main.ts"), "start", ...args], {
     cwd: ROOT,
-    env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? tmpdir(), UMBRA_PROVIDER_LOG_LEVEL: "debug" },
+    env: {
+      PATH: process.env.PATH ?? "",
+      HOME: process.env.HOME ?? tmpdir(),
+      UMBRA_PROVIDER_HOME: home,
+      UMBRA_PROVIDER_LOG_LEVEL: "debug",
+    },
     stdin: "ignore",
     stdout: "pipe",
     stderr: "pipe",
@@ -203,6 +211,7 @@ export function startCanaryProvider(args: readonly string[]): CanaryProvider {
   return {
     ...captured,
     connected,
+    home,
     async [Symbol.asyncDispose]() {
       proc.kill("SIGKILL");
       await captured.drained;

@@ -102,7 +102,13 @@ export interface ProviderProcess extends AsyncDisposable {
 export function startProvider(args: readonly string[], env: Record<string, string> = {}): ProviderProcess {
   const proc = Bun.spawn([BUN, join(ROOT, "src/provider/main.ts"), "start", ...args], {
     cwd: ROOT,
-    env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? tmpdir(), ...env },
+    // Each provider gets its own folder (pid, state and log files; one `start` per folder).
+    env: {
+      PATH: process.env.PATH ?? "",
+      HOME: process.env.HOME ?? tmpdir(),
+      UMBRA_PROVIDER_HOME: mkdtempSync(join(tmpdir(), "umbra-provider-home-")),
+      ...env,
+    },
     stdin: "ignore",
     stdout: "pipe",
     stderr: "pipe",

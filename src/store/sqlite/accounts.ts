@@ -1,4 +1,4 @@
-import { and, desc, eq, sql } from "drizzle-orm";
+import { and, desc, eq, gte, sql } from "drizzle-orm";
 import { accounts, balances, ledgerEntries } from "../schema.ts";
 import { type Account, type AccountStore, DuplicateError, type LedgerEntry } from "../types.ts";
 import type { Db } from "./open.ts";
@@ -47,11 +47,17 @@ export function sqliteAccounts(db: Db): AccountStore {
     },
     ledger: async (accountId, limit): Promise<LedgerEntry[]> =>
       db.select().from(ledgerEntries).where(eq(ledgerEntries.accountId, accountId)).orderBy(desc(ledgerEntries.id)).limit(limit).all(),
-    async earnings(accountId) {
+    async earnings(accountId, since) {
       const row = db
         .select({ total: sql<number>`coalesce(sum(${ledgerEntries.amount}), 0)`.mapWith(Number) })
         .from(ledgerEntries)
-        .where(and(eq(ledgerEntries.accountId, accountId), eq(ledgerEntries.kind, "earning")))
+        .where(
+          and(
+            eq(ledgerEntries.accountId, accountId),
+            eq(ledgerEntries.kind, "earning"),
+            since === undefined ? undefined : gte(ledgerEntries.createdAt, since),
+          ),
+        )
         .get();
       return row?.total ?? 0;
     },

@@ -2,7 +2,7 @@ import { describe, expect, test } from "bun:test";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { ConfigError } from "../../../src/config/config.ts";
-import { loadProviderConfig, parseProviderFlags } from "../../../src/config/provider-config.ts";
+import { loadProviderConfig, parseProviderFlags, readConfigFile } from "../../../src/config/provider-config.ts";
 import { tempDir } from "../../support/harness.ts";
 
 const BASE = ["--coordinator", "https://coord.example", "--token", "tok_123", "--engine", "echo", "--model", "org/echo"];
@@ -21,6 +21,7 @@ describe("loadProviderConfig", () => {
       drainTimeoutMs: 120_000,
       logLevel: "info",
       devAttestation: false,
+      schedule: [],
     });
   });
 
@@ -65,6 +66,7 @@ describe("loadProviderConfig", () => {
       drainTimeoutMs: 0,
       logLevel: "debug",
       devAttestation: false,
+      schedule: [],
     });
   });
 
@@ -97,6 +99,7 @@ describe("loadProviderConfig", () => {
       drainTimeoutMs: 5000,
       logLevel: "warn",
       devAttestation: false,
+      schedule: [],
     });
   });
 
@@ -171,5 +174,91 @@ describe("parseProviderFlags", () => {
 
   test("--model repeats", () => {
     expect(parseProviderFlags(["--model", "a", "--model", "b=c"])).toEqual({ model: ["a", "b=c"] });
+  });
+});
+
+describe("the config file and the stored login", () => {
+  const withFile = (
+    text: string,
+    argv: readonly string[],
+    env: Record<string, string> = {},
+    login?: { coordinator: string; token: string },
+  ) => {
+    using dir = tempDir();
+    const path = join(dir.path, "config.json");
+    writeFileSync(path, text);
+    const file = readConfigFile(path, true);
+    return loadProviderConfig(parseProviderFlags(argv), env, { ...(file ? { file } : {}), ...(login ? { login } : {}) });
+  };
+  const LOGIN = { coordinator: "https://coord.example", token: "tok_stored" };
+
+  test("settings by flag name; lists as arrays; numbers as numbers; login supplies coordinator and token", () => {
+    const c = withFile(
+      JSON.stringify({
+        engine: "openai",
+        upstream: "http://127.0.0.1:11434/v1",
+        model: ["org/a=a:latest", "org/b"],
+        "max-concurrency": 3,
+        schedule: ["mon-fri 22:00-07:00"],
+      }),
+      [],
+      {},
+      LOGIN,
+    );
+    expect({
+      url: c.connectUrl,
+      token: c.token,
+      engine: c.engine,
+      models: c.models.length,
+      max: c.maxConcurrency,
+      schedule: c.schedule,
+    }).toEqual({
+      url: "wss://coord.example/v1/provider/connect",
+      token: "tok_stored",
+      engine: "openai",
+      models: 2,
+      max: 3,
+      schedule: ["mon-fri 22:00-07:00"],
+    });
+  });
+
+  test("precedence: flag > environment > file > login", () => {
+    const file = JSON.stringify({ engine: "echo", model: "org/file", "max-concurrency": 3, coordinator: "https://file.example" });
+    expect(withFile(file, ["--max-concurrency", "5", "--token", "t"], { UMBRA_PROVIDER_MAX_CONCURRENCY: "4" }, LOGIN).maxConcurrency).toBe(
+      5,
+    );
+    // The file names another coordinator than the login's: the stored token is not sent there.
+    expect(() => withFile(file, [], {}, LOGIN)).toThrow("--token is required");
+    expect(withFile(file, [], { UMBRA_PROVIDER_MAX_CONCURRENCY: "4", UMBRA_PROVIDER_TOKEN: "t" }, LOGIN).maxConcurrency).toBe(4);
+    expect(withFile(file, ["--model", "org/flag", "--token", "t"]).models.map((m) => m.buildId)).toEqual(["org/flag"]);
+    expect(withFile(file, ["--token", "t"]).connectUrl).toBe("wss://file.example/v1/provider/connect");
+  });
+
+  test("the stored token is never sent to another coordinator", () => {
+    const file = JSON.stringify({ engine: "echo", model: "org/m" });
+    expect(withFile(file, ["--coordinator", "https://coord.example:443/"], {}, LOGIN).token).toBe("tok_stored");
+    expect(() => withFile(file, ["--coordinator", "https://other.example"], {}, LOGIN)).toThrow("--token is required");
+  });
+
+  test("without a login, --coordinator and --token say how to get them", () => {
+    expect(() => withFile(JSON.stringify({ engine: "echo", model: "org/m" }), [])).toThrow("run 'umbra-provider login' first");
+  });
+
+  test("a missing file is fine unless named; a named one must exist", () => {
+    using dir = tempDir();
+    expect(readConfigFile(join(dir.path, "none.json"), false)).toBeUndefined();
+    expect(() => readConfigFile(join(dir.path, "none.json"), true)).toThrow("--config: cannot read");
+  });
+
+  test.each([
+    ["not JSON", "{", "is not valid JSON"],
+    ["an array", "[]", "must hold a JSON object"],
+    ["an unknown key", '{"modell": "x"}', "unknown setting 'modell'"],
+    ["the token", '{"token": "x"}', "does not belong in the config file"],
+    ["a list where one value goes", '{"engine": ["echo"]}', "'engine' must be a string"],
+    ["a bad list", '{"model": [1]}', "'model' must be a string or an array of strings"],
+    ["a bad window", '{"engine": "echo", "model": "m", "schedule": "weekdays 9-5"}', "--schedule"],
+  ])("refuses %s", (_name, text, message) => {
+    expect(() => withFile(text, ["--token", "t", "--coordinator", "https://c.example"])).toThrow(message);
   });
 });

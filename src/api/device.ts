@@ -1,0 +1,298 @@
+/**
+ * Provider device login (OAuth 2.0 Device Authorization Grant, RFC 8628) and the provider's self view.
+ * The state lives in src/auth/device-flow.ts; docs/api.md has the contract.
+ *
+ *   POST /v1/provider/device/code     no auth; JSON or form body; 429 per client address (consumer envelope)
+ *   POST /v1/provider/device/token    no auth; JSON or form body; answers and errors in OAuth's format
+ *                                     (RFC 6749 section 5), never the consumer envelope
+ *   POST /v1/provider/device/approve  consumer auth (API key or JWT) -> wrong-code limit -> decision
+ *   GET  /device                      the approval page: static HTML, script and style pinned by hash in the CSP
+ *   GET  /v1/provider/me              provider device token; the account's earnings, balance, live machines
+ *
+ * Codes and tokens are never logged; log lines carry the account id and the decision only.
+ */
+import { createHash } from "node:crypto";
+import { Elysia } from "elysia";
+import type { AdminService } from "../admin/admin-service.ts";
+import type { Authenticator } from "../auth/authenticator.ts";
+import { bearer } from "../auth/authenticator.ts";
+import type { DeviceFlow } from "../auth/device-flow.ts";
+import { PROVIDER_TOKEN_PREFIX, sha256Hex } from "../auth/secrets.ts";
+import { ApiError, Errors } from "../errors/api-error.ts";
+import type { Fleet } from "../fleet/fleet.ts";
+import type { Logger } from "../observability/logger.ts";
+import type { Store } from "../store/types.ts";
+import { type JsonObject, objectBody, optionalString, requiredString } from "../validation/fields.ts";
+import { parseJson, readBody } from "./errors.ts";
+
+export const CLIENT_ID = "umbra-provider";
+export const DEVICE_GRANT_TYPE = "urn:ietf:params:oauth:grant-type:device_code";
+/** Every body here is a few fields. */
+const BODY_LIMIT = 8 * 1024;
+const NO_STORE = { "cache-control": "no-store", pragma: "no-cache" } as const;
+const DAY_MS = 86_400_000;
+/** Control, format (bidi overrides, zero-width), lone surrogate, and line or paragraph separator characters. */
+const UNPRINTABLE = /[\p{Cc}\p{Cf}\p{Cs}\p{Zl}\p{Zp}]/u;
+
+/** `machine_name`: absent, or 1..64 printable characters (code points), not only spaces. */
+function machineName(fields: JsonObject): string | null {
+  const v = fields.machine_name;
+  if (v === undefined || v === null) return null;
+  const ok = typeof v === "string" && v.length <= 256 && [...v].length <= 64 && v.trim() !== "" && !UNPRINTABLE.test(v);
+  if (!ok) throw Errors.invalidValue("'machine_name' must be 1 to 64 printable characters", "machine_name");
+  return v;
+}
+
+export interface DeviceDeps {
+  readonly deviceFlow: DeviceFlow;
+  readonly admin: AdminService;
+  readonly authenticate: Authenticator;
+  readonly store: Store;
+  readonly fleet: Fleet;
+  readonly logger: Logger;
+  /** Unix ms (for "today"). */
+  readonly now: () => number;
+  /** The peer address of a request; undefined for in-process calls. */
+  readonly clientAddress: (request: Request) => string | undefined;
+}
+
+/** RFC 6749 section 5.2 and RFC 8628 section 3.5 error codes. */
+type OAuthError =
+  | "invalid_request"
+  | "invalid_client"
+  | "unsupported_grant_type"
+  | "invalid_grant"
+  | "authorization_pending"
+  | "slow_down"
+  | "access_denied"
+  | "expired_token";
+
+/** An OAuth error answer. `description` must stay within RFC 6749's character set (no `"` or `\`). */
+function oauthError(error: OAuthError, description: string): Response {
+  return Response.json({ error, error_description: description }, { status: 400, headers: NO_STORE });
+}
+
+/**
+ * A JSON object or an application/x-www-form-urlencoded body (RFC 8628 section 3.1), as fields. Throws
+ * 413 request_too_large, 400 invalid_json, or 400 invalid_value for a form field given twice.
+ */
+async function readFields(request: Request): Promise<JsonObject> {
+  const bytes = await readBody(request, BODY_LIMIT);
+  const type = request.headers.get("content-type")?.split(";")[0]?.trim().toLowerCase();
+  if (type !== "application/x-www-form-urlencoded") return objectBody(parseJson(bytes));
+  const fields = new Map<string, string>();
+  for (const [name, value] of new URLSearchParams(new TextDecoder().decode(bytes))) {
+    const shown = name.slice(0, 64);
+    if (fields.has(name)) throw Errors.invalidValue(`'${shown}' must not be given more than once`, shown);
+    fields.set(name, value);
+  }
+  return Object.fromEntries(fields);
+}
+
+/** Where people open the approval page: the request's own origin (https when a proxy says so). */
+function publicBase(request: Request): string {
+  const url = new URL(request.url);
+  const forwarded = request.headers.get("x-forwarded-proto")?.split(",")[0]?.trim().toLowerCase();
+  return `${forwarded === "https" ? "https:" : url.protocol}//${url.host}`;
+}
+
+function requireClient(fields: JsonObject, required: boolean): boolean {
+  const given = required ? requiredString(fields, "client_id", { max: 64 }) : optionalString(fields, "client_id", { max: 64 });
+  return given === undefined || given === CLIENT_ID;
+}
+
+async function token(deps: DeviceDeps, request: Request): Promise<Response> {
+  let deviceCode: string;
+  try {
+    const fields = await readFields(request);
+    const grantType = requiredString(fields, "grant_type", { max: 128 });
+    if (grantType !== DEVICE_GRANT_TYPE) return oauthError("unsupported_grant_type", `grant_type must be ${DEVICE_GRANT_TYPE}`);
+    if (!requireClient(fields, false)) return oauthError("invalid_client", `unknown client_id: this endpoint serves ${CLIENT_ID}`);
+    deviceCode = requiredString(fields, "device_code", { max: 128 });
+  } catch (e) {
+    if (e instanceof ApiError && e.status < 500) return oauthError("invalid_request", e.message);
+    throw e;
+  }
+  const result = deps.deviceFlow.poll(deviceCode);
+  switch (result.status) {
+    case "authorization_pending":
+      return oauthError("authorization_pending", "the account holder has not approved this login yet");
+    case "slow_down":
+      return oauthError("slow_down", `polling too fast: wait at least ${result.interval} seconds between polls`);
+    case "access_denied":
+      return oauthError("access_denied", "the account holder denied this login");
+    case "expired_token":
+      return oauthError("expired_token", "the device code expired: start the login again");
+    case "invalid_grant":
+      return oauthError("invalid_grant", "unknown device code, or its token was already delivered");
+    case "approved": {
+      let created: Awaited<ReturnType<AdminService["createProviderToken"]>>;
+      try {
+        created = await deps.admin.createProviderToken({ account_id: result.accountId });
+      } catch (e) {
+        if (e instanceof ApiError && e.status === 404) return oauthError("invalid_grant", "the approving account no longer exists");
+        throw e;
+      }
+      deps.logger.info("provider device login completed", { account_id: result.accountId });
+      return Response.json(
+        { access_token: created.token, token_type: "Bearer", account_id: result.accountId, token_id: created.id },
+        { headers: NO_STORE },
+      );
+    }
+  }
+}
+
+/** The live provider device token's record, or a 401 (consumer credentials are refused). */
+async function providerToken(store: Store, authorization: string | null) {
+  const secret = bearer(authorization);
+  if (secret === undefined || !secret.startsWith(PROVIDER_TOKEN_PREFIX)) throw Errors.invalidToken("a provider device token is required");
+  const record = await store.providerTokens.findByHash(sha256Hex(secret));
+  if (!record || record.revokedAt !== null) throw Errors.invalidToken("invalid or revoked provider device token");
+  return record;
+}
+
+async function me(deps: DeviceDeps, request: Request) {
+  const record = await providerToken(deps.store, request.headers.get("authorization"));
+  const now = deps.now();
+  const [account, total, today] = await Promise.all([
+    deps.store.accounts.get(record.accountId),
+    deps.store.accounts.earnings(record.accountId),
+    deps.store.accounts.earnings(record.accountId, now - (now % DAY_MS)),
+  ]);
+  const machines = deps.fleet
+    .list()
+    .filter((s) => s.identity.accountId === record.accountId && s.ready)
+    .sort((a, b) => a.connectedAt - b.connectedAt || (a.id < b.id ? -1 : 1))
+    .map((s) => ({
+      provider_id: s.id,
+      trust_level: s.trust,
+      models: [...s.models.keys()],
+      active: s.active,
+      connected_at: Math.floor(s.connectedAt / 1000),
+    }));
+  return Response.json(
+    {
+      account_id: record.accountId,
+      token_id: record.id,
+      earnings: { total_micro_usd: total, today_micro_usd: today },
+      balance_micro_usd: account?.balance ?? 0,
+      machines,
+    },
+    { headers: NO_STORE },
+  );
+}
+
+const PAGE_STYLE = `body{font:16px system-ui,sans-serif;max-width:30rem;margin:3rem auto;padding:0 1rem}
+label{display:block;margin:1rem 0 .3rem}input{width:100%;padding:.5rem;font:inherit;box-sizing:border-box}
+button{margin:1rem .5rem 0 0;padding:.5rem 1.2rem;font:inherit}#out{margin-top:1.5rem;white-space:pre-wrap}`;
+
+const PAGE_SCRIPT = `const $ = (id) => document.getElementById(id);
+$("code").value = new URLSearchParams(location.search).get("user_code") ?? "";
+async function send(decision) {
+  const key = $("key").value.trim();
+  $("out").textContent = "Sending...";
+  try {
+    const r = await fetch("/v1/provider/device/approve", {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: "Bearer " + key },
+      body: JSON.stringify({ user_code: $("code").value, decision }),
+    });
+    const b = await r.json();
+    if (!r.ok) $("out").textContent = "Refused: " + (b.error?.message ?? "status " + r.status);
+    else if (decision === "deny") $("out").textContent = "Denied: the machine was not linked.";
+    else $("out").textContent = "Approved: machine " + (b.machine_name ?? "(unnamed)") + " is linked to account " + b.account_id + ".";
+    if (r.ok) $("key").value = "";
+  } catch {
+    $("out").textContent = "Could not reach the coordinator.";
+  }
+}
+$("approve").addEventListener("click", () => send("approve"));
+$("deny").addEventListener("click", () => send("deny"));`;
+
+const cspHash = (text: string) => `'sha256-${createHash("sha256").update(text).digest("base64")}'`;
+
+const PAGE = `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
+<title>Link a provider machine</title><style>${PAGE_STYLE}</style></head>
+<body><h1>Link a provider machine</h1>
+<p>Approve only a code that <code>umbra-provider login</code> showed on a machine you control: the machine
+will serve requests for your account, including your self-routed ones.</p>
+<label for="code">Code</label><input id="code" autocomplete="off" spellcheck="false" placeholder="BCDF-GHJK">
+<label for="key">API key or JWT (sent only to this coordinator)</label>
+<input id="key" type="password" autocomplete="off">
+<button id="approve" type="button">Approve</button><button id="deny" type="button">Deny</button>
+<p id="out" role="status"></p>
+<script>${PAGE_SCRIPT}</script></body></html>
+`;
+
+const PAGE_HEADERS = {
+  "content-type": "text/html; charset=utf-8",
+  "content-security-policy": [
+    "default-src 'none'",
+    `script-src ${cspHash(PAGE_SCRIPT)}`,
+    `style-src ${cspHash(PAGE_STYLE)}`,
+    "connect-src 'self'",
+    "form-action 'none'",
+    "frame-ancestors 'none'",
+    "base-uri 'none'",
+  ].join("; "),
+  "x-frame-options": "DENY",
+  "x-content-type-options": "nosniff",
+  "referrer-policy": "no-referrer",
+  "cache-control": "no-store",
+} as const;
+
+export function deviceRoutes(deps: DeviceDeps) {
+  return new Elysia({ name: "device" })
+    .post(
+      "/v1/provider/device/code",
+      async ({ request }) => {
+        const fields = await readFields(request);
+        if (!requireClient(fields, true)) throw Errors.invalidValue(`unknown 'client_id': this endpoint serves ${CLIENT_ID}`, "client_id");
+        const started = deps.deviceFlow.start({ address: deps.clientAddress(request), machineName: machineName(fields) });
+        const uri = `${publicBase(request)}/device`;
+        return Response.json(
+          {
+            device_code: started.deviceCode,
+            user_code: started.userCode,
+            verification_uri: uri,
+            verification_uri_complete: `${uri}?user_code=${started.userCode}`,
+            expires_in: started.expiresIn,
+            interval: started.interval,
+          },
+          { headers: NO_STORE },
+        );
+      },
+      { parse: "none" },
+    )
+    .post("/v1/provider/device/token", ({ request }) => token(deps, request), { parse: "none" })
+    .post(
+      "/v1/provider/device/approve",
+      async ({ request }) => {
+        const principal = await deps.authenticate(request.headers.get("authorization"));
+        const body = objectBody(parseJson(await readBody(request, BODY_LIMIT)), ["user_code", "decision"]);
+        const userCode = requiredString(body, "user_code", { max: 32 });
+        const decision = requiredString(body, "decision", { max: 16 });
+        if (decision !== "approve" && decision !== "deny") throw Errors.invalidValue("'decision' must be 'approve' or 'deny'", "decision");
+        const decided = deps.deviceFlow.decide({
+          userCode,
+          decision,
+          accountId: principal.accountId,
+          credential: principal.keyId ?? `jwt:${principal.accountId}`,
+          address: deps.clientAddress(request),
+        });
+        deps.logger.info(decision === "approve" ? "provider device login approved" : "provider device login denied", {
+          account_id: principal.accountId,
+        });
+        return {
+          user_code: decided.userCode,
+          decision: decided.decision,
+          account_id: decided.accountId,
+          machine_name: decided.machineName,
+        };
+      },
+      { parse: "none" },
+    )
+    .get("/device", () => new Response(PAGE, { headers: PAGE_HEADERS }))
+    .get("/v1/provider/me", ({ request }) => me(deps, request));
+}

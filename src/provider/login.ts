@@ -1,0 +1,238 @@
+/**
+ * `umbra-provider login`: links this machine to an account and stores the provider device token.
+ *
+ * Interactive: the OAuth 2.0 device authorization grant (RFC 8628) against the coordinator
+ * (docs/api.md, "Provider device login"): the tool asks for a code, shows it with the URL where the
+ * account holder approves it (with their API key or JWT), and polls at the interval the coordinator sets
+ * (slower after `slow_down`) until it is approved, denied or expired. Unattended: `--token T` stores a
+ * device token made elsewhere (admin API or CLI) once the coordinator confirms it.
+ *
+ * The token is written with mode 0600 to credentials.json in the tool's folder (src/provider/home.ts),
+ * with the coordinator it belongs to; `start` and `status` use it from there. It is never printed.
+ *
+ * Exit codes: 0 linked; 1 denied, expired, refused or unreachable; 2 bad usage.
+ */
+import { hostname } from "node:os";
+import { parseArgs } from "node:util";
+import { coordinatorBaseOf, PROVIDER_SETTINGS, readConfigFile } from "../config/provider-config.ts";
+import { ConfigError, type Env, readSetting } from "../config/settings.ts";
+import { type ProviderHome, providerHome, readCredentials, writeCredentials } from "./home.ts";
+
+export const LOGIN_USAGE = `usage: umbra-provider login [--coordinator URL] [--machine-name NAME]
+       umbra-provider login [--coordinator URL] --token TOKEN
+
+  --coordinator URL     the coordinator (https://; http:// on loopback only); default: UMBRA_PROVIDER_COORDINATOR,
+                        the config file, or the coordinator of the last login
+  --machine-name NAME   shown to the account holder when they approve (default: this machine's host name)
+  --token TOKEN         unattended: store this provider device token (also UMBRA_PROVIDER_TOKEN or
+                        UMBRA_PROVIDER_TOKEN_FILE) after the coordinator confirms it
+
+The token is stored with mode 0600 in the tool's folder (UMBRA_PROVIDER_HOME to choose another).`;
+
+const DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code";
+const CLIENT_ID = "umbra-provider";
+const REQUEST_TIMEOUT_MS = 15_000;
+
+const printErr = (text: string) => process.stderr.write(`${text}\n`);
+
+export class LoginError extends Error {
+  override readonly name = "LoginError";
+}
+
+interface DeviceCode {
+  readonly device_code: string;
+  readonly user_code: string;
+  readonly verification_uri: string;
+  readonly verification_uri_complete?: string;
+  readonly expires_in: number;
+  readonly interval?: number;
+}
+
+/** Options a test may change: the pause between polls (so that a fake clock is not needed). */
+export interface LoginHooks {
+  readonly sleep?: (ms: number) => Promise<void>;
+}
+
+async function post(url: string, body: Record<string, string>): Promise<Response> {
+  try {
+    return await fetch(url, {
+      method: "POST",
+      headers: { "content-type": "application/json", accept: "application/json" },
+      body: JSON.stringify(body),
+      signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+    });
+  } catch (error) {
+    throw new LoginError(`cannot reach the coordinator at ${new URL(url).origin}: ${(error as Error).message}`);
+  }
+}
+
+async function json(response: Response): Promise<Record<string, unknown>> {
+  try {
+    const value = await response.json();
+    return typeof value === "object" && value !== null ? (value as Record<string, unknown>) : {};
+  } catch {
+    return {};
+  }
+}
+
+/** The coordinator's own message from its error envelope, or a plain description of the status. */
+function problem(body: Record<string, unknown>, status: number): string {
+  const error = body.error;
+  if (typeof error === "object" && error !== null && typeof (error as { message?: unknown }).message === "string") {
+    return `${(error as { message: string }).message} (HTTP ${status})`;
+  }
+  if (typeof error === "string") return typeof body.error_description === "string" ? `${error}: ${body.error_description}` : error;
+  return `HTTP ${status}`;
+}
+
+/** Asks the coordinator who this token belongs to; the account id, or a LoginError. */
+export async function confirmToken(base: string, token: string): Promise<{ accountId: string }> {
+  let response: Response;
+  try {
+    response = await fetch(`${base}/v1/provider/me`, {
+      headers: { authorization: `Bearer ${token}`, accept: "application/json" },
+      signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+    });
+  } catch (error) {
+    throw new LoginError(`cannot reach the coordinator at ${base}: ${(error as Error).message}`);
+  }
+  const body = await json(response);
+  if (response.status === 401) throw new LoginError("the coordinator refused this device token (unknown or revoked)");
+  if (!response.ok || typeof body.account_id !== "string")
+    throw new LoginError(`the coordinator could not confirm the token: ${problem(body, response.status)}`);
+  return { accountId: body.account_id };
+}
+
+/** Runs the device authorization grant; resolves with the token and its account. */
+export async function deviceLogin(
+  base: string,
+  machineName: string,
+  show: (code: DeviceCode) => void,
+  hooks: LoginHooks = {},
+): Promise<{ token: string; accountId: string }> {
+  const sleep = hooks.sleep ?? ((ms: number) => Bun.sleep(ms));
+  const started = await post(`${base}/v1/provider/device/code`, { client_id: CLIENT_ID, machine_name: machineName });
+  const code = (await json(started)) as Partial<DeviceCode> & Record<string, unknown>;
+  if (!started.ok) throw new LoginError(`the coordinator refused to start a login: ${problem(code, started.status)}`);
+  if (typeof code.device_code !== "string" || typeof code.user_code !== "string" || typeof code.verification_uri !== "string") {
+    throw new LoginError("the coordinator's answer is not a device authorization (is this an Umbra coordinator?)");
+  }
+  const expiresIn = typeof code.expires_in === "number" && code.expires_in > 0 ? code.expires_in : 600;
+  show(code as DeviceCode);
+  // RFC 8628 section 3.5: 5 seconds unless the coordinator says otherwise; never faster than 1 second.
+  let intervalMs = Math.max(1, typeof code.interval === "number" ? code.interval : 5) * 1000;
+  const deadline = Date.now() + expiresIn * 1000;
+  for (;;) {
+    await sleep(intervalMs);
+    const response = await post(`${base}/v1/provider/device/token`, {
+      grant_type: DEVICE_GRANT,
+      device_code: code.device_code,
+      client_id: CLIENT_ID,
+    });
+    const body = await json(response);
+    if (response.ok) {
+      if (typeof body.access_token !== "string" || typeof body.account_id !== "string") {
+        throw new LoginError("the coordinator approved the login but sent no usable token");
+      }
+      return { token: body.access_token, accountId: body.account_id };
+    }
+    switch (body.error) {
+      case "authorization_pending":
+        break;
+      case "slow_down":
+        intervalMs += 5_000;
+        break;
+      case "access_denied":
+        throw new LoginError("the account holder denied this login");
+      case "expired_token":
+        throw new LoginError("the code expired before it was approved; run 'umbra-provider login' again");
+      default:
+        throw new LoginError(`the login failed: ${problem(body, response.status)}`);
+    }
+    if (Date.now() > deadline + 30_000) throw new LoginError("the code expired before it was approved; run 'umbra-provider login' again");
+  }
+}
+
+/** The coordinator to log in to: flag, environment, config file, then the last login's. */
+function coordinatorOf(flag: string | undefined, env: Env, home: ProviderHome): string {
+  const given =
+    flag ??
+    readSetting(PROVIDER_SETTINGS.coordinator, {}, env) ??
+    (() => {
+      const file = readConfigFile(home.configFile, false)?.coordinator;
+      return typeof file === "string" ? file : undefined;
+    })() ??
+    readCredentials(home)?.credentials.coordinator;
+  if (given === undefined) throw new ConfigError("--coordinator is required: the coordinator's base URL (e.g. https://umbra.example.com)");
+  try {
+    return coordinatorBaseOf(given);
+  } catch (error) {
+    // Name this command's flag, not start's.
+    throw new ConfigError((error as Error).message);
+  }
+}
+
+export async function loginCommand(argv: readonly string[], env: Env, hooks: LoginHooks = {}): Promise<number> {
+  let values: Record<string, string | boolean | undefined>;
+  try {
+    ({ values } = parseArgs({
+      args: [...argv],
+      options: {
+        coordinator: { type: "string" },
+        token: { type: "string" },
+        "machine-name": { type: "string" },
+        help: { type: "boolean", short: "h" },
+      },
+      strict: true,
+      allowPositionals: false,
+    }));
+  } catch (error) {
+    throw new ConfigError((error as Error).message);
+  }
+  if (values.help === true) {
+    process.stdout.write(`${LOGIN_USAGE}\n`);
+    return 0;
+  }
+  const home = providerHome(env);
+  const base = coordinatorOf(values.coordinator as string | undefined, env, home);
+  const machineName = (values["machine-name"] as string | undefined) ?? hostname().slice(0, 64);
+  if (!/^[\x20-\x7e]{1,64}$/.test(machineName)) throw new ConfigError("--machine-name: 1 to 64 printable characters");
+  const token = (values.token as string | undefined) ?? readSetting(PROVIDER_SETTINGS.token, {}, env);
+  if (token !== undefined && !/^[\x21-\x7e]{1,4096}$/.test(token)) throw new ConfigError("--token: must be printable ASCII without spaces");
+
+  try {
+    let linked: { token: string; accountId: string };
+    if (token !== undefined) {
+      linked = { token, accountId: (await confirmToken(base, token)).accountId };
+    } else {
+      linked = await deviceLogin(
+        base,
+        machineName,
+        (code) => {
+          process.stdout.write(
+            `To link this machine ("${machineName}") to your Umbra account:\n` +
+              `  1. open ${code.verification_uri}\n` +
+              `  2. enter the code ${code.user_code}\n` +
+              `  3. approve with your API key\n` +
+              (code.verification_uri_complete ? `(or open ${code.verification_uri_complete})\n` : "") +
+              `Waiting for approval (the code expires in ${Math.round(code.expires_in / 60)} minutes; Ctrl-C to cancel)...\n`,
+          );
+        },
+        hooks,
+      );
+    }
+    writeCredentials(home, { coordinator: base, token: linked.token, accountId: linked.accountId, createdAt: Date.now() });
+    process.stdout.write(
+      `Linked to account ${linked.accountId} at ${base}.\n` +
+        `The device token is stored in ${home.credentialsFile} (mode 0600).\n` +
+        "Next: umbra-provider doctor, then umbra-provider start --engine openai --upstream URL --model BUILD\n",
+    );
+    return 0;
+  } catch (error) {
+    if (error instanceof LoginError) {
+      printErr(`umbra-provider login: ${error.message}`);
+      return 1;
+    }
+    throw error;
+  }
+}

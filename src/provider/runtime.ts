@@ -1,0 +1,111 @@
+/**
+ * The files a running `umbra-provider start` keeps in its folder (src/provider/home.ts), so that
+ * `status` and `stop` work from another shell: the pid file (one `start` per folder) and the live state
+ * (JSON, rewritten on every change and every second, atomically). Never content: ids, counts, times.
+ */
+import { readFileSync, rmSync } from "node:fs";
+import { ensureHome, type ProviderHome, writePrivateFile } from "./home.ts";
+
+/** The live state `status` shows. Times in Unix ms. */
+export interface RuntimeState {
+  readonly version: string;
+  readonly pid: number;
+  readonly started_at: number;
+  readonly updated_at: number;
+  readonly coordinator: string;
+  /** connecting, connected, reconnecting, draining, stopped, or waiting (outside the schedule). */
+  readonly phase: string;
+  readonly connected: boolean;
+  readonly provider_id: string | null;
+  readonly trust_level: string | null;
+  readonly models: readonly string[];
+  /** Models the engine reports ready to answer at once. */
+  readonly warm_models: readonly string[];
+  readonly engine: string;
+  readonly active: number;
+  readonly max_concurrency: number;
+  readonly requests_served: number;
+  readonly tokens_served: number;
+  /** Tokens per second over the last ten seconds. */
+  readonly tokens_per_second: number;
+  readonly last_challenge: { readonly at: number; readonly answered: boolean } | null;
+  readonly schedule: { readonly windows: readonly string[]; readonly open: boolean; readonly next_change_at: number | null };
+  readonly detached: boolean;
+  readonly log_file: string | null;
+}
+
+/** Whether a process with this pid exists (signal 0 probes without sending anything). */
+export function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    // EPERM: it exists but belongs to someone else.
+    return (error as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
+
+/** The pid in the pid file, or undefined when there is none or it is unreadable. */
+export function readPid(home: ProviderHome): number | undefined {
+  try {
+    const pid = Number(readFileSync(home.pidFile, "utf8").trim());
+    return Number.isSafeInteger(pid) && pid > 0 ? pid : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The pid of a running `start` for this folder, or undefined (a stale pid file is not a running one). */
+export function runningPid(home: ProviderHome): number | undefined {
+  const pid = readPid(home);
+  return pid !== undefined && pid !== process.pid && isAlive(pid) ? pid : undefined;
+}
+
+export class AlreadyRunning extends Error {
+  override readonly name = "AlreadyRunning";
+  constructor(readonly pid: number) {
+    super(`umbra-provider is already running (pid ${pid}); see 'umbra-provider status', or stop it with 'umbra-provider stop'`);
+  }
+}
+
+/** Takes the pid file for this process; throws AlreadyRunning when another live `start` holds it. */
+export function takePidFile(home: ProviderHome): void {
+  ensureHome(home);
+  const other = runningPid(home);
+  if (other !== undefined) throw new AlreadyRunning(other);
+  writePrivateFile(home.pidFile, `${process.pid}\n`, 0o644);
+}
+
+/** Removes the pid file if it is still this process's. */
+export function releasePidFile(home: ProviderHome): void {
+  if (readPid(home) === process.pid) rmSync(home.pidFile, { force: true });
+}
+
+export function writeState(home: ProviderHome, state: RuntimeState): void {
+  writePrivateFile(home.stateFile, `${JSON.stringify(state)}\n`, 0o644);
+}
+
+/** The last state written, or undefined when there is none (or it is unreadable). */
+export function readState(home: ProviderHome): RuntimeState | undefined {
+  try {
+    const value = JSON.parse(readFileSync(home.stateFile, "utf8")) as RuntimeState;
+    return typeof value === "object" && value !== null && typeof value.phase === "string" ? value : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Tokens per second over a sliding window, from the running total sampled once a second. */
+export class TokenRate {
+  private readonly samples: { at: number; total: number }[] = [];
+
+  constructor(private readonly windowMs = 10_000) {}
+
+  sample(at: number, total: number): number {
+    this.samples.push({ at, total });
+    while (this.samples.length > 1 && at - (this.samples[0] as { at: number }).at > this.windowMs) this.samples.shift();
+    const first = this.samples[0] as { at: number; total: number };
+    const seconds = (at - first.at) / 1000;
+    return seconds > 0 ? Math.round(((total - first.total) / seconds) * 10) / 10 : 0;
+  }
+}

@@ -1,0 +1,71 @@
+/**
+ * The provider tool's folder (src/provider/home.ts): where it is on each platform, credentials written
+ * with mode 0600 (whatever the umask) and read back, clear errors for a damaged file.
+ */
+import { describe, expect, test } from "bun:test";
+import { mkdirSync, statSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { ConfigError } from "../../../src/config/settings.ts";
+import { providerHome, readCredentials, writeCredentials } from "../../../src/provider/home.ts";
+import { tempDir } from "../../support/harness.ts";
+
+describe("providerHome", () => {
+  test("UMBRA_PROVIDER_HOME wins everywhere", () => {
+    expect(providerHome({ UMBRA_PROVIDER_HOME: "/x/y", HOME: "/home/a" }, "darwin").dir).toBe("/x/y");
+  });
+
+  test("macOS: Application Support", () => {
+    expect(providerHome({ HOME: "/Users/a" }, "darwin").credentialsFile).toBe(
+      "/Users/a/Library/Application Support/umbra-provider/credentials.json",
+    );
+  });
+
+  test("Linux: XDG_CONFIG_HOME, else ~/.config", () => {
+    expect(providerHome({ HOME: "/home/a", XDG_CONFIG_HOME: "/cfg" }, "linux").dir).toBe("/cfg/umbra-provider");
+    expect(providerHome({ HOME: "/home/a" }, "linux").dir).toBe("/home/a/.config/umbra-provider");
+  });
+});
+
+describe("credentials", () => {
+  test("written with mode 0600 in a 0700 folder, whatever the umask, and read back", () => {
+    using dir = tempDir();
+    const home = providerHome({ UMBRA_PROVIDER_HOME: join(dir.path, "home") });
+    const old = process.umask(0o000);
+    try {
+      writeCredentials(home, { coordinator: "https://u.example", token: "prov_secret", accountId: "acct_1", createdAt: 5 });
+    } finally {
+      process.umask(old);
+    }
+    expect((statSync(home.credentialsFile).mode & 0o777).toString(8)).toBe("600");
+    expect((statSync(home.dir).mode & 0o777).toString(8)).toBe("700");
+    expect(readCredentials(home)).toEqual({
+      credentials: { coordinator: "https://u.example", token: "prov_secret", accountId: "acct_1", createdAt: 5 },
+      mode: 0o600,
+    });
+  });
+
+  test("a second login replaces the first atomically", () => {
+    using dir = tempDir();
+    const home = providerHome({ UMBRA_PROVIDER_HOME: dir.path });
+    writeCredentials(home, { coordinator: "https://a.example", token: "t1", accountId: "acct_1", createdAt: 1 });
+    writeCredentials(home, { coordinator: "https://b.example", token: "t2", accountId: "acct_2", createdAt: 2 });
+    expect(readCredentials(home)?.credentials.token).toBe("t2");
+  });
+
+  test("none stored: undefined", () => {
+    using dir = tempDir();
+    expect(readCredentials(providerHome({ UMBRA_PROVIDER_HOME: join(dir.path, "nothing") }))).toBeUndefined();
+  });
+
+  test.each([
+    ["not JSON", "{", "is not valid JSON"],
+    ["incomplete", '{"coordinator":"https://x"}', "is incomplete"],
+  ])("%s: a ConfigError that says to log in again", (_name, text, message) => {
+    using dir = tempDir();
+    const home = providerHome({ UMBRA_PROVIDER_HOME: dir.path });
+    mkdirSync(home.dir, { recursive: true });
+    writeFileSync(home.credentialsFile, text);
+    expect(() => readCredentials(home)).toThrow(ConfigError);
+    expect(() => readCredentials(home)).toThrow(message);
+  });
+});
