@@ -1,7 +1,8 @@
 /**
  * The files a running `umbra-provider start` keeps in its folder (src/provider/home.ts), so that
  * `status` and `stop` work from another shell: the pid file (one `start` per folder) and the live state
- * (JSON, rewritten on every change and every second, atomically). Never content: ids, counts, times.
+ * (JSON, rewritten on every change and every second, atomically), and its one-line summary. Never
+ * content: ids, counts, times.
  */
 import { readFileSync, rmSync } from "node:fs";
 import { ensureHome, type ProviderHome, writePrivateFile } from "./home.ts";
@@ -108,4 +109,17 @@ export class TokenRate {
     const seconds = (at - first.at) / 1000;
     return seconds > 0 ? Math.round(((total - first.total) / seconds) * 10) / 10 : 0;
   }
+}
+
+const clock = (at: number) => new Date(at).toLocaleString(undefined, { weekday: "short", hour: "2-digit", minute: "2-digit" });
+
+/** The one-line summary of the status line (and of `status`). */
+export function describeState(s: RuntimeState): string {
+  if (s.phase === "waiting") {
+    const next = s.schedule.next_change_at === null ? "" : `, next window ${clock(s.schedule.next_change_at)}`;
+    return `umbra-provider waiting (outside the schedule${next}) · served ${s.requests_served} requests, ${s.tokens_served} tokens`;
+  }
+  const where = s.connected ? `${s.phase} as ${s.provider_id ?? "?"} (trust ${s.trust_level ?? "?"})` : s.phase;
+  const models = s.models.length === 1 ? (s.models[0] ?? "") : `${s.models.length} models`;
+  return `umbra-provider ${where} · ${models} · active ${s.active}/${s.max_concurrency} · served ${s.requests_served} requests, ${s.tokens_served} tokens · ${s.tokens_per_second} tok/s`;
 }

@@ -35,7 +35,17 @@ import type { Engine } from "./engines/engine.ts";
 import { createOpenAIEngine } from "./engines/openai.ts";
 import { ensureHome, type ProviderHome, providerHome, readCredentials } from "./home.ts";
 import { helperIdentity, type ProviderIdentity, signChallengeAnswer, signEvidence, softwareIdentity } from "./identity.ts";
-import { AlreadyRunning, type RuntimeState, readState, releasePidFile, runningPid, TokenRate, takePidFile, writeState } from "./runtime.ts";
+import {
+  AlreadyRunning,
+  describeState,
+  type RuntimeState,
+  readState,
+  releasePidFile,
+  runningPid,
+  TokenRate,
+  takePidFile,
+  writeState,
+} from "./runtime.ts";
 import { Schedule } from "./schedule.ts";
 
 export const START_USAGE = `usage: umbra-provider start [--coordinator URL] [--token TOKEN] --engine echo|openai [--upstream URL]
@@ -77,19 +87,6 @@ function createEngine(config: ProviderConfig): Engine {
 function detectHardware(): Hello["hardware"] {
   const chip = cpus()[0]?.model.trim().slice(0, 128);
   return { ...(chip ? { chip } : {}), memory_gb: Math.round(totalmem() / 2 ** 30) };
-}
-
-const clock = (at: number) => new Date(at).toLocaleString(undefined, { weekday: "short", hour: "2-digit", minute: "2-digit" });
-
-/** The one-line summary of the status line (and of `status`). */
-export function describeState(s: RuntimeState): string {
-  if (s.phase === "waiting") {
-    const next = s.schedule.next_change_at === null ? "" : `, next window ${clock(s.schedule.next_change_at)}`;
-    return `umbra-provider waiting (outside the schedule${next}) · served ${s.requests_served} requests, ${s.tokens_served} tokens`;
-  }
-  const where = s.connected ? `${s.phase} as ${s.provider_id ?? "?"} (trust ${s.trust_level ?? "?"})` : s.phase;
-  const models = s.models.length === 1 ? (s.models[0] ?? "") : `${s.models.length} models`;
-  return `umbra-provider ${where} · ${models} · active ${s.active}/${s.max_concurrency} · served ${s.requests_served} requests, ${s.tokens_served} tokens · ${s.tokens_per_second} tok/s`;
 }
 
 /** A one-line status redrawn in place; log lines print above it. */

@@ -13,8 +13,7 @@ import { type ParseArgsConfig, parseArgs } from "node:util";
 import { ConfigError, type Env } from "../config/settings.ts";
 import { VERSION } from "../version.ts";
 import { providerHome, readCredentials } from "./home.ts";
-import { isAlive, type RuntimeState, readPid, readState } from "./runtime.ts";
-import { describeState } from "./start.ts";
+import { describeState, isAlive, type RuntimeState, readPid, readState } from "./runtime.ts";
 
 export const STATUS_USAGE = `usage: umbra-provider status [--json]
 

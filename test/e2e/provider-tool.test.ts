@@ -64,6 +64,7 @@ interface Status {
 
 async function status(home: string): Promise<{ code: number; report: Status }> {
   const r = await tool(home, ["status", "--json"]);
+  if (!r.stdout.startsWith("{")) throw new Error(`status --json printed no report (exit ${r.code}): ${r.stderr}`);
   return { code: r.code, report: JSON.parse(r.stdout) as Status };
 }
 
@@ -241,6 +242,49 @@ describe("start --detach, status, stop", () => {
     expect((await tool(home, ["status"])).stdout).toContain("outside the schedule");
     expect((await tool(home, ["stop"])).code).toBe(0);
   }, 60_000);
+
+  test("attested: status shows trust level hardware and the last challenge answered", async () => {
+    await using attesting = await startCoordinator({ UMBRA_CHALLENGE_INTERVAL_MS: "300", UMBRA_CHALLENGE_TIMEOUT_MS: "250" });
+    const { providerToken } = await attesting.seed([BUILD]);
+    const home = newHome();
+    const args = ["start", "--detach", "--coordinator", attesting.url, "--token", providerToken, "--engine", "echo", "--model", BUILD];
+    expect((await tool(home, [...args, "--dev-attestation", "on"])).code).toBe(0);
+    const report = await waitFor(async () => {
+      const r = (await status(home)).report as Status & { state: { last_challenge: { answered: boolean } | null } };
+      return r.state?.last_challenge ? r : undefined;
+    }, "a challenge answered");
+    expect(report.state).toMatchObject({ trust_level: "hardware", last_challenge: { answered: true } });
+    expect((await tool(home, ["status"])).stdout).toMatch(/last challenge {2}.+, answered/);
+    expect((await tool(home, ["stop"])).code).toBe(0);
+  }, 60_000);
+
+  test("when its schedule window closes it drains and disconnects, then waits for the next", async () => {
+    // Windows have minute resolution: one that closes at the next whole minute, at least 5 s away.
+    if (new Date().getSeconds() > 50) await Bun.sleep((61 - new Date().getSeconds()) * 1000);
+    const now = new Date();
+    const days = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
+    const hhmm = (d: Date) => `${String(d.getHours()).padStart(2, "0")}:${String(d.getMinutes()).padStart(2, "0")}`;
+    const end = new Date(now.getTime() + 60_000);
+    // A window crossing midnight is written from the start day; the schedule runs it past midnight.
+    const window = `${days[now.getDay()]} ${hhmm(now)}-${end.getHours() === 0 && end.getMinutes() === 0 ? "24:00" : hhmm(end)}`;
+    const home = newHome();
+    expect((await tool(home, ["login", "--coordinator", coordinator.url, "--token", seeded.providerToken])).code).toBe(0);
+    const started = await tool(home, ["start", "--detach", "--engine", "echo", "--model", BUILD, "--schedule", window]);
+    expect({ code: started.code, connected: started.stdout.includes("connected") }).toEqual({ code: 0, connected: true });
+    const waiting = await waitFor(
+      async () => {
+        const r = (await status(home)).report;
+        return r.state?.phase === "waiting" ? r : undefined;
+      },
+      "the window to close",
+      70_000,
+    );
+    expect(waiting).toMatchObject({ running: true, state: { connected: false } });
+    const log = readFileSync(join(home, "provider.log"), "utf8");
+    expect(log).toContain("schedule window closed: draining");
+    expect(log).toContain("outside the schedule");
+    expect((await tool(home, ["stop"])).code).toBe(0);
+  }, 90_000);
 
   test("a bad setting stops --detach at once with the foreground's message (exit 2)", async () => {
     const r = await tool(newHome(), ["start", "--detach", "--coordinator", coordinator.url, "--token", "x", "--engine", "echo"]);

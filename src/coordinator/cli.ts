@@ -1,0 +1,139 @@
+import { randomBytes } from "node:crypto";
+import { ADMIN_COMMANDS, adminUsage, findVerb, runVerb, UsageError } from "../admin/admin-cli.ts";
+import { AdminService } from "../admin/admin-service.ts";
+import { CONFIG_OPTIONS, type Config, ConfigError, loadConfig, type Mode, parseFlags } from "../config/config.ts";
+/**
+ * umbra-coordinator: serve | dev | migrate | admin <noun> <verb>. Exit codes: 0 ok, 1 refused or
+ * failed at run time, 2 bad usage or configuration.
+ */
+import { processEnv } from "../config/settings.ts";
+import { createSqliteStore } from "../store/sqlite/index.ts";
+import { StoreOpenError } from "../store/types.ts";
+import { VERSION } from "../version.ts";
+import { createApp } from "./app.ts";
+import { devBanner, seedDevelopment, startDevProvider } from "./dev.ts";
+import { listen } from "./server.ts";
+
+const USAGE = `umbra-coordinator ${VERSION}
+
+usage:
+  umbra-coordinator serve   [--listen HOST:PORT] [--db PATH] [--admin-token T] [--mode production|development] ...
+  umbra-coordinator dev     [--listen HOST:PORT] [--db PATH]
+  umbra-coordinator migrate [--db PATH]
+  umbra-coordinator admin   [--db PATH] <noun> <verb> ...   (admin --help lists them)
+
+Every flag has an UMBRA_* environment twin; see docs/operations.md.`;
+
+const print = (text: string) => process.stdout.write(`${text}\n`);
+const printErr = (text: string) => process.stderr.write(`${text}\n`);
+
+async function serve(config: Config, dev: boolean): Promise<void> {
+  const store = createSqliteStore(config.db);
+  const app = createApp({ config, store });
+  const seed = dev ? await seedDevelopment(app) : undefined;
+  const server = listen(app);
+  app.logger.info("coordinator listening", { url: server.url, mode: config.mode, db: config.db, version: VERSION });
+  const provider = seed ? await startDevProvider(app, server.url, seed.providerToken) : undefined;
+  if (seed) print(devBanner(server.url, seed, config.adminToken ?? ""));
+  let stopping = false;
+  const stop = async () => {
+    if (stopping) return;
+    stopping = true;
+    app.logger.info("coordinator stopping");
+    await provider?.stop();
+    app.close();
+    await server.stop();
+    // Answers cut by the shutdown settle what they relayed; make every charge durable before leaving.
+    await new Promise((resolve) => setImmediate(resolve));
+    await app.flush();
+    store.close();
+    process.exit(0);
+  };
+  process.on("SIGINT", stop);
+  process.on("SIGTERM", stop);
+}
+
+async function admin(argv: readonly string[]): Promise<number> {
+  const allOptions = Object.assign(
+    {},
+    ...Object.values(ADMIN_COMMANDS).flatMap((verbs) => Object.values(verbs).map((v) => v.options ?? {})),
+  );
+  const { values, positionals } = parseFlags(argv, { ...allOptions, help: { type: "boolean" } });
+  if (values.help === true || positionals.length === 0) {
+    print(adminUsage());
+    return values.help === true ? 0 : 2;
+  }
+  const [noun, verbName, ...args] = positionals;
+  const verb = findVerb(noun, verbName);
+  for (const name of Object.keys(values)) {
+    if (name !== "help" && !(name in CONFIG_OPTIONS) && !(name in (verb.options ?? {}))) {
+      throw new UsageError(`--${name} does not apply to 'admin ${noun} ${verbName}'\nusage: umbra-coordinator admin ${verb.usage}`);
+    }
+  }
+  const config = loadConfig(values, processEnv(), "development");
+  const store = createSqliteStore(config.db);
+  try {
+    // The CLI needs the admin operations on the store, nothing else: no fleet, no timers, no
+    // attestation. The running coordinator, if any, sees the changes through the database.
+    return await runVerb(new AdminService(store, () => Date.now()), verb, args, values, print, printErr);
+  } finally {
+    store.close();
+  }
+}
+
+async function main(argv: readonly string[]): Promise<number> {
+  const [command, ...rest] = argv;
+  switch (command) {
+    case "serve":
+    case "dev": {
+      const { values, positionals } = parseFlags(rest);
+      if (positionals.length > 0) throw new UsageError(`unexpected argument '${positionals[0]}'`);
+      const defaultMode: Mode = command === "dev" ? "development" : "production";
+      let config = loadConfig(values, processEnv(), defaultMode);
+      if (command === "dev" && config.adminToken === undefined) {
+        config = Object.freeze({ ...config, adminToken: `umbra-admin-${randomBytes(24).toString("base64url")}` });
+      }
+      await serve(config, command === "dev");
+      return -1; // keeps running
+    }
+    case "migrate": {
+      const { values } = parseFlags(rest);
+      const config = loadConfig(values, processEnv(), "development");
+      createSqliteStore(config.db).close();
+      print(`database ${config.db} is migrated`);
+      return 0;
+    }
+    case "admin":
+      return admin(rest);
+    case "--version":
+    case "version":
+      print(VERSION);
+      return 0;
+    case undefined:
+    case "--help":
+    case "-h":
+    case "help":
+      print(USAGE);
+      return command === undefined ? 2 : 0;
+    default:
+      throw new UsageError(`unknown command '${command}'\n\n${USAGE}`);
+  }
+}
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    if (code >= 0) process.exit(code);
+  },
+  (error: unknown) => {
+    if (error instanceof ConfigError || error instanceof UsageError || (error instanceof TypeError && "code" in error)) {
+      printErr(`umbra-coordinator: ${error.message}`);
+      process.exit(2);
+    }
+    if (error instanceof StoreOpenError) {
+      printErr(`umbra-coordinator: ${error.message}`);
+      process.exit(1);
+    }
+    printErr(`umbra-coordinator: unexpected ${error instanceof Error ? error.name : "error"}`);
+    process.exit(1);
+  },
+);
