@@ -13,7 +13,6 @@
 import { Elysia } from "elysia";
 import { type Posture, parseIdentityKey, parsePosture } from "../../attestation/src/index.ts";
 import type { CoordinatorAttestation } from "../attestation/coordinator-attestation.ts";
-import { bearer } from "../auth/authenticator.ts";
 import { Errors } from "../errors/api-error.ts";
 import type { Fleet } from "../fleet/fleet.ts";
 import { objectBody, requiredString } from "../validation/fields.ts";
@@ -22,7 +21,8 @@ import { readJsonBody } from "./errors.ts";
 export interface DevChainDeps {
   /** Issues a development device chain; undefined outside development trust. */
   readonly issueDevChain: (identityKey: Uint8Array, posture: Posture) => Promise<Uint8Array[]> | undefined;
-  readonly providerTokenValid: (token: string) => Promise<boolean>;
+  /** The provider device token's check (authenticateProvider): throws a 401 unless it is live. */
+  readonly authenticateProvider: (authorization: string | null) => Promise<unknown>;
 }
 
 export function attestationRoutes(deps: { attestation: CoordinatorAttestation; fleet: Fleet } & DevChainDeps) {
@@ -32,9 +32,7 @@ export function attestationRoutes(deps: { attestation: CoordinatorAttestation; f
     .post(
       "/v1/provider/dev-chain",
       async ({ request }) => {
-        const token = bearer(request.headers.get("authorization"));
-        if (token === undefined || !(await deps.providerTokenValid(token)))
-          throw Errors.invalidToken("a live provider device token is required");
+        await deps.authenticateProvider(request.headers.get("authorization"));
         const body = objectBody(await readJsonBody(request, 16 * 1024), ["identity_key", "posture"]);
         let identityKey: Uint8Array;
         let posture: Posture;

@@ -14,10 +14,8 @@
 import { createHash } from "node:crypto";
 import { Elysia } from "elysia";
 import type { AdminService } from "../admin/admin-service.ts";
-import type { Authenticator } from "../auth/authenticator.ts";
-import { bearer } from "../auth/authenticator.ts";
+import { type Authenticator, authenticateProvider } from "../auth/authenticator.ts";
 import type { DeviceFlow } from "../auth/device-flow.ts";
-import { PROVIDER_TOKEN_PREFIX, sha256Hex } from "../auth/secrets.ts";
 import { ApiError, Errors } from "../errors/api-error.ts";
 import type { Fleet } from "../fleet/fleet.ts";
 import type { Logger } from "../observability/logger.ts";
@@ -142,17 +140,8 @@ async function token(deps: DeviceDeps, request: Request): Promise<Response> {
   }
 }
 
-/** The live provider device token's record, or a 401 (consumer credentials are refused). */
-async function providerToken(store: Store, authorization: string | null) {
-  const secret = bearer(authorization);
-  if (secret === undefined || !secret.startsWith(PROVIDER_TOKEN_PREFIX)) throw Errors.invalidToken("a provider device token is required");
-  const record = await store.providerTokens.findByHash(sha256Hex(secret));
-  if (!record || record.revokedAt !== null) throw Errors.invalidToken("invalid or revoked provider device token");
-  return record;
-}
-
 async function me(deps: DeviceDeps, request: Request) {
-  const record = await providerToken(deps.store, request.headers.get("authorization"));
+  const record = await authenticateProvider(deps.store, request.headers.get("authorization"));
   const now = deps.now();
   const [account, total, today] = await Promise.all([
     deps.store.accounts.get(record.accountId),

@@ -48,7 +48,7 @@ export interface HttpDeps {
   readonly admin: AdminService;
   readonly attestation: CoordinatorAttestation;
   readonly issueDevChain: DevChainDeps["issueDevChain"];
-  readonly providerTokenValid: DevChainDeps["providerTokenValid"];
+  readonly authenticateProvider: DevChainDeps["authenticateProvider"];
   readonly chat: ChatService;
   readonly fleet: Fleet;
   readonly authenticate: Authenticator;

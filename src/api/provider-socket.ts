@@ -4,14 +4,13 @@
  * which validates each one; frames over MAX_FRAME_BYTES close the socket (1009) before parsing.
  */
 import type { Server, ServerWebSocket, WebSocketHandler } from "bun";
-import { bearer } from "../auth/authenticator.ts";
-import { PROVIDER_TOKEN_PREFIX, sha256Hex } from "../auth/secrets.ts";
-import { Errors } from "../errors/api-error.ts";
+import { authenticateProvider } from "../auth/authenticator.ts";
+import { ApiError, Errors } from "../errors/api-error.ts";
 import type { Fleet } from "../fleet/fleet.ts";
 import type { ProviderSession, SessionIdentity } from "../fleet/session.ts";
 import type { Logger } from "../observability/logger.ts";
 import { MAX_FRAME_BYTES } from "../protocol/messages.ts";
-import type { Store } from "../store/types.ts";
+import type { ProviderTokenRecord, Store } from "../store/types.ts";
 import { errorResponse } from "./errors.ts";
 
 export const PROVIDER_CONNECT_PATH = "/v1/provider/connect";
@@ -30,12 +29,13 @@ export interface ProviderSocket {
 export function providerSocket(deps: { store: Store; fleet: Fleet; logger: Logger }): ProviderSocket {
   return {
     async upgrade(request, server) {
-      const token = bearer(request.headers.get("authorization"));
-      if (token === undefined || !token.startsWith(PROVIDER_TOKEN_PREFIX)) {
-        return errorResponse(Errors.invalidToken("a provider device token is required"));
+      let record: ProviderTokenRecord;
+      try {
+        record = await authenticateProvider(deps.store, request.headers.get("authorization"));
+      } catch (e) {
+        if (e instanceof ApiError) return errorResponse(e);
+        throw e;
       }
-      const record = await deps.store.providerTokens.findByHash(sha256Hex(token));
-      if (!record || record.revokedAt !== null) return errorResponse(Errors.invalidToken("invalid or revoked provider device token"));
       const data: SocketData = { identity: { accountId: record.accountId, tokenId: record.id } };
       if (server.upgrade(request, { data })) return undefined;
       return errorResponse(Errors.invalidValue("a WebSocket upgrade is required"));

@@ -6,7 +6,7 @@
  * configured identity provider, whose account claim must name an account's `jwt_subject`.
  */
 import { Errors } from "../errors/api-error.ts";
-import type { Store } from "../store/types.ts";
+import type { ProviderTokenRecord, Store } from "../store/types.ts";
 import type { JwtVerifier } from "./jwt.ts";
 import { API_KEY_PREFIX, PROVIDER_TOKEN_PREFIX, sha256Hex } from "./secrets.ts";
 
@@ -32,6 +32,19 @@ export function bearer(authorization: string | null | undefined): string | undef
   if (!authorization) return undefined;
   const match = /^Bearer +(\S+) *$/i.exec(authorization);
   return match?.[1];
+}
+
+/**
+ * The live provider device token named by `Authorization: Bearer <token>`, or a 401 (consumer
+ * credentials are refused). The one check behind every provider-side route: the WebSocket connect,
+ * the development chain and `GET /v1/provider/me`.
+ */
+export async function authenticateProvider(store: Store, authorization: string | null | undefined): Promise<ProviderTokenRecord> {
+  const token = bearer(authorization);
+  if (token === undefined || !token.startsWith(PROVIDER_TOKEN_PREFIX)) throw Errors.invalidToken("a provider device token is required");
+  const record = await store.providerTokens.findByHash(sha256Hex(token));
+  if (!record || record.revokedAt !== null) throw Errors.invalidToken("invalid or revoked provider device token");
+  return record;
 }
 
 export function createAuthenticator(store: Store, jwt: JwtVerifier | undefined): Authenticator {

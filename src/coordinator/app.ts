@@ -14,10 +14,9 @@ import {
 import { AdminService } from "../admin/admin-service.ts";
 import { createHttpApp, type HttpApp } from "../api/http.ts";
 import { type CoordinatorAttestation, createCoordinatorAttestation } from "../attestation/coordinator-attestation.ts";
-import { type Authenticator, createAuthenticator } from "../auth/authenticator.ts";
+import { type Authenticator, authenticateProvider, createAuthenticator } from "../auth/authenticator.ts";
 import { DeviceFlow } from "../auth/device-flow.ts";
 import { createJwtVerifier } from "../auth/jwt.ts";
-import { PROVIDER_TOKEN_PREFIX, sha256Hex } from "../auth/secrets.ts";
 import { Billing } from "../billing/billing.ts";
 import { PricingService } from "../billing/pricing.ts";
 import { Wallets } from "../billing/wallets.ts";
@@ -182,8 +181,7 @@ export function createApp(deps: AppDeps): App {
             return t.devRoot.issueDeviceChain({ identityKey, posture });
           })
         : undefined,
-    providerTokenValid: async (token) =>
-      token.startsWith(PROVIDER_TOKEN_PREFIX) && (await store.providerTokens.findByHash(sha256Hex(token)))?.revokedAt === null,
+    authenticateProvider: (authorization) => authenticateProvider(store, authorization),
     maxBodyBytes: config.maxBodyBytes,
     logger,
     metrics,

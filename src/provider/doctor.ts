@@ -51,6 +51,7 @@ import { VERSION } from "../version.ts";
 import { type ProviderHome, providerHome, readCredentials, type StoredCredentials } from "./home.ts";
 import { helperIdentity, type ProviderIdentity } from "./identity.ts";
 import { estimateModelSize, formatGiB } from "./model-size.ts";
+import { fetchProviderMe } from "./provider-me.ts";
 
 export type Status = "pass" | "warn" | "fail" | "skip";
 export type TrustLevel = "hardware" | "self_signed" | "none";
@@ -554,15 +555,12 @@ async function checkDeviceToken({ probe, timeouts, token, tokenProblem, stored, 
   }
   const present = `present (from ${token.source})`;
   if (coordinator.base === undefined) return result("device_token", "warn", `${present}; not verified: no usable coordinator URL`);
-  const url = `${coordinator.base}/v1/provider/me`;
+  const base = coordinator.base;
+  const url = `${base}/v1/provider/me`;
   try {
-    const { status, account } = await within(timeouts.networkMs, async (signal) => {
-      const response = await probe.fetch(url, { signal, redirect: "manual", headers: { authorization: `Bearer ${token.value}` } });
-      const body = response.status === 200 ? ((await response.json().catch(() => ({}))) as Record<string, unknown>) : {};
-      if (response.status !== 200) await response.body?.cancel();
-      const id = body.account_id ?? (body.account as { id?: unknown } | undefined)?.id;
-      return { status: response.status, account: typeof id === "string" ? id.slice(0, 100) : undefined };
-    });
+    const answer = await within(timeouts.networkMs, (signal) => fetchProviderMe(base, token.value, { signal, fetch: probe.fetch }));
+    const status = answer.status;
+    const account = answer.account?.account_id.slice(0, 100);
     if (status === 200)
       return result("device_token", "pass", `${present}; accepted for account ${account ?? stored?.credentials.accountId ?? "?"}`);
     if (status === 401 || status === 403) {

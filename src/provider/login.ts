@@ -17,6 +17,7 @@ import { parseArgs } from "node:util";
 import { coordinatorBaseOf, PROVIDER_SETTINGS, readConfigFile } from "../config/provider-config.ts";
 import { ConfigError, type Env, readSetting } from "../config/settings.ts";
 import { type ProviderHome, providerHome, readCredentials, writeCredentials } from "./home.ts";
+import { fetchProviderMe, type MeAnswer } from "./provider-me.ts";
 
 export const LOGIN_USAGE = `usage: umbra-provider login [--coordinator URL] [--machine-name NAME]
        umbra-provider login [--coordinator URL] --token TOKEN
@@ -87,20 +88,15 @@ function problem(body: Record<string, unknown>, status: number): string {
 
 /** Asks the coordinator who this token belongs to; the account id, or a LoginError. */
 export async function confirmToken(base: string, token: string): Promise<{ accountId: string }> {
-  let response: Response;
+  let answer: MeAnswer;
   try {
-    response = await fetch(`${base}/v1/provider/me`, {
-      headers: { authorization: `Bearer ${token}`, accept: "application/json" },
-      signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
-    });
+    answer = await fetchProviderMe(base, token, { signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
   } catch (error) {
     throw new LoginError(`cannot reach the coordinator at ${base}: ${(error as Error).message}`);
   }
-  const body = await json(response);
-  if (response.status === 401) throw new LoginError("the coordinator refused this device token (unknown or revoked)");
-  if (!response.ok || typeof body.account_id !== "string")
-    throw new LoginError(`the coordinator could not confirm the token: ${problem(body, response.status)}`);
-  return { accountId: body.account_id };
+  if (answer.status === 401) throw new LoginError("the coordinator refused this device token (unknown or revoked)");
+  if (!answer.account) throw new LoginError(`the coordinator could not confirm the token: ${problem(answer.body, answer.status)}`);
+  return { accountId: answer.account.account_id };
 }
 
 /** Runs the device authorization grant; resolves with the token and its account. */

@@ -13,6 +13,7 @@ import { type ParseArgsConfig, parseArgs } from "node:util";
 import { ConfigError, type Env } from "../config/settings.ts";
 import { VERSION } from "../version.ts";
 import { providerHome, readCredentials } from "./home.ts";
+import { type AccountView, fetchProviderMe } from "./provider-me.ts";
 import { describeState, isAlive, type RuntimeState, readPid, readState } from "./runtime.ts";
 
 export const STATUS_USAGE = `usage: umbra-provider status [--json]
@@ -26,14 +27,6 @@ Drains the running provider (active requests finish, then it exits) and waits fo
 --now stops it at once instead (active requests fail over to other providers).`;
 
 const ME_TIMEOUT_MS = 3_000;
-
-/** The coordinator's view of this machine's account (GET /v1/provider/me). */
-export interface AccountView {
-  readonly account_id: string;
-  readonly earnings?: { readonly total_micro_usd?: number; readonly today_micro_usd?: number };
-  readonly balance_micro_usd?: number;
-  readonly machines?: readonly { readonly provider_id: string; readonly trust_level: string; readonly models?: readonly string[] }[];
-}
 
 export interface StatusReport {
   readonly version: string;
@@ -63,15 +56,11 @@ function flagsOf(argv: readonly string[], options: ParseArgsConfig["options"]) {
 
 async function accountView(coordinator: string, token: string): Promise<{ account: AccountView | null; error: string | null }> {
   try {
-    const response = await fetch(`${coordinator}/v1/provider/me`, {
-      headers: { authorization: `Bearer ${token}`, accept: "application/json" },
-      signal: AbortSignal.timeout(ME_TIMEOUT_MS),
-    });
-    if (response.status === 401)
+    const answer = await fetchProviderMe(coordinator, token, { signal: AbortSignal.timeout(ME_TIMEOUT_MS) });
+    if (answer.status === 401)
       return { account: null, error: "the coordinator refused the stored device token; run 'umbra-provider login'" };
-    if (!response.ok) return { account: null, error: `the coordinator answered HTTP ${response.status}` };
-    const body = (await response.json()) as AccountView;
-    return typeof body.account_id === "string" ? { account: body, error: null } : { account: null, error: "unexpected answer" };
+    if (answer.status !== 200) return { account: null, error: `the coordinator answered HTTP ${answer.status}` };
+    return answer.account ? { account: answer.account, error: null } : { account: null, error: "unexpected answer" };
   } catch (error) {
     return { account: null, error: `coordinator unreachable (${(error as Error).name})` };
   }
