@@ -80,31 +80,13 @@ async function startPlainProvider(url: string, token: string) {
   };
 }
 
-/**
- * A coordinator and its provider; the key has limits high enough never to refuse, so they run.
- * `plain`: the provider is bench/plain-provider.ts (no HPKE, no sealed chunks, no receipts), so that
- * what is measured is the coordinator's own work.
- */
-async function startUmbra(metering: boolean, plain = false) {
-  const coordinator = await startCoordinator({ UMBRA_METERING: metering ? "on" : "off" });
-  const { apiKey, providerToken } = await coordinator.seed([BUILD], { rpm: 1_000_000_000, tpm: 1_000_000_000_000 }, 1_000_000_000_000);
-  if (plain) {
-    const provider = await startPlainProvider(coordinator.url, providerToken);
-    return {
-      url: coordinator.url,
-      pid: coordinator.proc.pid,
-      apiKey,
-      async [Symbol.asyncDispose]() {
-        await provider[Symbol.asyncDispose]();
-        await coordinator[Symbol.asyncDispose]();
-      },
-    };
-  }
+/** `umbra-provider start --engine echo` (sealed, with receipts); resolves once it is connected. */
+async function startRealProvider(url: string, token: string): Promise<AsyncDisposable> {
   const provider = startProvider([
     "--coordinator",
-    coordinator.url,
+    url,
     "--token",
-    providerToken,
+    token,
     "--engine",
     "echo",
     "--model",
@@ -113,6 +95,20 @@ async function startUmbra(metering: boolean, plain = false) {
     "1024",
   ]);
   await provider.connected;
+  return provider;
+}
+
+/**
+ * A coordinator and its provider; the key has limits high enough never to refuse, so they run.
+ * `plain`: the provider is bench/plain-provider.ts (no HPKE, no sealed chunks, no receipts), so that
+ * what is measured is the coordinator's own work.
+ */
+async function startUmbra(metering: boolean, plain = false) {
+  const coordinator = await startCoordinator({ UMBRA_METERING: metering ? "on" : "off" });
+  const { apiKey, providerToken } = await coordinator.seed([BUILD], { rpm: 1_000_000_000, tpm: 1_000_000_000_000 }, 1_000_000_000_000);
+  const provider: AsyncDisposable = plain
+    ? await startPlainProvider(coordinator.url, providerToken)
+    : await startRealProvider(coordinator.url, providerToken);
   return {
     url: coordinator.url,
     pid: coordinator.proc.pid,

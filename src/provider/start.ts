@@ -19,6 +19,7 @@ import { openSync, readFileSync } from "node:fs";
 import { cpus, totalmem } from "node:os";
 import { FULL_SECURITY, parseChallenge, postureJson, SoftwareIdentity } from "../../attestation/src/index.ts";
 import {
+  coordinatorBaseOf,
   loadProviderConfig,
   PROVIDER_SETTINGS,
   type ProviderConfig,
@@ -122,7 +123,7 @@ interface Attestation {
  */
 async function developmentAttestation(config: ProviderConfig, logger: Logger): Promise<Attestation> {
   const identity = await identityOf(config);
-  const base = config.connectUrl.replace(/^ws/, "http").replace(/\/v1\/provider\/connect$/, "");
+  const base = coordinatorBaseOf(config.connectUrl);
   const response = await fetch(`${base}/v1/provider/dev-chain`, {
     method: "POST",
     headers: { authorization: `Bearer ${config.token}`, "content-type": "application/json" },
@@ -241,7 +242,7 @@ async function detach(argv: readonly string[], env: Env, home: ProviderHome, con
         ? `connected (trust ${now.trust_level ?? "?"})`
         : "not connected yet";
   process.stdout.write(
-    `umbra-provider started in the background (pid ${pid}), ${what}, serving ${config.models.length} model(s) to ${config.connectUrl.replace(/^ws/, "http").replace(/\/v1\/provider\/connect$/, "")}\n` +
+    `umbra-provider started in the background (pid ${pid}), ${what}, serving ${config.models.length} model(s) to ${coordinatorBaseOf(config.connectUrl)}\n` +
       `log: ${home.logFile}\nstatus: umbra-provider status    stop: umbra-provider stop\n`,
   );
   return 0;
@@ -261,7 +262,7 @@ async function serve(config: ProviderConfig, home: ProviderHome, detached: boole
   const line = !detached && process.stderr.isTTY === true ? statusLine() : undefined;
   const logger = createLogger(config.logLevel, line?.sink);
   const engine = createEngine(config);
-  const coordinator = config.connectUrl.replace(/^ws/, "http").replace(/\/v1\/provider\/connect$/, "");
+  const coordinator = coordinatorBaseOf(config.connectUrl);
   logger.info("provider starting", { url: coordinator, version: VERSION, count: config.models.length });
   const attestation = config.devAttestation ? await developmentAttestation(config, logger) : undefined;
 
