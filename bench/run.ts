@@ -8,10 +8,11 @@
  * one run: Umbra/direct throughput, added p50/p99 latency, and metering-on/metering-off throughput.
  * Results are printed as tables and written to bench/results/chat-path-<timestamp>.json.
  *
- * Metering on against off is measured in BENCH_ROUNDS interleaved rounds (on, off, then off, on, ...),
- * and the median of the per-round ratios is reported: one pair of runs on a shared machine is noise.
+ * Metering on against off is measured in BENCH_ROUNDS interleaved rounds (on, off, then off, on, ...)
+ * after one unmeasured warm-up round each, and the median of the per-round ratios is reported: one pair
+ * of runs on a shared machine is noise.
  *
- * Environment: BENCH_SECONDS (default 5), BENCH_CONCURRENCY (32), BENCH_RATE (200 req/s), BENCH_ROUNDS (3).
+ * Environment: BENCH_SECONDS (default 5), BENCH_CONCURRENCY (32), BENCH_RATE (200 req/s), BENCH_ROUNDS (5).
  */
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { cpus } from "node:os";
@@ -29,7 +30,7 @@ interface LoadResult {
 const seconds = Number(process.env.BENCH_SECONDS ?? 5);
 const concurrency = Number(process.env.BENCH_CONCURRENCY ?? 32);
 const rate = Number(process.env.BENCH_RATE ?? 200);
-const rounds = Number(process.env.BENCH_ROUNDS ?? 3);
+const rounds = Number(process.env.BENCH_ROUNDS ?? 5);
 const BUILD = "bench/echo";
 const round = (n: number, digits = 3) => Number(n.toFixed(digits));
 const median = (xs: number[]) => {
@@ -130,6 +131,9 @@ async function meteringRounds(on: Umbra, off: Umbra, stream: boolean, provider: 
   const onCpu: number[] = [];
   const offCpu: number[] = [];
   let errors = 0;
+  // One unmeasured round each first: a process's first seconds run colder code (JIT) than its later
+  // ones, and without this the side measured first would be penalised.
+  for (const target of [on, off]) await load({ ...common, url: target.url, key: target.apiKey, mode: "closed", concurrency });
   const before = await settlementBatches(on.url);
   for (let r = 0; r < rounds; r++) {
     // Alternate the order, so that a drift of the machine's load does not favour one side.

@@ -118,7 +118,6 @@ export async function collectCompletion(committed: Committed, ctx: ResponseConte
 }
 
 const encoder = new TextEncoder();
-const DONE = encoder.encode("data: [DONE]\n\n");
 
 /** The event stream of a committed attempt; the caller sends it with status 200. */
 export function streamCompletion(committed: Committed, ctx: ResponseContext, onEnd: OnEnd): ReadableStream<Uint8Array> {
@@ -154,11 +153,16 @@ export function streamCompletion(committed: Committed, ctx: ResponseContext, onE
           }
           case "complete": {
             const reason = finishReason(event.finishReason, event.usage, ctx.maxTokens);
-            controller.enqueue(frame(`"choices":[],"usage":${JSON.stringify(usageJson(event.usage))}`));
             const receipt = event.receipt ? `,${JSON.stringify(receiptJson(event.receipt)).slice(1, -1)}` : "";
-            controller.enqueue(frame(`"choices":[{"index":0,"delta":{},"finish_reason":${JSON.stringify(reason)}}]${receipt}`));
+            // The usage chunk, the finish chunk and [DONE] leave together, once the charge is durable:
+            // one write instead of two (the settlement wait would otherwise split them).
+            const tail = encoder.encode(
+              `data: ${head}"choices":[],"usage":${JSON.stringify(usageJson(event.usage))}}\n\n` +
+                `data: ${head}"choices":[{"index":0,"delta":{},"finish_reason":${JSON.stringify(reason)}}]${receipt}}\n\n` +
+                "data: [DONE]\n\n",
+            );
             await end({ status: "completed", usage: event.usage, completionChars: chars, finishReason: reason });
-            controller.enqueue(DONE);
+            controller.enqueue(tail);
             controller.close();
             return;
           }
