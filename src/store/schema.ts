@@ -28,11 +28,15 @@ export const balances = sqliteTable(
   (t) => [check("balance_not_negative", sql`${t.balance} >= 0`), check("reserved_not_negative", sql`${t.reserved} >= 0`)],
 );
 
-/** Append-only. `amount` is signed: credits, earnings and fees positive, charges negative. */
+/**
+ * Append-only. `amount` is signed: credits, earnings and fees positive, charges negative. Ids are the
+ * rowid without AUTOINCREMENT: rows are never deleted, so each new id is still the largest yet, and no
+ * `sqlite_sequence` page is written by every settlement commit (bench/README.md).
+ */
 export const ledgerEntries = sqliteTable(
   "ledger_entries",
   {
-    id: integer("id").primaryKey({ autoIncrement: true }),
+    id: integer("id").primaryKey(),
     accountId: text("account_id")
       .notNull()
       .references(() => accounts.id),

@@ -188,3 +188,41 @@ describe("schema and migrations agree", () => {
     });
   });
 });
+
+describe("upgrading a database made by earlier migrations", () => {
+  test("0002 (ledger ids without AUTOINCREMENT) keeps every entry and id; new ids are larger; no sequence row", async () => {
+    using dir = tempDir();
+    const path = join(dir.path, "umbra.db");
+    {
+      // The database as the coordinator left it before 0002: the first two migrations, marked applied.
+      using db = new Database(path, { create: true, strict: true });
+      db.exec(`CREATE TABLE "__drizzle_migrations" (id INTEGER PRIMARY KEY, hash text NOT NULL, created_at numeric)`);
+      for (const m of MIGRATIONS.slice(0, 2)) {
+        for (const statement of m.sql.split("--> statement-breakpoint")) if (statement.trim() !== "") db.exec(statement);
+        db.prepare(`INSERT INTO "__drizzle_migrations" (hash, created_at) VALUES ('old', ?)`).run(m.when);
+      }
+      db.exec("INSERT INTO accounts (id, name, created_at) VALUES ('acct-1', 'a', 1)");
+      db.exec("INSERT INTO balances (account_id, balance_micro_usd, reserved_micro_usd, updated_at) VALUES ('acct-1', 70, 0, 1)");
+      // Ids with a gap, as AUTOINCREMENT may leave them.
+      db.exec(`INSERT INTO ledger_entries (id, account_id, kind, amount_micro_usd, balance_after_micro_usd, request_id, created_at)
+        VALUES (3, 'acct-1', 'credit', 100, 100, NULL, 1), (9, 'acct-1', 'charge', -30, 70, 'req-1', 2)`);
+    }
+    const store = createSqliteStore(path);
+    try {
+      expect((await store.accounts.ledger("acct-1", 10)).map((e) => [e.id, e.amount, e.balanceAfter, e.requestId])).toEqual([
+        [9, -30, 70, "req-1"],
+        [3, 100, 100, null],
+      ]);
+      await store.accounts.credit({ accountId: "acct-1", amount: 5, at: 3 });
+      const [newest] = await store.accounts.ledger("acct-1", 1);
+      expect(newest?.id).toBeGreaterThan(9);
+      expect(newest?.balanceAfter).toBe(75);
+    } finally {
+      store.close();
+    }
+    using db = new Database(path, { readonly: true });
+    const sequence = db.query("SELECT name FROM sqlite_master WHERE name = 'sqlite_sequence'").get() as { name: string } | null;
+    const rows = sequence ? db.query("SELECT count(*) AS n FROM sqlite_sequence WHERE name = 'ledger_entries'").get() : { n: 0 };
+    expect(rows).toEqual({ n: 0 });
+  });
+});
