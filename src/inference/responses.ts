@@ -123,7 +123,8 @@ const encoder = new TextEncoder();
 export function streamCompletion(committed: Committed, ctx: ResponseContext, onEnd: OnEnd): ReadableStream<Uint8Array> {
   const { attempt } = committed;
   const head = `{"id":"${ctx.id}","object":"chat.completion.chunk","created":${ctx.created},"model":${JSON.stringify(ctx.model)},`;
-  const frame = (rest: string) => encoder.encode(`data: ${head}${rest}}\n\n`);
+  const chunk = (rest: string) => `data: ${head}${rest}}\n\n`;
+  const frame = (rest: string) => encoder.encode(chunk(rest));
   let pending: AttemptEvent | undefined = committed.first;
   let chars = 0;
   let finished = false;
@@ -157,8 +158,8 @@ export function streamCompletion(committed: Committed, ctx: ResponseContext, onE
             // The usage chunk, the finish chunk and [DONE] leave together, once the charge is durable:
             // one write instead of two (the settlement wait would otherwise split them).
             const tail = encoder.encode(
-              `data: ${head}"choices":[],"usage":${JSON.stringify(usageJson(event.usage))}}\n\n` +
-                `data: ${head}"choices":[{"index":0,"delta":{},"finish_reason":${JSON.stringify(reason)}}]${receipt}}\n\n` +
+              chunk(`"choices":[],"usage":${JSON.stringify(usageJson(event.usage))}`) +
+                chunk(`"choices":[{"index":0,"delta":{},"finish_reason":${JSON.stringify(reason)}}]${receipt}`) +
                 "data: [DONE]\n\n",
             );
             await end({ status: "completed", usage: event.usage, completionChars: chars, finishReason: reason });
