@@ -74,7 +74,10 @@ const owner = new Map(
 );
 const perPage = new Map<string, number>();
 for (const c of commits)
-  for (const page of new Set(c)) perPage.set(owner.get(page) ?? "(new page)", (perPage.get(owner.get(page) ?? "(new page)") ?? 0) + 1);
+  for (const page of new Set(c)) {
+    const table = owner.get(page) ?? "(new page)";
+    perPage.set(table, (perPage.get(table) ?? 0) + 1);
+  }
 console.log(
   `${N} settlements per commit: ${(commits.reduce((s, c) => s + c.length, 0) / commits.length).toFixed(2)} WAL frames per commit`,
 );

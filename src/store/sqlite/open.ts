@@ -9,7 +9,7 @@ import { Database } from "bun:sqlite";
 import { mkdirSync } from "node:fs";
 import { dirname } from "node:path";
 import { type BunSQLiteDatabase, drizzle } from "drizzle-orm/bun-sqlite";
-import { MIGRATIONS } from "../migrations/index.ts";
+import { type EmbeddedMigration, MIGRATIONS } from "../migrations/index.ts";
 import * as schema from "../schema.ts";
 import { StoreOpenError } from "../types.ts";
 
@@ -47,12 +47,13 @@ export function openSqlite(path: string): OpenedDatabase {
   return { client, db: drizzle({ client, schema }) };
 }
 
-function applyMigrations(client: Database): void {
+/** Applies the migrations of `list` newer than the last one applied, in one transaction. */
+export function applyMigrations(client: Database, list: readonly EmbeddedMigration[] = MIGRATIONS): void {
   client.exec(`CREATE TABLE IF NOT EXISTS "__drizzle_migrations" (id INTEGER PRIMARY KEY, hash text NOT NULL, created_at numeric)`);
   const last = client.prepare(`SELECT created_at FROM "__drizzle_migrations" ORDER BY created_at DESC LIMIT 1`).get() as {
     created_at: number;
   } | null;
-  const pending = MIGRATIONS.filter((m) => last === null || Number(last.created_at) < m.when);
+  const pending = list.filter((m) => last === null || Number(last.created_at) < m.when);
   if (pending.length === 0) return;
   client.transaction(() => {
     for (const m of pending) {

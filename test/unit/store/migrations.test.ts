@@ -12,6 +12,7 @@ import { getTableConfig, SQLiteColumn, SQLiteTable } from "drizzle-orm/sqlite-co
 import { MIGRATIONS } from "../../../src/store/migrations/index.ts";
 import * as schema from "../../../src/store/schema.ts";
 import { createSqliteStore } from "../../../src/store/sqlite/index.ts";
+import { applyMigrations } from "../../../src/store/sqlite/open.ts";
 import { tempDir } from "../../support/harness.ts";
 
 const FOLDER = join(import.meta.dir, "../../../src/store/migrations");
@@ -196,11 +197,7 @@ describe("upgrading a database made by earlier migrations", () => {
     {
       // The database as the coordinator left it before 0002: the first two migrations, marked applied.
       using db = new Database(path, { create: true, strict: true });
-      db.exec(`CREATE TABLE "__drizzle_migrations" (id INTEGER PRIMARY KEY, hash text NOT NULL, created_at numeric)`);
-      for (const m of MIGRATIONS.slice(0, 2)) {
-        for (const statement of m.sql.split("--> statement-breakpoint")) if (statement.trim() !== "") db.exec(statement);
-        db.prepare(`INSERT INTO "__drizzle_migrations" (hash, created_at) VALUES ('old', ?)`).run(m.when);
-      }
+      applyMigrations(db, MIGRATIONS.slice(0, 2));
       db.exec("INSERT INTO accounts (id, name, created_at) VALUES ('acct-1', 'a', 1)");
       db.exec("INSERT INTO balances (account_id, balance_micro_usd, reserved_micro_usd, updated_at) VALUES ('acct-1', 70, 0, 1)");
       // Ids with a gap, as AUTOINCREMENT may leave them.
