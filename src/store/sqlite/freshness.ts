@@ -69,6 +69,12 @@ export class EpochCache<V> {
     return value;
   }
 
+  /** Replaces a cached value in place (a write whose new value is known); nothing when not cached. */
+  patch(key: string, update: (value: V) => V): void {
+    const value = this.entries.get(key);
+    if (value !== undefined) this.entries.set(key, update(value));
+  }
+
   /** Drops everything now (data this cache holds changed). */
   clear(): void {
     this.entries.clear();

@@ -13,15 +13,16 @@ export function createSqliteStore(path: string): Store {
   const { client, db } = openSqlite(path);
   const freshness = new Freshness(client);
   const keysByHash = new EpochCache<ApiKeyRecord>(freshness);
+  const keys = sqliteApiKeys(db, freshness, keysByHash);
   let closed = false;
   return {
     accounts: sqliteAccounts(db),
-    keys: sqliteApiKeys(db, freshness, keysByHash),
+    keys,
     providerTokens: sqliteProviderTokens(db),
     catalog: sqliteCatalog(db, freshness),
     prices: sqlitePrices(db, freshness),
     usage: sqliteUsage(db),
-    money: sqliteMoney(db, client, () => keysByHash.clear()),
+    money: sqliteMoney(db, client, (spent) => keys.spentChanged(spent)),
     async ping() {
       db.run(sql`SELECT 1`);
     },

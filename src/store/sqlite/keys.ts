@@ -8,14 +8,26 @@ function accountExists(db: Db, id: string): boolean {
   return db.select({ id: accounts.id }).from(accounts).where(eq(accounts.id, id)).get() !== undefined;
 }
 
-/** `byHash` caches findByHash (every authenticated request); writes here touch `freshness`. */
-export function sqliteApiKeys(db: Db, freshness: Freshness, byHash: EpochCache<ApiKeyRecord>): ApiKeyStore {
+/** Most key ids remembered for patching cached records (see `spentChanged`). */
+const HASH_INDEX_LIMIT = 10_000;
+
+/**
+ * `byHash` caches findByHash (every authenticated request); writes here touch `freshness`. Settlements
+ * move spent totals many times a second: `spentChanged` patches the cached records instead of dropping
+ * them all, so authentication does not re-read every key after each group commit.
+ */
+export function sqliteApiKeys(
+  db: Db,
+  freshness: Freshness,
+  byHash: EpochCache<ApiKeyRecord>,
+): ApiKeyStore & { spentChanged(spent: ReadonlyMap<string, number>): void } {
   const get = (id: string): ApiKeyRecord | undefined => db.select().from(apiKeys).where(eq(apiKeys.id, id)).get();
   const findByHash = db
     .select()
     .from(apiKeys)
     .where(eq(apiKeys.keyHash, sql.placeholder("hash")))
     .prepare();
+  const hashById = new Map<string, string>();
   return {
     async create(key) {
       if (!accountExists(db, key.accountId)) return undefined;
@@ -26,7 +38,25 @@ export function sqliteApiKeys(db: Db, freshness: Freshness, byHash: EpochCache<A
       return get(key.id);
     },
     get: async (id) => get(id),
-    findByHash: async (hash) => byHash.get(hash, (h) => findByHash.get({ hash: h })),
+    findByHash: async (hash) =>
+      byHash.get(hash, (h) => {
+        const record = findByHash.get({ hash: h });
+        if (record) {
+          // Every cached record must be findable by id, or a settlement could leave its spent total stale.
+          if (hashById.size >= HASH_INDEX_LIMIT) {
+            hashById.clear();
+            byHash.clear();
+          }
+          hashById.set(record.id, h);
+        }
+        return record;
+      }),
+    spentChanged(spent) {
+      for (const [id, total] of spent) {
+        const hash = hashById.get(id);
+        if (hash !== undefined) byHash.patch(hash, (record) => ({ ...record, spent: total }));
+      }
+    },
     list: async (accountId) =>
       (accountId === undefined ? db.select().from(apiKeys) : db.select().from(apiKeys).where(eq(apiKeys.accountId, accountId)))
         .orderBy(apiKeys.createdAt, apiKeys.id)

@@ -33,8 +33,8 @@ type UsageRow = [
   string,
 ];
 
-/** `keysChanged` runs after a batch that moved key spent totals (cached key records hold them). */
-export function sqliteMoney(db: Db, client: Database, keysChanged: () => void): MoneyStore {
+/** `keysChanged` gets the new spent totals after a batch that moved any (cached key records hold them). */
+export function sqliteMoney(db: Db, client: Database, keysChanged: (spent: ReadonlyMap<string, number>) => void): MoneyStore {
   let platformReady = false;
 
   // Every statement of the settlement path is bun:sqlite's own prepared statement on the same
@@ -141,7 +141,7 @@ export function sqliteMoney(db: Db, client: Database, keysChanged: () => void): 
         return { applied, balances: running, keySpent: spent };
       })();
       if (createPlatform) platformReady = true;
-      if (result.keySpent.size > 0) keysChanged();
+      if (result.keySpent.size > 0) keysChanged(result.keySpent);
       return result;
     },
   };

@@ -6,6 +6,8 @@
 import { Database } from "bun:sqlite";
 import { describe, expect, test } from "bun:test";
 import { join } from "node:path";
+import type { Settlement } from "../../../src/store/money-types.ts";
+import { EpochCache, type Freshness } from "../../../src/store/sqlite/freshness.ts";
 import { createSqliteStore } from "../../../src/store/sqlite/index.ts";
 import { tempDir } from "../../support/harness.ts";
 import { waitFor } from "../../support/wait.ts";
@@ -124,4 +126,83 @@ describe("cached lookups stay exact", () => {
     expect((await store.keys.findByHash("hash-1"))?.spent).toBe(7);
     store.close();
   });
+
+  test("settlements patch cached key records in place; keys not yet cached are read fresh", async () => {
+    using dir = tempDir();
+    const store = await seeded(join(dir.path, "u.db"));
+    await store.keys.create({ ...keyTwo, keyHash: "hash-2" });
+    const cached = await store.keys.findByHash("hash-1");
+    for (let i = 0; i < 5; i++) await store.money.settle([settlementOf(`req-a${i}`, "key-1", 3), settlementOf(`req-b${i}`, "key-2", 4)]);
+    // key-1 was cached before the settlements (patched); key-2 is read for the first time now.
+    expect((await store.keys.findByHash("hash-1"))?.spent).toBe(15);
+    expect((await store.keys.findByHash("hash-2"))?.spent).toBe(20);
+    expect(cached?.spent).toBe(0); // a record handed out earlier is not mutated
+    await store.money.settle([settlementOf("req-c", "key-2", 1)]);
+    expect((await store.keys.findByHash("hash-2"))?.spent).toBe(21);
+    expect((await store.keys.get("key-2"))?.spent).toBe(21);
+    store.close();
+  });
 });
+
+describe("EpochCache.patch", () => {
+  test("replaces a cached value and leaves misses and unknown keys alone", () => {
+    const freshness = { current: () => 0 } as unknown as Freshness;
+    const cache = new EpochCache<{ n: number }>(freshness);
+    let loads = 0;
+    const load = (k: string) => {
+      loads++;
+      return k === "missing" ? undefined : { n: 1 };
+    };
+    cache.get("a", load);
+    cache.get("missing", load);
+    cache.patch("a", (v) => ({ n: v.n + 1 }));
+    cache.patch("missing", () => ({ n: 99 }));
+    cache.patch("never-loaded", () => ({ n: 99 }));
+    expect(cache.get("a", load)).toEqual({ n: 2 });
+    expect(cache.get("missing", load)).toBeUndefined();
+    expect(loads).toBe(2);
+    expect(cache.get("never-loaded", load)).toEqual({ n: 1 });
+  });
+});
+
+const keyTwo = {
+  id: "key-2",
+  accountId: "acct-1",
+  hint: "efgh",
+  name: null,
+  allowedModels: null,
+  spendCap: null,
+  rpm: null,
+  tpm: null,
+  selfRouteOnly: false,
+  createdAt: 1,
+};
+
+function settlementOf(requestId: string, keyId: string, charge: number): Settlement {
+  return {
+    requestId,
+    accountId: "acct-1",
+    keyId,
+    charge,
+    providerAccountId: null,
+    earning: 0,
+    fee: charge,
+    at: 2,
+    usage: {
+      requestId,
+      accountId: "acct-1",
+      keyId,
+      model: "org/build",
+      buildId: "org/build",
+      providerId: null,
+      promptTokens: 1,
+      cachedTokens: 0,
+      completionTokens: 1,
+      cost: charge,
+      startedAt: 2,
+      firstContentMs: null,
+      durationMs: 1,
+      outcome: "completed",
+    },
+  };
+}
