@@ -5,7 +5,7 @@ STAMP := node_modules/.umbra-installed
 # No .env or bunfig.toml from the working directory: configuration comes from flags and UMBRA_* only.
 BUILD_FLAGS := --compile --minify --bytecode --format=esm --sourcemap=none --no-compile-autoload-dotenv --no-compile-autoload-bunfig
 
-.PHONY: dev test check typecheck lint format build bench migrations clean deps
+.PHONY: dev test check typecheck lint format build bench soak migrations clean deps
 
 deps: $(STAMP)
 
@@ -55,3 +55,10 @@ clean:
 bench: deps
 	$(BUN) bench/money.ts
 	$(BUN) bench/run.ts
+	$(BUN) bench/stream-relay.ts
+	$(BUN) bench/startup.ts
+
+# Soak (issue 7): SOAK_SECONDS (default 600) of mixed traffic with faults against real processes, then the
+# books, holds, metrics against usage rows, memory and file descriptors. test/reliability/soak.ts.
+soak: deps
+	$(BUN) test ./test/reliability/soak.ts

@@ -26,6 +26,8 @@ interface ChatDeps {
   readonly authenticate: Authenticator;
   readonly attestation: Pick<CoordinatorAttestation, "sealingKey">;
   readonly maxBodyBytes: number;
+  /** Called once the request body was read (the server then lifts the idle timeout for the answer). */
+  readonly bodyRead?: (request: Request) => void;
 }
 
 export function chatRoutes(deps: ChatDeps) {
@@ -33,6 +35,7 @@ export function chatRoutes(deps: ChatDeps) {
     PATH,
     async ({ request, principal }) => {
       const bytes = await readBody(request, deps.maxBodyBytes);
+      deps.bodyRead?.(request);
       if (!isSealed(request)) return answer(deps, parseJson(bytes), principal, request);
       const { plaintext, sealer } = await openSealed(deps, bytes);
       let response: Response;

@@ -43,7 +43,8 @@ export async function readJsonBody(request: Request, maxBytes: number): Promise<
 /**
  * Reads a body of at most `maxBytes` without holding more than that in memory: a declared length over the
  * limit is refused before reading, and a stream that grows past it is cancelled. No body reads as empty.
- * Throws 413 request_too_large.
+ * Throws 413 request_too_large, or 400 invalid_json when the body breaks off (the client went away or
+ * its framing broke before the end).
  */
 export async function readBody(request: Request, maxBytes: number): Promise<Uint8Array> {
   const declared = request.headers.get("content-length");
@@ -53,12 +54,12 @@ export async function readBody(request: Request, maxBytes: number): Promise<Uint
   if (!request.body) return new Uint8Array(0);
   // A declared length within the limit is read in one call (the server reads exactly that many bytes);
   // only a body of unknown length is counted as it streams.
-  if (declared !== null) return new Uint8Array(await request.arrayBuffer());
+  if (declared !== null) return new Uint8Array(await intact(request.arrayBuffer()));
   const reader = request.body.getReader();
   const chunks: Uint8Array[] = [];
   let size = 0;
   for (;;) {
-    const { done, value } = await reader.read();
+    const { done, value } = await intact(reader.read());
     if (done) break;
     size += value.byteLength;
     if (size > maxBytes) {
@@ -68,6 +69,15 @@ export async function readBody(request: Request, maxBytes: number): Promise<Uint
     chunks.push(value);
   }
   return Buffer.concat(chunks, size);
+}
+
+/** A read of the body that fails means the body broke off: a 400, not a server error. */
+async function intact<T>(read: Promise<T>): Promise<T> {
+  try {
+    return await read;
+  } catch {
+    throw Errors.invalidJson("the request body ended before it was complete");
+  }
 }
 
 /** A JSON body's value (undefined when empty). Throws 400 invalid_json. */

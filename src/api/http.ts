@@ -64,15 +64,19 @@ export interface HttpDeps {
 export interface HttpApp {
   /**
    * Handles one request (tests call this in-process; the server calls it per request with the peer's
-   * address, undefined in-process).
+   * address, undefined in-process). `bodyRead` is called once the chat route has its whole request body
+   * (the server lifts the idle timeout for the answer then, not while the body may still stall).
    */
-  handle(request: Request, clientAddress?: string): Promise<Response>;
+  handle(request: Request, clientAddress?: string, bodyRead?: () => void): Promise<Response>;
 }
 
 export function createHttpApp(deps: HttpDeps): HttpApp {
   const routes = new WeakMap<Request, string>();
   const addresses = new WeakMap<Request, string>();
-  const app = new Elysia({ name: "umbra" })
+  const bodyReads = new WeakMap<Request, () => void>();
+  // standardHostname off: Elysia otherwise assumes "http://" plus at least 4 host characters and cuts the
+  // path wrongly for a short Host (`http://api/v1/...`, a container name on port 80): every route 404s.
+  const app = new Elysia({ name: "umbra", handler: { standardHostname: false } })
     .use(errorHandling(deps.logger))
     .onTransform({ as: "global" }, ({ request, route }) => {
       routes.set(request, route);
@@ -81,14 +85,15 @@ export function createHttpApp(deps: HttpDeps): HttpApp {
     .use(pricingRoutes(deps))
     .use(attestationRoutes(deps))
     .use(modelRoutes(deps))
-    .use(chatRoutes(deps))
+    .use(chatRoutes({ ...deps, bodyRead: (request) => bodyReads.get(request)?.() }))
     .use(deviceRoutes({ ...deps, clientAddress: (request) => addresses.get(request) }))
     .use(adminRoutes(deps));
 
   return {
-    async handle(request, clientAddress) {
+    async handle(request, clientAddress, bodyRead) {
       const started = performance.now();
       if (clientAddress !== undefined) addresses.set(request, clientAddress);
+      if (bodyRead !== undefined) bodyReads.set(request, bodyRead);
       const response = await app.handle(request);
       deps.metrics.observeHttp(request.method, routes.get(request) ?? "unmatched", response.status, (performance.now() - started) / 1000);
       return response;

@@ -24,6 +24,9 @@ usage:
 
 Every flag has an UMBRA_* environment twin; see docs/operations.md.`;
 
+/** How long a stopping coordinator waits for the answers it ended to be written. */
+const SHUTDOWN_GRACE_MS = 5_000;
+
 const print = (text: string) => process.stdout.write(`${text}\n`);
 const printErr = (text: string) => process.stderr.write(`${text}\n`);
 
@@ -41,8 +44,11 @@ async function serve(config: Config, dev: boolean): Promise<void> {
     stopping = true;
     app.logger.info("coordinator stopping");
     await provider?.stop();
+    // Disconnecting the providers ends every attempt in flight: each answer gets its clean error (a JSON
+    // 5xx, or one in-band error event after the stream started), settled for what it relayed. Those
+    // answers are written before the connections close (within the grace period).
     app.close();
-    await server.stop();
+    await server.stop(SHUTDOWN_GRACE_MS);
     // Answers cut by the shutdown settle what they relayed; make every charge durable before leaving.
     await new Promise((resolve) => setImmediate(resolve));
     await app.flush();

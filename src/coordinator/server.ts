@@ -1,7 +1,8 @@
 /**
  * The listening socket: Bun.serve around the app's HTTP handler, plus the provider WebSocket.
- * Port 0 picks a free port (tests). Chat requests opt out of the idle timeout: a quiet stream (a slow
- * model) must never be cut by the server; callers own cancellation (spec: Events).
+ * Port 0 picks a free port (tests). Chat requests opt out of the idle timeout once their body is in: a
+ * quiet stream (a slow model) must never be cut by the server, callers own cancellation (spec: Events),
+ * but a request whose body stalls is closed like any other idle connection.
  */
 import { PROVIDER_CONNECT_PATH, providerSocket, type SocketData } from "../api/provider-socket.ts";
 import { Errors } from "../errors/api-error.ts";
@@ -10,7 +11,11 @@ import type { App } from "./app.ts";
 export interface RunningServer {
   readonly url: string;
   readonly port: number;
-  stop(): Promise<void>;
+  /**
+   * Stops listening. With `graceMs`, connections whose answer is still being written get up to that
+   * long to finish it; then every connection still open is closed.
+   */
+  stop(graceMs?: number): Promise<void>;
 }
 
 const CHAT_PATH = "/v1/chat/completions";
@@ -23,17 +28,29 @@ function pathOf(url: string): string {
   return q < 0 ? url.slice(start) : url.slice(start, q);
 }
 
-export function listen(app: App, host = app.config.host, port = app.config.port): RunningServer {
+export interface ListenOptions {
+  /** Seconds a connection may stay idle (Bun's `idleTimeout`, at most 255); tests shorten it. */
+  readonly idleTimeoutSeconds?: number;
+}
+
+const IDLE_TIMEOUT_SECONDS = 120;
+
+export function listen(app: App, host = app.config.host, port = app.config.port, options: ListenOptions = {}): RunningServer {
   const socket = providerSocket({ store: app.store, fleet: app.fleet, logger: app.logger });
   const server = Bun.serve<SocketData>({
     hostname: host,
     port,
-    idleTimeout: 120,
+    idleTimeout: options.idleTimeoutSeconds ?? IDLE_TIMEOUT_SECONDS,
+    // Bun's own limit (128 MiB by default) answers 413 with an empty body, outside the error envelope.
+    // Every route reads its body through readBody (src/api/errors.ts) with its own bound, refusing a
+    // declared length over it before reading and cancelling a stream that grows past it.
+    maxRequestBodySize: Number.MAX_SAFE_INTEGER,
     fetch: (request, srv) => {
       const path = pathOf(request.url);
       if (path === PROVIDER_CONNECT_PATH) return socket.upgrade(request, srv);
-      if (path === CHAT_PATH) srv.timeout(request, 0);
-      return app.http.handle(request, srv.requestIP(request)?.address);
+      const address = srv.requestIP(request)?.address;
+      if (path === CHAT_PATH) return app.http.handle(request, address, () => srv.timeout(request, 0));
+      return app.http.handle(request, address);
     },
     websocket: socket.websocket,
     error: () =>
@@ -43,6 +60,16 @@ export function listen(app: App, host = app.config.host, port = app.config.port)
   return {
     url: `http://${shownHost}:${server.port}`,
     port: server.port ?? port,
-    stop: () => server.stop(true),
+    async stop(graceMs = 0) {
+      if (graceMs > 0) {
+        let timer: ReturnType<typeof setTimeout> | undefined;
+        const grace = new Promise<void>((resolve) => {
+          timer = setTimeout(resolve, graceMs);
+        });
+        await Promise.race([server.stop(false), grace]);
+        clearTimeout(timer);
+      }
+      await server.stop(true);
+    },
   };
 }

@@ -6,6 +6,12 @@
  * here); after a terminal event (complete, error, lost) nothing more is pushed; `cancel()` is
  * idempotent, tells the provider once, frees the session slot once, and ends a pending `next()` with
  * a `lost` event so no waiter hangs.
+ *
+ * Bounded memory: the protocol has no per-attempt flow control and a provider connection carries many
+ * attempts, so a consumer that stops reading cannot slow its provider down without stalling the others.
+ * Instead the text queued and not yet consumed is bounded (MAX_BACKLOG_CHARS): past it the backlog is
+ * dropped, the provider told to cancel (client_gone), `lost` (SLOW_CONSUMER) queued and
+ * `onBacklogDropped` called (the response writer settles and ends the answer at once).
  */
 import type { Hash } from "node:crypto";
 import type { ChunkOpener } from "../crypto/chunks.ts";
@@ -37,6 +43,29 @@ export interface VerifiedReceipt {
 
 export type CancelReason = "client_gone" | "deadline" | "failover" | "shutdown";
 
+/**
+ * Chunk text (UTF-16 code units) an attempt may hold for a consumer that has not read it yet. A reading
+ * consumer never comes near it (the response is pulled as fast as its socket drains); 1 Mi characters is
+ * minutes of any model's output on top of what the socket buffers already hold.
+ */
+export const MAX_BACKLOG_CHARS = 1024 * 1024;
+/** The `lost` reason of an attempt whose consumer fell MAX_BACKLOG_CHARS behind. */
+export const SLOW_CONSUMER = "consumer not reading";
+
+/**
+ * Output text a provider may send per token of the budget before its output counts as oversized
+ * (invalid output): far beyond any tokenizer's longest token, so only a provider ignoring the budget
+ * gets there. A floor for tiny budgets, and a ceiling that bounds one answer's text whatever the budget.
+ */
+export function outputCharLimit(maxTokens: number): number {
+  return Math.min(64 * 1024 * 1024, Math.max(64 * 1024, maxTokens * 256));
+}
+
+/** Characters of text in a delta. */
+export function deltaChars(delta: Delta): number {
+  return (delta.content?.length ?? 0) + (delta.reasoning_content?.length ?? 0);
+}
+
 export interface AttemptOwner {
   /** Frees the slot and tells the provider (when `notify`); called once per attempt. */
   release(attempt: Attempt, cancel: CancelReason | undefined): void;
@@ -49,8 +78,15 @@ export class Attempt {
   private ended = false;
   private released = false;
   private cancelReason: CancelReason | undefined;
+  /** Text of the queued chunks not yet consumed. */
+  private backlogChars = 0;
   /** Chunks received so far; the expected `seq` of the next chunk. */
   chunks = 0;
+  /** Output text received so far, and the most the budget allows (outputCharLimit; set at dispatch). */
+  outputChars = 0;
+  maxOutputChars = Number.POSITIVE_INFINITY;
+  /** Called once if the backlog was dropped (see MAX_BACKLOG_CHARS). */
+  onBacklogDropped: (() => void) | undefined;
   acceptedAt: number | undefined;
   firstContentAt: number | undefined;
   /** Sealed sessions: opens this attempt's response frames (set before the inference is sent). */
@@ -92,9 +128,24 @@ export class Attempt {
     if (waiter) {
       this.waiter = undefined;
       waiter(event);
-    } else {
-      this.queue.push(event);
+      return;
     }
+    this.queue.push(event);
+    if (event.type !== "chunk") return;
+    this.backlogChars += deltaChars(event.delta);
+    if (this.backlogChars > MAX_BACKLOG_CHARS) this.dropBacklog();
+  }
+
+  /** The consumer fell too far behind: drop what it has not read, stop the provider, end with `lost`. */
+  private dropBacklog(): void {
+    this.queue.length = 0;
+    this.head = 0;
+    this.backlogChars = 0;
+    this.ended = true;
+    this.cancelReason = "client_gone";
+    this.release("client_gone");
+    this.queue.push({ type: "lost", reason: SLOW_CONSUMER });
+    this.onBacklogDropped?.();
   }
 
   /** Number of events received but not yet consumed (for backpressure accounting). */
@@ -107,6 +158,7 @@ export class Attempt {
     if (this.head < this.queue.length) {
       const e = this.queue[this.head] as AttemptEvent;
       this.head++;
+      if (e.type === "chunk") this.backlogChars -= deltaChars(e.delta);
       if (this.head > 64 && this.head * 2 > this.queue.length) {
         this.queue.splice(0, this.head);
         this.head = 0;

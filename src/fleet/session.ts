@@ -9,7 +9,8 @@
  * cancelled are expected (they cross in flight) and ignored.
  *
  * `active` counts attempts the coordinator assigned and not yet released: it is the authoritative load,
- * independent of what heartbeats report.
+ * independent of what heartbeats report. Output text far beyond an attempt's budget (outputCharLimit in
+ * attempt.ts) is invalid output, like a frame that fails verification.
  */
 
 import { createHash } from "node:crypto";
@@ -30,6 +31,7 @@ import { sealRequest } from "../crypto/seal.ts";
 import type { Logger } from "../observability/logger.ts";
 import {
   CLOSE,
+  type Delta,
   encode,
   type Hello,
   type Inference,
@@ -42,7 +44,7 @@ import {
   parseProviderFrame,
   type ServedModel,
 } from "../protocol/messages.ts";
-import { Attempt, type AttemptOwner, attemptKey, type CancelReason, type VerifiedReceipt } from "./attempt.ts";
+import { Attempt, type AttemptOwner, attemptKey, type CancelReason, deltaChars, outputCharLimit, type VerifiedReceipt } from "./attempt.ts";
 
 const encoder = new TextEncoder();
 
@@ -250,6 +252,7 @@ export class ProviderSession implements AttemptOwner {
       case "chunk":
         if (attempt.acceptedAt === undefined) throw new ProtocolError("chunk before accepted");
         if (frame.seq !== attempt.chunks) throw new ProtocolError(`chunk seq ${frame.seq}, expected ${attempt.chunks}`);
+        if (this.overBudget(attempt, frame.delta)) return;
         attempt.chunks++;
         this.noteFirstContent(attempt);
         attempt.push({ type: "chunk", delta: frame.delta });
@@ -292,6 +295,7 @@ export class ProviderSession implements AttemptOwner {
         return;
       }
       const delta = parseDelta(payload);
+      if (this.overBudget(attempt, delta)) return;
       if (delta.content) attempt.responseHash?.update(delta.content);
       attempt.chunks++;
       this.noteFirstContent(attempt);
@@ -371,6 +375,17 @@ export class ProviderSession implements AttemptOwner {
     this.logger.warn("provider trust withdrawn", { provider_id: this.id, reason: error.check });
   }
 
+  /**
+   * Output far beyond the attempt's budget (outputCharLimit) is invalid output: a provider that ignores
+   * max_tokens would otherwise make the coordinator hold an unbounded answer. True when it ended the session.
+   */
+  private overBudget(attempt: Attempt, delta: Delta): boolean {
+    attempt.outputChars += deltaChars(delta);
+    if (attempt.outputChars <= attempt.maxOutputChars) return false;
+    this.untrust(attempt, "output far beyond the output budget");
+    return true;
+  }
+
   /** Invalid output: fail the attempt with `invalid` and end the session (the provider is untrusted). */
   private untrust(attempt: Attempt, reason: string): void {
     attempt.push({ type: "invalid", reason });
@@ -391,6 +406,7 @@ export class ProviderSession implements AttemptOwner {
    */
   async dispatch(frame: Inference): Promise<Attempt> {
     const attempt = new Attempt(frame.request_id, frame.attempt, this.id, this.identity.accountId, this.now(), this);
+    attempt.maxOutputChars = outputCharLimit(frame.request.max_tokens);
     this.attempts.set(attempt.key, attempt);
     this.active++;
     try {

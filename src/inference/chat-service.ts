@@ -163,7 +163,16 @@ export class ChatService {
     }
 
     const attempt = committed.attempt;
-    const timer = setTimeout(() => attempt.cancel("deadline"), Math.max(1, settings.requestTimeoutMs - (now() - started)));
+    // The request deadline stops the provider and, for a stream, ends the answer even if its consumer
+    // stopped reading after the provider finished (its reservation is then settled, not held).
+    const deadline = new AbortController();
+    const timer = setTimeout(
+      () => {
+        attempt.cancel("deadline");
+        deadline.abort();
+      },
+      Math.max(1, settings.requestTimeoutMs - (now() - started)),
+    );
     const ctx: ResponseContext = { id: completionId(), model: request.model, maxTokens, created: Math.floor(started / 1000) };
     const onEnd = async (o: Outcome): Promise<void> => {
       clearTimeout(timer);
@@ -199,7 +208,7 @@ export class ChatService {
         signal.removeEventListener("abort", onAbort);
       }
     }
-    return { kind: "stream", stream: streamCompletion(committed, ctx, onEnd), headers };
+    return { kind: "stream", stream: streamCompletion(committed, ctx, onEnd, deadline.signal), headers };
   }
 
   /** A self-routing account must have linked a machine: a live (unrevoked) provider device token. */

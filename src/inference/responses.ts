@@ -9,11 +9,15 @@
  * finish chunk, exactly one `data: [DONE]`. A failure after commit is one `data: {"error": ...}` event
  * and no [DONE]. No keepalive comments. A client that goes away cancels the attempt at once.
  *
+ * A consumer that stops reading is not waited for: when its backlog is dropped (fleet/attempt.ts,
+ * MAX_BACKLOG_CHARS) or the request deadline passes, what was relayed is settled at once and one
+ * in-band timeout event is queued behind it, so no reservation waits for a reader that never comes.
+ *
  * finish_reason is corrected to `length` when the provider used the whole output budget.
  */
 import { randomBytes } from "node:crypto";
 import { type ApiError, Errors } from "../errors/api-error.ts";
-import type { AttemptEvent, VerifiedReceipt } from "../fleet/attempt.ts";
+import { type AttemptEvent, SLOW_CONSUMER, type VerifiedReceipt } from "../fleet/attempt.ts";
 import type { Usage } from "../protocol/messages.ts";
 import type { Committed } from "./dispatch.ts";
 
@@ -69,9 +73,13 @@ export function receiptJson(receipt: VerifiedReceipt | undefined) {
   };
 }
 
+/** The error of a consumer that fell too far behind its stream (or had not read it by the deadline). */
+const notRead = () => Errors.timeout("the stream was not read in time: the answer was stopped");
+
 /** The error a post-commit failure turns into. */
 function failureOf(event: AttemptEvent): ApiError {
   if (event.type === "invalid") return Errors.invalidProviderOutput("the provider's output failed verification");
+  if (event.type === "lost" && event.reason === SLOW_CONSUMER) return notRead();
   if (event.type === "lost" && event.reason === "cancelled: deadline") return Errors.timeout("the request timed out");
   if (event.type === "error" && event.code === "timeout") return Errors.timeout("the provider timed out");
   return Errors.providerError("the provider failed while generating the response");
@@ -119,25 +127,53 @@ export async function collectCompletion(committed: Committed, ctx: ResponseConte
 
 const encoder = new TextEncoder();
 
-/** The event stream of a committed attempt; the caller sends it with status 200. */
-export function streamCompletion(committed: Committed, ctx: ResponseContext, onEnd: OnEnd): ReadableStream<Uint8Array> {
+/**
+ * The event stream of a committed attempt; the caller sends it with status 200. `deadline` (the request
+ * timeout) ends an answer still open then, even one whose consumer stopped reading.
+ */
+export function streamCompletion(
+  committed: Committed,
+  ctx: ResponseContext,
+  onEnd: OnEnd,
+  deadline?: AbortSignal,
+): ReadableStream<Uint8Array> {
   const { attempt } = committed;
   const head = `{"id":"${ctx.id}","object":"chat.completion.chunk","created":${ctx.created},"model":${JSON.stringify(ctx.model)},`;
   const chunk = (rest: string) => `data: ${head}${rest}}\n\n`;
   const frame = (rest: string) => encoder.encode(chunk(rest));
+  const errorEvent = (error: ApiError) => encoder.encode(`data: ${JSON.stringify(error.toEnvelope())}\n\n`);
   let pending: AttemptEvent | undefined = committed.first;
   let chars = 0;
   let finished = false;
+  let controller: ReadableStreamDefaultController<Uint8Array> | undefined;
   const end = (o: Outcome): Promise<void> => {
     if (finished) return Promise.resolve();
     finished = true;
     return onEnd(o);
   };
+  /** Settles once (what was relayed so far), then queues the answer's last bytes and closes. */
+  const finish = async (o: Omit<Outcome, "completionChars">, last: Uint8Array): Promise<void> => {
+    if (finished) return;
+    await end({ ...o, completionChars: chars });
+    try {
+      controller?.enqueue(last);
+      controller?.close();
+    } catch {
+      // the consumer went away meanwhile
+    }
+  };
+  const stopped = { usage: undefined, finishReason: undefined };
+  attempt.onBacklogDropped = () => void finish({ status: "cancelled", ...stopped }, errorEvent(notRead()));
+  const expire = () => void finish({ status: "failed", ...stopped }, errorEvent(Errors.timeout("the request timed out")));
+  deadline?.addEventListener("abort", expire, { once: true });
 
   return new ReadableStream<Uint8Array>({
-    async pull(controller) {
+    start(c) {
+      controller = c;
+    },
+    async pull(c) {
       // Loop until something is enqueued or the stream ends: a pull that resolves having enqueued
-      // nothing is not called again, and the reader would wait forever.
+      // nothing is not called again, and the reader would wait forever (unless `finish` runs).
       for (;;) {
         const event = pending ?? (await attempt.next());
         pending = undefined;
@@ -149,7 +185,7 @@ export function streamCompletion(committed: Committed, ctx: ResponseContext, onE
             const delta = event.delta;
             if (!delta.content && !delta.reasoning_content) continue;
             chars += delta.content?.length ?? 0;
-            controller.enqueue(frame(`"choices":[{"index":0,"delta":${JSON.stringify(delta)},"finish_reason":null}]`));
+            c.enqueue(frame(`"choices":[{"index":0,"delta":${JSON.stringify(delta)},"finish_reason":null}]`));
             return;
           }
           case "complete": {
@@ -162,16 +198,12 @@ export function streamCompletion(committed: Committed, ctx: ResponseContext, onE
                 chunk(`"choices":[{"index":0,"delta":{},"finish_reason":${JSON.stringify(reason)}}]${receipt}`) +
                 "data: [DONE]\n\n",
             );
-            await end({ status: "completed", usage: event.usage, completionChars: chars, finishReason: reason });
-            controller.enqueue(tail);
-            controller.close();
+            await finish({ status: "completed", usage: event.usage, finishReason: reason }, tail);
             return;
           }
           default: {
-            const error = failureOf(event);
-            await end({ status: "failed", usage: undefined, completionChars: chars, finishReason: undefined });
-            controller.enqueue(encoder.encode(`data: ${JSON.stringify(error.toEnvelope())}\n\n`));
-            controller.close();
+            const status = event.type === "lost" && event.reason === SLOW_CONSUMER ? "cancelled" : "failed";
+            await finish({ status, ...stopped }, errorEvent(failureOf(event)));
             return;
           }
         }

@@ -50,6 +50,34 @@ describe("invalid JSON", () => {
     expect((r.body as { error: { code: string } }).error.code).toBe("invalid_json");
   });
 
+  test("a body that breaks off while it is read (the client went away) -> 400 invalid_json, not a 500", async () => {
+    await using t = await testApp();
+    const { apiKey } = await seedAccount(t);
+    const brokenBody = () =>
+      new ReadableStream<Uint8Array>({
+        start: (controller) => controller.enqueue(new TextEncoder().encode('{"model":')),
+        pull: (controller) => controller.error(new Error("connection reset")),
+      });
+    for (const [path, token] of [
+      ["/v1/chat/completions", apiKey],
+      ["/admin/v1/accounts", ADMIN_TOKEN],
+    ] as const) {
+      for (const length of [undefined, "100"]) {
+        const headers: Record<string, string> = { authorization: `Bearer ${token}`, "content-type": "application/json" };
+        if (length !== undefined) headers["content-length"] = length;
+        const init: RequestInit = { method: "POST", headers, body: brokenBody(), duplex: "half" };
+        const response = await t.app.http.handle(new Request(`http://localhost${path}`, init));
+        expect({ path, length, status: response.status, body: await response.json() }).toEqual({
+          path,
+          length,
+          status: 400,
+          body: { error: { message: expect.any(String), type: "invalid_request_error", code: "invalid_json" } },
+        });
+      }
+    }
+    expect(t.logs.filter((l) => l.includes('"level":"error"'))).toEqual([]);
+  });
+
   test("a JSON body that is not an object -> 400 invalid_json", async () => {
     await using t = await testApp();
     const r = await t.admin("POST", "/accounts", ["name"]);

@@ -4,6 +4,7 @@
  * receives (budget rules, pass-through, identity fields dropped), request errors and a quiet stream.
  */
 import { describe, expect, test } from "bun:test";
+import { connect } from "node:net";
 import type { Inference } from "../../src/protocol/messages.ts";
 import { connectFakeProvider, type Step } from "../support/fake-provider.ts";
 import { seedAccount, seedCatalog, type TestApp, testApp } from "../support/harness.ts";
@@ -304,6 +305,33 @@ describe("request errors", () => {
       status: 413,
       contentType: "application/json",
       body: { error: { message: expect.any(String), type: "request_too_large", code: "request_too_large" } },
+    });
+  });
+
+  test("413 in the envelope for a declared length beyond Bun's own 128 MiB limit, before any body byte", async () => {
+    const { t, apiKey } = await setup();
+    await using _t = t;
+    await using server = startServer(t);
+    const { port } = new URL(server.url);
+    const head = [
+      "POST /v1/chat/completions HTTP/1.1",
+      "host: localhost",
+      `authorization: Bearer ${apiKey}`,
+      "content-type: application/json",
+      `content-length: ${10 * 1024 ** 3}`,
+    ].join("\r\n");
+    const text = await new Promise<string>((resolve) => {
+      let received = "";
+      const socket = connect(Number(port), "127.0.0.1", () => socket.write(`${head}\r\n\r\n`));
+      socket.on("data", (data) => {
+        received += data.toString();
+        if (received.endsWith("}}")) socket.destroy();
+      });
+      socket.on("close", () => resolve(received));
+    });
+    expect(text.split("\r\n")[0]).toStartWith("HTTP/1.1 413");
+    expect(JSON.parse(text.slice(text.indexOf("\r\n\r\n") + 4))).toEqual({
+      error: { message: expect.any(String), type: "request_too_large", code: "request_too_large" },
     });
   });
 

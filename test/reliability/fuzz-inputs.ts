@@ -1,0 +1,480 @@
+/**
+ * Inputs and oracles for fuzzing the consumer API (issue 7 point 2 d), shared by the in-process fuzz
+ * (fuzz.test.ts) and the one against a coordinator process (fuzz-process.test.ts).
+ *
+ * The oracle is written from the contract (../shared/spec/consumer-api.md and docs/api.md), not from
+ * src/: which request is invalid and for which parameter, which model id exists, what budget a valid
+ * request gets (budget rules 1 to 4, clamped to the model's max_output_length). Where the contract leaves
+ * a choice (an over-long or empty model id: 400 on `model` or 404 model_not_found) both are accepted.
+ *
+ * Fuzzed requests carry synthetic words only; the providers answer with the budget they were given, so
+ * no answer carries request text either.
+ */
+import fc from "fast-check";
+
+/** Fixed seeds: a failure prints its seed and counterexample; FUZZ_SEED overrides every seed to explore. */
+export function seedOf(fixed: number): number {
+  const override = process.env.FUZZ_SEED;
+  return override === undefined ? fixed : Number(override);
+}
+
+/** Runs per property, scaled by FUZZ_RUNS_SCALE (e.g. 10 for a long exploration). */
+export function runsOf(base: number): number {
+  return Math.max(1, Math.round(base * Number(process.env.FUZZ_RUNS_SCALE ?? 1)));
+}
+
+// ---------------------------------------------------------------- the error vocabulary (docs/api.md)
+
+/** Status -> accepted types and codes, from the spec's Errors table and docs/api.md. 500 is never accepted. */
+const VOCABULARY: Readonly<Record<number, { readonly types: readonly string[]; readonly codes: readonly string[] }>> = {
+  400: { types: ["invalid_request_error"], codes: ["invalid_json", "missing_field", "invalid_value", "unsupported_value"] },
+  401: { types: ["authentication_error"], codes: ["invalid_api_key", "invalid_token"] },
+  402: { types: ["insufficient_funds", "insufficient_quota"], codes: ["insufficient_quota"] },
+  403: { types: ["permission_error"], codes: ["model_not_allowed", "forbidden"] },
+  404: { types: ["not_found_error"], codes: ["model_not_found", "not_found"] },
+  409: { types: ["conflict_error"], codes: ["self_route_conflict"] },
+  413: { types: ["request_too_large"], codes: ["request_too_large", "prompt_too_large"] },
+  422: { types: ["invalid_request_error"], codes: ["tool_schema_invalid"] },
+  429: { types: ["rate_limit_error"], codes: ["rate_limit_exceeded", "capacity_exhausted", "first_content_timeout"] },
+  502: { types: ["provider_error"], codes: ["provider_error", "invalid_provider_output"] },
+  503: { types: ["service_unavailable"], codes: ["service_unavailable", "model_unavailable", "provider_error"] },
+  504: { types: ["timeout"], codes: ["timeout", "provider_error"] },
+};
+
+export interface Answer {
+  readonly status: number;
+  readonly headers: Headers;
+  /** Parsed JSON, or the text when not JSON. */
+  readonly body: unknown;
+}
+
+export interface ErrorBody {
+  readonly message: string;
+  readonly type: string;
+  readonly code: string;
+  readonly param?: string;
+}
+
+/**
+ * Checks that an error answer is the spec's envelope with a status, type and code the contract lists
+ * (and Retry-After on a 429). Returns the error object; throws a description of what is wrong.
+ */
+export function expectEnvelope(answer: Answer): ErrorBody {
+  const where = `status ${answer.status}, body ${JSON.stringify(answer.body)?.slice(0, 300)}`;
+  const allowed = VOCABULARY[answer.status];
+  if (!allowed) throw new Error(`a status the spec does not list for an error: ${where}`);
+  if (!answer.headers.get("content-type")?.startsWith("application/json")) throw new Error(`error not JSON: ${where}`);
+  const body = answer.body;
+  if (typeof body !== "object" || body === null || Object.keys(body).join() !== "error") throw new Error(`not an envelope: ${where}`);
+  const error = (body as { error: unknown }).error;
+  if (typeof error !== "object" || error === null) throw new Error(`envelope without an error object: ${where}`);
+  const e = error as Record<string, unknown>;
+  const extra = Object.keys(e).filter((k) => !["message", "type", "code", "param"].includes(k));
+  if (extra.length > 0) throw new Error(`envelope with unknown keys ${extra.join()}: ${where}`);
+  if (typeof e.message !== "string" || e.message.length === 0) throw new Error(`envelope without a message: ${where}`);
+  if (typeof e.type !== "string" || !allowed.types.includes(e.type)) throw new Error(`type not listed for the status: ${where}`);
+  if (typeof e.code !== "string" || !allowed.codes.includes(e.code)) throw new Error(`code not listed for the status: ${where}`);
+  if (e.param !== undefined && typeof e.param !== "string") throw new Error(`param not a string: ${where}`);
+  if (answer.status === 429 && !/^\d+$/.test(answer.headers.get("retry-after") ?? "")) throw new Error(`429 without Retry-After: ${where}`);
+  return e as unknown as ErrorBody;
+}
+
+// ---------------------------------------------------------------- the catalog the fuzz runs against
+
+/** Builds and aliases seeded for fuzzing: [id, max_output_length or null]. The alias resolves to its build. */
+export const FUZZ_BUILD = "org/fuzz-build-4bit";
+export const FUZZ_PLAIN = "other/fuzz-plain";
+export const FUZZ_ALIAS = "org/fuzz";
+export const FUZZ_BUILD_LIMIT = 2048;
+/** The model ids that exist, with the output limit each resolves to. */
+export const KNOWN_MODELS: ReadonlyMap<string, number | null> = new Map([
+  [FUZZ_BUILD, FUZZ_BUILD_LIMIT],
+  [FUZZ_PLAIN, null],
+  [FUZZ_ALIAS, FUZZ_BUILD_LIMIT],
+]);
+/** The server default budget the fuzzed coordinators are started with (UMBRA_DEFAULT_MAX_TOKENS). */
+export const FUZZ_DEFAULT_MAX_TOKENS = 3000;
+/** The protocol's ceiling on a budget (docs/protocol.md: max_tokens at most 100,000,000). */
+export const PROTOCOL_MAX_TOKENS = 100_000_000;
+
+/** The budget a valid request must reach its provider with (spec budget rules 1, 2, 4; model limits). */
+export function expectedBudget(model: string, maxTokens: unknown, maxCompletionTokens: unknown): number {
+  const positive = (v: unknown) => (typeof v === "number" && v > 0 ? v : undefined);
+  const requested = positive(maxTokens) ?? positive(maxCompletionTokens) ?? FUZZ_DEFAULT_MAX_TOKENS;
+  const limit = KNOWN_MODELS.get(model) ?? null;
+  return Math.min(requested, PROTOCOL_MAX_TOKENS, limit ?? Number.POSITIVE_INFINITY);
+}
+
+// ---------------------------------------------------------------- the request oracle
+
+/** What the contract says a request must get. */
+export type Expected =
+  | { readonly kind: "invalid"; readonly params: readonly (string | undefined)[] }
+  | { readonly kind: "not_found" }
+  /** An over-long or empty model id: 400 on `model`, or 404 model_not_found. */
+  | { readonly kind: "bad_or_unknown_model" }
+  | { readonly kind: "self_route_conflict" }
+  | { readonly kind: "ok"; readonly model: string; readonly stream: boolean; readonly budget: number };
+
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
+const absent = (v: unknown) => v === undefined || v === null;
+/** int64 with minimum 0 (a JSON number that is an integer; null or absent allowed). */
+const validBudget = (v: unknown) => absent(v) || (typeof v === "number" && Number.isInteger(v) && v >= 0);
+
+/**
+ * The expected outcome of POST /v1/chat/completions with this parsed body, for a funded key without
+ * limits whose account has no provider machine. `body` undefined means the body was not JSON.
+ */
+export function expectedChat(body: unknown, parsed: boolean): Expected {
+  if (!parsed || !isObject(body)) return { kind: "invalid", params: [undefined] };
+  const bad: (string | undefined)[] = [];
+  const model = body.model;
+  let modelShape: "ok" | "odd" | "bad" = "ok";
+  if (absent(model) || typeof model !== "string") {
+    modelShape = "bad";
+    bad.push("model");
+  } else if (model.length === 0 || model.length > 256) modelShape = "odd";
+
+  const messages = body.messages;
+  if (absent(messages) || !Array.isArray(messages) || messages.length === 0) bad.push("messages");
+  else {
+    messages.forEach((m: unknown, i) => {
+      if (!isObject(m)) bad.push(`messages[${i}]`);
+      else {
+        if (typeof m.role !== "string" || m.role.length === 0) bad.push(`messages[${i}].role`);
+        if (typeof m.content !== "string") bad.push(`messages[${i}].content`);
+      }
+    });
+  }
+  if (!absent(body.stream) && typeof body.stream !== "boolean") bad.push("stream");
+  if (!absent(body.stream_options) && !isObject(body.stream_options)) bad.push("stream_options");
+  if (!absent(body.self_route) && typeof body.self_route !== "boolean") bad.push("self_route");
+  if (!validBudget(body.max_tokens)) bad.push("max_tokens");
+  if (!validBudget(body.max_completion_tokens)) bad.push("max_completion_tokens");
+  if (!absent(body.n) && body.n !== 1) bad.push("n");
+  for (const name of ["temperature", "top_p"]) {
+    const v = body[name];
+    if (!absent(v) && (typeof v !== "number" || !Number.isFinite(v))) bad.push(name);
+  }
+  const stop = body.stop;
+  if (!absent(stop) && typeof stop !== "string" && !(Array.isArray(stop) && stop.every((s) => typeof s === "string"))) bad.push("stop");
+
+  // An over-long or empty model id may be the 400's parameter too (checked in any order).
+  if (bad.length > 0) return { kind: "invalid", params: modelShape === "odd" ? ["model", ...bad] : bad };
+  if (modelShape === "odd") return { kind: "bad_or_unknown_model" };
+  const id = model as string;
+  if (!KNOWN_MODELS.has(id)) return { kind: "not_found" };
+  if (body.self_route === true) return { kind: "self_route_conflict" };
+  return { kind: "ok", model: id, stream: body.stream === true, budget: expectedBudget(id, body.max_tokens, body.max_completion_tokens) };
+}
+
+/**
+ * Asserts an answer against the oracle. `content` is the completion text (JSON or joined stream deltas);
+ * `want` the text the provider answers a valid request with (by default its budget, as text).
+ */
+export function checkChat(
+  expected: Expected,
+  answer: Answer,
+  content: string | undefined,
+  want: (ok: Extract<Expected, { kind: "ok" }>) => string = (ok) => String(ok.budget),
+): void {
+  const where = () => `expected ${JSON.stringify(expected)}, got status ${answer.status} ${JSON.stringify(answer.body)?.slice(0, 300)}`;
+  if (answer.status !== 200) {
+    const e = expectEnvelope(answer);
+    const ok =
+      (expected.kind === "invalid" &&
+        answer.status === 400 &&
+        (expected.params.includes(e.param) || paramUnder(expected.params, e.param))) ||
+      (expected.kind === "not_found" && answer.status === 404 && e.code === "model_not_found") ||
+      (expected.kind === "bad_or_unknown_model" &&
+        ((answer.status === 400 && e.param === "model") || (answer.status === 404 && e.code === "model_not_found"))) ||
+      (expected.kind === "self_route_conflict" && answer.status === 409 && e.code === "self_route_conflict");
+    if (!ok) throw new Error(where());
+    return;
+  }
+  if (expected.kind !== "ok") throw new Error(where());
+  if (content !== want(expected))
+    throw new Error(`${where()}: the answer's content is not what a provider given budget ${expected.budget} answers`);
+}
+
+/**
+ * What the echo engine (src/provider/engines/echo.ts, documented behaviour) answers: the words of the last
+ * message, at most `budget` of them, each followed by one space except the reply's final word.
+ */
+export function echoReply(body: Record<string, unknown>, budget: number): string {
+  const messages = body.messages as { content: string }[];
+  const words = (messages.at(-1)?.content ?? "").split(/\s+/).filter((w) => w.length > 0);
+  return words
+    .slice(0, budget)
+    .map((w, i) => (i < words.length - 1 ? `${w} ` : w))
+    .join("");
+}
+
+/** A param inside a reported one (`messages[0].role` under `messages[0]`)? Only prefixes of the form a / a[i] / a.b. */
+function paramUnder(params: readonly (string | undefined)[], param: string | undefined): boolean {
+  if (param === undefined) return false;
+  return params.some((p) => p !== undefined && (param.startsWith(`${p}[`) || param.startsWith(`${p}.`)));
+}
+
+// ---------------------------------------------------------------- arbitraries
+
+/** Synthetic words (never real prompt text). */
+const word = fc.constantFrom("alpha", "beta", "gamma", "delta", "x", "42", "ü", "日本", "🙂", "a\u0000b", "\\", '"', "\ud800");
+const text = fc.array(word, { maxLength: 12 }).map((w) => w.join(" "));
+
+/** Any JSON-ish value, including the awkward ones. */
+const oddValue: fc.Arbitrary<unknown> = fc.oneof(
+  fc.constantFrom(null, true, false, 0, -0, -1, 1.5, "", "1", "null", [], {}, [1], { a: 1 }),
+  fc.integer(),
+  fc.double(),
+  fc.string({ maxLength: 20 }),
+  fc.jsonValue({ maxDepth: 3 }),
+);
+
+/** Budget values: the awkward numbers the contract has rules for, and things that are not numbers. */
+export const budgetValue: fc.Arbitrary<unknown> = fc.oneof(
+  { weight: 3, arbitrary: fc.integer({ min: 0, max: 5000 }) },
+  { weight: 2, arbitrary: fc.integer({ min: -5000, max: -1 }) },
+  {
+    weight: 2,
+    arbitrary: fc.constantFrom(
+      0,
+      -0,
+      1,
+      2 ** 31,
+      2 ** 53 - 1,
+      2 ** 53 + 2,
+      2 ** 63,
+      1e20,
+      1e308,
+      -1e308,
+      Number.MAX_VALUE,
+      Number.MIN_VALUE,
+      0.5,
+      1.5,
+      -0.5,
+      PROTOCOL_MAX_TOKENS,
+      PROTOCOL_MAX_TOKENS + 1,
+    ),
+  },
+  { weight: 2, arbitrary: fc.double({ noNaN: true, noDefaultInfinity: true }) },
+  { weight: 2, arbitrary: fc.constantFrom(null, "100", "", "-1", true, false, [], [100], {}, { value: 10 }) },
+);
+
+/** Model ids: known ones, near misses, and odd strings. */
+export const modelId: fc.Arbitrary<string> = fc.oneof(
+  { weight: 4, arbitrary: fc.constantFrom(...KNOWN_MODELS.keys()) },
+  {
+    weight: 2,
+    arbitrary: fc.constantFrom(
+      "ORG/FUZZ",
+      "org/fuzz ",
+      " org/fuzz",
+      "org//fuzz",
+      "org/fuzz/",
+      "/org/fuzz",
+      "org%2Ffuzz",
+      "org/fuzz-build-4bit/extra",
+      "org",
+      "..",
+      "../org/fuzz",
+      "org/./fuzz",
+      "",
+      "x".repeat(256),
+      "x".repeat(257),
+      "\u0000",
+      "org/fuzz\u0000",
+      "\ud800",
+      "🙂/🙂",
+      "%",
+      "%zz",
+      "a?b",
+      "a#b",
+      "a b",
+    ),
+  },
+  { weight: 2, arbitrary: fc.string({ maxLength: 40 }) },
+  { weight: 1, arbitrary: fc.string({ unit: "binary", maxLength: 40 }) },
+  { weight: 1, arbitrary: fc.array(fc.constantFrom("org", "fuzz", "a", "%2F", "-", "."), { maxLength: 5 }).map((p) => p.join("/")) },
+);
+
+const message: fc.Arbitrary<unknown> = fc.oneof(
+  { weight: 20, arbitrary: fc.record({ role: fc.constantFrom("user", "system", "assistant", "tool"), content: text }) },
+  {
+    weight: 1,
+    arbitrary: fc.record(
+      { role: fc.oneof(fc.constantFrom("user", ""), oddValue), content: fc.oneof(text, oddValue), name: fc.string({ maxLength: 8 }) },
+      { requiredKeys: [] },
+    ),
+  },
+  { weight: 1, arbitrary: oddValue },
+);
+
+/** A budget field in a whole body: mostly valid (the budget property covers the invalid ones at length). */
+const budgetField = fc.oneof(
+  {
+    weight: 4,
+    arbitrary: fc.oneof(fc.integer({ min: 0, max: 5000 }), fc.constantFrom(null, 0, 2 ** 53 - 1, 1e20, PROTOCOL_MAX_TOKENS + 1)),
+  },
+  { weight: 1, arbitrary: budgetValue },
+);
+
+/** One optional field: mostly well-formed, sometimes wrong (null and absent are both valid). */
+const mostly = <T>(good: fc.Arbitrary<T>) => fc.oneof({ weight: 12, arbitrary: good }, { weight: 1, arbitrary: oddValue });
+
+/** A chat request body: model and messages usually present, every other field optional and sometimes wrong. */
+export const chatBody: fc.Arbitrary<Record<string, unknown>> = fc
+  .tuple(
+    fc.record(
+      {
+        model: fc.oneof(
+          { weight: 16, arbitrary: fc.constantFrom(...KNOWN_MODELS.keys()) },
+          { weight: 8, arbitrary: modelId },
+          { weight: 1, arbitrary: oddValue },
+        ),
+        messages: fc.oneof(
+          { weight: 12, arbitrary: fc.array(message, { minLength: 1, maxLength: 4 }) },
+          { weight: 1, arbitrary: fc.oneof(fc.constant([]), oddValue) },
+        ),
+      },
+      { requiredKeys: [] },
+    ),
+    fc.record(
+      {
+        stream: mostly(fc.boolean()),
+        stream_options: mostly(fc.constant({ include_usage: true })),
+        max_tokens: budgetField,
+        max_completion_tokens: budgetField,
+        n: fc.oneof(
+          { weight: 12, arbitrary: fc.constant(1) },
+          { weight: 1, arbitrary: fc.constantFrom(2, 0, -1, 1.5, 100) },
+          { weight: 1, arbitrary: oddValue },
+        ),
+        temperature: mostly(fc.double({ min: 0, max: 2, noNaN: true })),
+        top_p: mostly(fc.double({ min: 0, max: 1, noNaN: true })),
+        stop: mostly(fc.oneof(fc.string({ maxLength: 5 }), fc.array(fc.string({ maxLength: 5 }), { maxLength: 3 }))),
+        self_route: fc.oneof(
+          { weight: 12, arbitrary: fc.constant(false) },
+          { weight: 1, arbitrary: fc.constant(true) },
+          { weight: 1, arbitrary: oddValue },
+        ),
+        // Pass-through and identity fields: never validated by the coordinator, never a failure.
+        seed: fc.integer(),
+        user: fc.string({ maxLength: 10 }),
+        metadata: fc.dictionary(fc.string({ maxLength: 5 }), fc.string({ maxLength: 5 }), { maxKeys: 3 }),
+        response_format: fc.constantFrom({ type: "text" }, { type: "json_object" }),
+        extra: fc.jsonValue({ maxDepth: 4 }),
+        deep: fc.integer({ min: 1, max: 2000 }).map(nested),
+      },
+      { requiredKeys: [] },
+    ),
+  )
+  .map(([head, rest]) => ({ ...head, ...rest }));
+
+/** `[[[...{}...]]]` nested `depth` times. */
+function nested(depth: number): unknown {
+  let v: unknown = {};
+  for (let i = 0; i < depth; i++) v = [v];
+  return v;
+}
+
+/** Raw JSON text for a budget field: literals JSON.stringify never writes (1e400, -0, 1.0, 1E2, 0x10...). */
+export const budgetLiteral: fc.Arbitrary<string | undefined> = fc.oneof(
+  fc.constant(undefined),
+  budgetValue.map((v) => JSON.stringify(v)),
+  fc.constantFrom(
+    "1e400",
+    "-1e400",
+    "-0",
+    "-0.0",
+    "1.0",
+    "100.000",
+    "1E2",
+    "1e-7",
+    "9007199254740993",
+    "99999999999999999999999999",
+    "0.0000001e7",
+    "1e2",
+    "0x10",
+    "01",
+    "+1",
+    ".5",
+    "NaN",
+    "Infinity",
+    "-",
+    "1_000",
+  ),
+);
+
+/** Headers: authorization variants (the caller substitutes KEY, PROVIDER_TOKEN), content types, noise. */
+export const headerSet = fc.record({
+  authorization: fc.oneof(
+    { weight: 6, arbitrary: fc.constant("Bearer KEY") },
+    {
+      weight: 3,
+      arbitrary: fc.constantFrom(
+        undefined,
+        "",
+        "Bearer",
+        "Bearer ",
+        "Bearer  KEY",
+        "Bearer KEY ",
+        "Bearer KEYx",
+        "Bearer KEY KEY",
+        "Basic KEY",
+        "KEY",
+        "Bearer PROVIDER_TOKEN",
+        "Bearer umbra-sk-",
+        "Bearer eyJhbGciOiJub25lIn0.e30.",
+        "Bearer a.b.c",
+      ),
+    },
+    { weight: 1, arbitrary: fc.string({ unit: "grapheme-ascii", maxLength: 60 }).map((s) => `Bearer ${s}`) },
+  ),
+  contentType: fc.constantFrom(
+    undefined,
+    "application/json",
+    "application/json; charset=utf-8",
+    "APPLICATION/JSON",
+    "text/plain",
+    "application/x-www-form-urlencoded",
+    "multipart/form-data; boundary=x",
+    "application/vnd.umbra.sealed+json",
+    "application/vnd.umbra.sealed+json; charset=utf-8",
+    "garbage",
+    "",
+  ),
+  extra: fc.dictionary(
+    fc.stringMatching(/^x-[a-z0-9-]{1,20}$/),
+    fc.string({ unit: "grapheme-ascii", maxLength: 40 }).map((s) => s.trim()),
+    { maxKeys: 4 },
+  ),
+  accept: fc.constantFrom(undefined, "*/*", "text/event-stream", "application/json", "garbage"),
+});
+
+export type HeaderSet = typeof headerSet extends fc.Arbitrary<infer T> ? T : never;
+
+/** Raw bytes that are mostly not a chat request: broken JSON, JSON of the wrong shape, binary. */
+export const rawBody: fc.Arbitrary<Uint8Array> = fc.oneof(
+  fc.jsonValue({ maxDepth: 4 }).map((v) => new TextEncoder().encode(JSON.stringify(v))),
+  fc.string({ maxLength: 200 }).map((s) => new TextEncoder().encode(s)),
+  fc.uint8Array({ maxLength: 300 }),
+  chatBody
+    .map((b) => JSON.stringify(b))
+    .chain((s) => fc.nat({ max: Math.max(0, s.length) }).map((cut) => new TextEncoder().encode(s.slice(0, cut)))),
+  fc
+    .constantFrom(
+      "",
+      " ",
+      "null",
+      "[]",
+      "{}",
+      '{"model":',
+      "\ufeff{}",
+      '{"model":"org/fuzz","messages":[{"role":"user","content":"x"}]} trailing',
+      '{"model":"org/fuzz","model":5,"messages":[{"role":"user","content":"x"}]}',
+      '{"__proto__":{"model":"org/fuzz"},"messages":[{"role":"user","content":"x"}]}',
+      '{"constructor":{"prototype":{"x":1}},"model":"org/fuzz","messages":[{"role":"user","content":"x"}]}',
+    )
+    .map((s) => new TextEncoder().encode(s)),
+);
