@@ -11,8 +11,9 @@
  *   3. POST path with content-type application/vnd.umbra.sealed+json and the envelope below.
  * Steps (coordinator): open the envelope with the sealing private key under the same info; any failure
  * before that is a plain 400; after it, every answer (success or error envelope) is sealed back.
- * Response chunks are chunks.ts frames under binding { responseKey, requestId: "consumer", attempt: 0 }:
- * ChaCha20-Poly1305, nonce from seq, AAD binding seq and final; the last frame has final = true.
+ * Response chunks are chunks.ts frames under binding { responseKey, requestId: "consumer", attempt: 0 } in
+ * the CONSUMER_CHUNKS suite: ChaCha20-Poly1305, nonce from seq, AAD (tag "umbra-chunk-v1") binding seq
+ * and final; the last frame has final = true.
  *
  * Wire format (base64url unpadded):
  *   request envelope  { "version": 1, "enc": <32 bytes>, "ciphertext": <sealed body> }
@@ -29,7 +30,15 @@
  * strictly in order (chunks.ts fails closed on reorder, replay, tampering and truncation).
  */
 import { CanonicalBytes } from "./canonical.ts";
-import { ChunkOpener, ChunkSealer, chunkFromWire, chunkToWire, MAX_CHUNK_PLAINTEXT_BYTES, type WireChunk } from "./chunks.ts";
+import {
+  ChunkOpener,
+  ChunkSealer,
+  CONSUMER_CHUNKS,
+  chunkFromWire,
+  chunkToWire,
+  MAX_CHUNK_PLAINTEXT_BYTES,
+  type WireChunk,
+} from "./chunks.ts";
 import { fromBase64url, toBase64url } from "./encoding.ts";
 import { MalformedChunkError } from "./errors.ts";
 import { AEAD_TAG_BYTES, hpkeOpen, hpkeSeal, type KemOptions, X25519_KEY_BYTES } from "./seal.ts";
@@ -129,7 +138,7 @@ export class ConsumerResponseSealer {
   private readonly sealer: ChunkSealer;
 
   constructor(responseKey: Uint8Array) {
-    this.sealer = new ChunkSealer({ responseKey, requestId: CONSUMER_STREAM_ID, attempt: 0 });
+    this.sealer = new ChunkSealer({ responseKey, requestId: CONSUMER_STREAM_ID, attempt: 0, suite: CONSUMER_CHUNKS });
   }
 
   /** The whole answer as the sealed JSON body (split into chunks of at most MAX_CHUNK_PLAINTEXT_BYTES). */
@@ -168,7 +177,7 @@ export class ConsumerResponseOpener {
   private readonly opener: ChunkOpener;
 
   constructor(responseKey: Uint8Array) {
-    this.opener = new ChunkOpener({ responseKey, requestId: CONSUMER_STREAM_ID, attempt: 0 });
+    this.opener = new ChunkOpener({ responseKey, requestId: CONSUMER_STREAM_ID, attempt: 0, suite: CONSUMER_CHUNKS });
   }
 
   /**

@@ -1,7 +1,8 @@
 /**
  * Response chunk framing (src/crypto/chunks.ts): nonce and AAD golden bytes, @noble/ciphers against
- * RFC 8439, a fixed chunk stream (test/fixtures/crypto/chunks.json, from an independent Python
- * implementation) under the response key of the request vector, the JSON wire form, the HPKE -> chunk
+ * RFC 8439, fixed chunk streams of both suites (test/fixtures/crypto/chunks.json: the provider hop,
+ * AES-256-GCM; consumer-chunks.json: the consumer transport, ChaCha20-Poly1305; both from an independent
+ * Python implementation) under the response key of the request vector, the JSON wire form, the HPKE -> chunk
  * hand-off, and a negative test for every check: reordered, replayed, truncated, after final, plaintext,
  * tampered, wrong key or binding, oversized, malformed, and fail-closed behaviour after a violation.
  */
@@ -12,6 +13,7 @@ import {
   type ChunkFrame,
   ChunkOpener,
   ChunkSealer,
+  CONSUMER_CHUNKS,
   chunkAad,
   chunkFromWire,
   chunkNonce,
@@ -34,6 +36,7 @@ import {
 } from "../../../src/crypto/errors.ts";
 import { generateX25519KeyPair, openRequest, sealRequest } from "../../../src/crypto/seal.ts";
 import vector from "../../fixtures/crypto/chunks.json" with { type: "json" };
+import consumerVector from "../../fixtures/crypto/consumer-chunks.json" with { type: "json" };
 import rfc from "../../fixtures/crypto/rfc8439_aead.json" with { type: "json" };
 
 const binding: ChunkBinding = { responseKey: fromHex(vector.responseKey), requestId: vector.requestId, attempt: vector.attempt };
@@ -99,7 +102,7 @@ describe("the fixed stream (chunks.json)", () => {
     expect([sealer.nextSeq, sealer.finished]).toEqual([4, true]);
   });
 
-  test("each golden ciphertext is ChaCha20-Poly1305 under the documented nonce and AAD", () => {
+  test("each golden ciphertext is AES-256-GCM under the documented nonce and AAD", () => {
     for (const c of vector.stream) {
       expect(toHex(chunkNonce(c.seq))).toBe(c.nonce);
       expect(toHex(chunkAad(vector.requestId, vector.attempt, c.seq, c.final))).toBe(c.aad);
@@ -117,6 +120,28 @@ describe("the fixed stream (chunks.json)", () => {
     const wire = frames.map(chunkToWire);
     expect(wire[0]).toEqual({ seq: 0, final: false, ciphertext: toBase64url(f0.ciphertext) });
     expect(JSON.parse(JSON.stringify(wire)).map(chunkFromWire)).toEqual(frames);
+  });
+});
+
+describe("the consumer suite's fixed stream (consumer-chunks.json)", () => {
+  const consumer: ChunkBinding = { ...binding, suite: CONSUMER_CHUNKS };
+  const consumerFrames = consumerVector.stream.map((c) => ({ seq: c.seq, final: c.final, ciphertext: fromHex(c.ciphertext) }));
+
+  test.each(consumerVector.aads)("AAD of $requestId attempt $attempt seq $seq final $final", ({ requestId, attempt, seq, final, aad }) => {
+    expect(toHex(chunkAad(requestId, attempt, seq, final, CONSUMER_CHUNKS))).toBe(aad);
+  });
+
+  test("the sealer produces exactly the golden frames and the opener returns the plaintexts", () => {
+    const sealer = new ChunkSealer(consumer);
+    expect(consumerVector.stream.map((c) => sealer.seal(fromHex(c.plaintext), c.final))).toEqual(consumerFrames);
+    const opener = new ChunkOpener(consumer);
+    expect(consumerFrames.map((f) => opener.open(f))).toEqual(consumerVector.stream.map((c) => fromHex(c.plaintext)));
+    opener.finish();
+  });
+
+  test("the two suites do not open each other's frames", () => {
+    expect(thrown(() => new ChunkOpener(consumer).open(f0))).toBeInstanceOf(ChunkAuthenticationError);
+    expect(thrown(() => new ChunkOpener(binding).open(consumerFrames[0] as ChunkFrame))).toBeInstanceOf(ChunkAuthenticationError);
   });
 });
 
