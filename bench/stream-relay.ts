@@ -11,7 +11,7 @@
  *   plaintext paced  the same provider at BENCH_PACED_TPS tokens per second per stream, one frame and
  *                    one SSE write per token, as a model streams; N in BENCH_PACED_STREAMS;
  *   sealed paced     `umbra-provider start --engine echo` (the product's provider: HPKE-sealed requests,
- *                    ChaCha20-Poly1305 chunks the coordinator opens) at the same pace, so that each
+ *                    AES-256-GCM chunks the coordinator opens) at the same pace, so that each
  *                    token is its own frame (at full speed the provider coalesces a burst of tokens into
  *                    one frame); N in BENCH_PACED_STREAMS.
  * Each row also gives the CPU time per relayed chunk of the coordinator, the provider and the consumers.
