@@ -116,6 +116,23 @@ export function u32Bytes(value: number): Uint8Array {
 /** 8 bytes, big-endian. The caller has range-checked value (a safe non-negative integer). */
 export function u64Bytes(value: number): Uint8Array {
   const out = new Uint8Array(8);
-  new DataView(out.buffer).setBigUint64(0, BigInt(value), false);
+  writeU64(out, 0, value);
   return out;
+}
+
+/**
+ * Writes `value` (an integer in [0, 2^53 - 1]) big-endian at `offset`, as two 32-bit halves: no BigInt
+ * and no DataView on the per-chunk path.
+ */
+export function writeU64(out: Uint8Array, offset: number, value: number): void {
+  const high = Math.floor(value / 0x1_0000_0000);
+  const low = value >>> 0;
+  out[offset] = high >>> 24;
+  out[offset + 1] = (high >>> 16) & 0xff;
+  out[offset + 2] = (high >>> 8) & 0xff;
+  out[offset + 3] = high & 0xff;
+  out[offset + 4] = low >>> 24;
+  out[offset + 5] = (low >>> 16) & 0xff;
+  out[offset + 6] = (low >>> 8) & 0xff;
+  out[offset + 7] = low & 0xff;
 }

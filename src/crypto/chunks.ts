@@ -34,7 +34,7 @@
  */
 import { createCipheriv, createDecipheriv, createSecretKey, type KeyObject } from "node:crypto";
 import { chacha20poly1305 } from "@noble/ciphers/chacha.js";
-import { CanonicalBytes, u64Bytes } from "./canonical.ts";
+import { CanonicalBytes, writeU64 } from "./canonical.ts";
 import { fromBase64url, toBase64url } from "./encoding.ts";
 import {
   ChunkAfterFinalError,
@@ -95,7 +95,7 @@ export interface WireChunk {
  */
 export function chunkNonce(seq: number): Uint8Array {
   const nonce = new Uint8Array(CHUNK_NONCE_BYTES);
-  nonce.set(u64Bytes(checkedSeq(seq)), 4);
+  writeU64(nonce, 4, checkedSeq(seq));
   return nonce;
 }
 
@@ -183,7 +183,7 @@ class ChunkStream {
   protected cipher(seq: number, final: boolean): ChunkCipher {
     const aad = new Uint8Array(this.aadPrefix.byteLength + 9);
     aad.set(this.aadPrefix, 0);
-    aad.set(u64Bytes(seq), this.aadPrefix.byteLength);
+    writeU64(aad, this.aadPrefix.byteLength, seq);
     aad[aad.byteLength - 1] = final ? 1 : 0;
     return this.gcmKey ? gcm(this.gcmKey, chunkNonce(seq), aad) : chacha20poly1305(this.key, chunkNonce(seq), aad);
   }
