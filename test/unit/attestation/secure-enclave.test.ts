@@ -257,3 +257,17 @@ describe("evidence envelope", () => {
     expect(failedCheck(() => parseEvidenceEnvelope(wire))).toBe("encoding");
   });
 });
+
+describe("SoftwareIdentity.sign", () => {
+  test("signs through node:crypto yet always returns low-S DER that strict verifiers accept", () => {
+    const identity = SoftwareIdentity.generate();
+    const message = new TextEncoder().encode("umbra receipt bytes");
+    const signatures = Array.from({ length: 64 }, () => identity.sign(message));
+    for (const der of signatures) {
+      expect(p256.Signature.fromBytes(der, "der").hasHighS()).toBe(false);
+      expect(p256.verify(der, message, identity.publicKey(65), { prehash: true, format: "der", lowS: true })).toBe(true);
+    }
+    // Randomized (node:crypto), not RFC 6979: the 64 signatures differ.
+    expect(new Set(signatures.map((s) => Buffer.from(s).toString("hex"))).size).toBe(64);
+  });
+});
