@@ -143,11 +143,15 @@ function recordingLogger(lines: LogLine[]): Logger {
   return { error: at("error"), warn: at("warn"), info: at("info"), debug: at("debug") };
 }
 
-function setup(balances: Record<string, number>, spent: Record<string, number> = {}, commitGapMs = 0) {
+function setup(balances: Record<string, number>, spent: Record<string, number> = {}, commitGapMs = 0, spacedAbovePerSecond = 0) {
   const store = new FakeMoney({ provider: 0, ...balances }, spent);
   const logs: LogLine[] = [];
   const commits: number[] = [];
-  const wallets = new Wallets(store, recordingLogger(logs), { commitGapMs, observeCommit: (n) => void commits.push(n) });
+  const wallets = new Wallets(store, recordingLogger(logs), {
+    commitGapMs,
+    spacedAbovePerSecond,
+    observeCommit: (n) => void commits.push(n),
+  });
   return { store, wallets, logs, commits };
 }
 
@@ -474,6 +478,18 @@ describe("settle", () => {
       commits: [1, 3],
       A: 990,
     });
+  });
+
+  test("below the spacing rate, settlements just after a commit are committed at once, not after the gap", async () => {
+    // Same arrivals as above, with a gap of 300 ms, but the rate that turns spacing on is out of reach.
+    const { store, wallets, commits } = setup({ A: 1_000 }, {}, 300, Number.POSITIVE_INFINITY);
+    const holds = await Promise.all([1, 2, 3].map(() => hold(wallets, "A", 10)));
+    for (const [i, h] of holds.entries()) {
+      const settled = track(wallets.settle(h, settlement(`r-${i + 1}`, "A", 1)));
+      await turns();
+      expect(settled.done()).toBe(true);
+    }
+    expect({ batches: store.batches, commits }).toEqual({ batches: [["r-1"], ["r-2"], ["r-3"]], commits: [1, 1, 1] });
   });
 
   test("across a commit, available stays exact and durable comes from the store's result", async () => {
