@@ -3,26 +3,50 @@
  * the server under test. Two modes:
  *   closed loop: `concurrency` workers send back to back for `seconds` -> throughput;
  *   open loop:   requests start at a fixed `rate` per second for `seconds` -> latency without queueing.
- * A streamed request is timed to the last byte; it counts as an error unless it ends with [DONE].
- * Usage: bun bench/load.ts '<json options>'  -> prints one JSON result line.
+ *     Each request has a scheduled start time (start + i / rate); the loop sleeps until the next one is
+ *     due and sends every request that is due (so a late timer never lowers the rate; less than 1 ms
+ *     early counts as due). Latency is timed
+ *     from the actual send; `lag_p99_ms` / `lag_max_ms` say how late sends were against their schedule
+ *     (the generator's own delay, the same for every server it drives).
+ * A request counts as an error unless it answers 200 and, non-streaming, its body holds a
+ * `finish_reason`, or, streaming, it ends with `data: [DONE]`; with `expect` set, the body must also
+ * contain that text (e.g. the answer's last word, to prove content arrived). A streamed request is timed
+ * to the last byte.
+ * Usage: bun bench/load.ts '<json options>'  -> prints one JSON result line:
+ *   {requests, total_requests (warm-up included), errors, rps, p50_ms, p99_ms, lag_p99_ms, lag_max_ms, samples_ms?}
  */
 interface Options {
+  /** Base URL; requests go to `${url}/v1/chat/completions`. */
   url: string;
+  /** Sent as `authorization: Bearer <key>`. */
   key?: string;
+  /** Extra request headers (e.g. a gateway's routing headers). */
+  headers?: Record<string, string>;
   model: string;
   stream: boolean;
+  /** Streaming requests ask for `stream_options: {include_usage: true}`. */
+  includeUsage?: boolean;
   mode: "closed" | "open";
   concurrency?: number;
   rate?: number;
   seconds: number;
   warmupSeconds?: number;
   words?: number;
+  /** Text every successful answer must contain. */
+  expect?: string;
+  /** Return every measured latency (ms, microsecond precision) as `samples_ms`. */
+  samples?: boolean;
 }
 
 const options = JSON.parse(process.argv[2] ?? "{}") as Options;
 const content = Array.from({ length: options.words ?? 16 }, (_, i) => `word${i}`).join(" ");
-const body = JSON.stringify({ model: options.model, stream: options.stream, messages: [{ role: "user", content }] });
-const headers: Record<string, string> = { "content-type": "application/json" };
+const body = JSON.stringify({
+  model: options.model,
+  stream: options.stream,
+  ...(options.stream && options.includeUsage ? { stream_options: { include_usage: true } } : {}),
+  messages: [{ role: "user", content }],
+});
+const headers: Record<string, string> = { "content-type": "application/json", ...options.headers };
 if (options.key) headers.authorization = `Bearer ${options.key}`;
 const endpoint = `${options.url}/v1/chat/completions`;
 
@@ -30,11 +54,15 @@ async function once(): Promise<boolean> {
   const response = await fetch(endpoint, { method: "POST", headers, body });
   const text = await response.text();
   if (response.status !== 200) return false;
+  if (options.expect !== undefined && !text.includes(options.expect)) return false;
   return options.stream ? text.endsWith("data: [DONE]\n\n") : text.includes('"finish_reason"');
 }
 
 const latencies: number[] = [];
+const lags: number[] = [];
 let errors = 0;
+/** Every request finished, warm-up included (to divide the servers' CPU time by). */
+let finished = 0;
 let recording = false;
 
 async function timed(): Promise<void> {
@@ -45,6 +73,7 @@ async function timed(): Promise<void> {
   } catch {
     ok = false;
   }
+  finished++;
   if (!recording) return;
   if (ok) latencies.push(performance.now() - start);
   else errors++;
@@ -61,12 +90,18 @@ async function run(seconds: number): Promise<number> {
   } else {
     const interval = 1000 / (options.rate ?? 100);
     const inflight: Promise<void>[] = [];
-    let next = performance.now();
+    let next = started;
     while (next < until) {
       const wait = next - performance.now();
-      if (wait > 0) await Bun.sleep(wait);
-      inflight.push(timed());
-      next += interval;
+      // Bun.sleep rounds waits below 1 ms down to nothing, so a request less than 1 ms from its slot
+      // is sent at once (never busy-waiting on a core the servers need).
+      if (wait >= 1) await Bun.sleep(wait);
+      const now = performance.now();
+      while (next < now + 1 && next < until) {
+        if (recording) lags.push(Math.max(0, now - next));
+        inflight.push(timed());
+        next += interval;
+      }
     }
     await Promise.all(inflight);
   }
@@ -77,9 +112,21 @@ await run(options.warmupSeconds ?? 1);
 recording = true;
 const elapsed = await run(options.seconds);
 latencies.sort((a, b) => a - b);
-const pct = (p: number) => latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))] ?? Number.NaN;
+lags.sort((a, b) => a - b);
+const pct = (xs: number[], p: number) => xs[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))] ?? Number.NaN;
+const us = (ms: number) => Math.round(ms * 1000) / 1000;
 process.stdout.write(
-  `${JSON.stringify({ requests: latencies.length, errors, rps: latencies.length / elapsed, p50_ms: pct(50), p99_ms: pct(99) })}\n`,
+  `${JSON.stringify({
+    requests: latencies.length,
+    total_requests: finished,
+    errors,
+    rps: latencies.length / elapsed,
+    p50_ms: pct(latencies, 50),
+    p99_ms: pct(latencies, 99),
+    lag_p99_ms: pct(lags, 99),
+    lag_max_ms: lags.at(-1) ?? Number.NaN,
+    ...(options.samples ? { samples_ms: latencies.map(us) } : {}),
+  })}\n`,
 );
 
 export {};
