@@ -94,6 +94,10 @@ async function startRealProvider(url: string, token: string): Promise<AsyncDispo
     BUILD,
     "--max-concurrency",
     "1024",
+    // A development identity at trust `hardware`: the provider signs a receipt for every answer and
+    // the coordinator verifies it, as in production.
+    "--dev-attestation",
+    "on",
   ]);
   await provider.connected;
   return provider;

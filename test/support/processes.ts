@@ -100,13 +100,14 @@ export interface ProviderProcess extends AsyncDisposable {
 
 /** Starts `umbra-provider start` with the given flags (coordinator and token included by the caller). */
 export function startProvider(args: readonly string[], env: Record<string, string> = {}): ProviderProcess {
+  const home = mkdtempSync(join(tmpdir(), "umbra-provider-home-"));
   const proc = Bun.spawn([BUN, join(ROOT, "src/provider/main.ts"), "start", ...args], {
     cwd: ROOT,
     // Each provider gets its own folder (pid, state and log files; one `start` per folder).
     env: {
       PATH: process.env.PATH ?? "",
       HOME: process.env.HOME ?? tmpdir(),
-      UMBRA_PROVIDER_HOME: mkdtempSync(join(tmpdir(), "umbra-provider-home-")),
+      UMBRA_PROVIDER_HOME: home,
       ...env,
     },
     stdin: "ignore",
@@ -121,6 +122,7 @@ export function startProvider(args: readonly string[], env: Record<string, strin
     async [Symbol.asyncDispose]() {
       proc.kill("SIGKILL");
       await proc.exited;
+      rmSync(home, { recursive: true, force: true });
     },
   };
 }
