@@ -25,7 +25,7 @@ import { join } from "node:path";
 import type { Subprocess } from "bun";
 import { type Inference, parseCoordinatorFrame } from "../../src/protocol/messages.ts";
 import { type Behaviour, connectFakeProvider, echo, type FakeProvider } from "../support/fake-provider.ts";
-import { BUN, ROOT } from "../support/processes.ts";
+import { adminClient, BUN, ROOT } from "../support/processes.ts";
 import { waitFor } from "../support/wait.ts";
 
 const ADMIN = "reliability-admin-token-0123456789abcdef012345";
@@ -153,15 +153,7 @@ export async function coordinatorProcess(
     db ??= new Database(dbPath, { readonly: true });
     return db;
   };
-  const admin = async <T>(method: string, path: string, body?: unknown): Promise<T> => {
-    const response = await fetch(`${url}/admin/v1${path}`, {
-      method,
-      headers: { authorization: `Bearer ${ADMIN}`, "content-type": "application/json" },
-      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-    });
-    if (!response.ok) throw new Error(`admin ${method} ${path}: ${response.status} ${await response.text()}`);
-    return (await response.json()) as T;
-  };
+  const admin = adminClient(url, ADMIN);
   let stopped: Promise<number> | undefined;
   const stop = (signal: "SIGKILL" | "SIGTERM") => {
     stopped ??= (async () => {

@@ -62,15 +62,7 @@ export async function startCoordinator(env: Record<string, string> = {}, options
     stderr: "pipe",
   });
   const url = await waitForLine(proc.stderr, /"msg":"coordinator listening","url":"(http:\/\/[^"]+)"/, "coordinator");
-  const admin = async <T>(method: string, path: string, body?: unknown): Promise<T> => {
-    const response = await fetch(`${url}/admin/v1${path}`, {
-      method,
-      headers: { authorization: `Bearer ${ADMIN}`, "content-type": "application/json" },
-      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-    });
-    if (!response.ok) throw new Error(`admin ${method} ${path}: ${response.status} ${await response.text()}`);
-    return (await response.json()) as T;
-  };
+  const admin = adminClient(url, ADMIN);
   return {
     url,
     proc,
@@ -89,6 +81,19 @@ export async function startCoordinator(env: Record<string, string> = {}, options
       await proc.exited;
       if (!options.dir) rmSync(dir, { recursive: true, force: true });
     },
+  };
+}
+
+/** Calls a coordinator's admin API with `token`; throws on any status but 2xx. */
+export function adminClient(url: string, token: string) {
+  return async <T>(method: string, path: string, body?: unknown): Promise<T> => {
+    const response = await fetch(`${url}/admin/v1${path}`, {
+      method,
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    });
+    if (!response.ok) throw new Error(`admin ${method} ${path}: ${response.status} ${await response.text()}`);
+    return (await response.json()) as T;
   };
 }
 
