@@ -8,9 +8,10 @@
  * concurrency can pass a limit: JavaScript runs one check at a time.
  *
  * One serial writer loop owns every store interaction that changes or re-reads money: it commits the
- * queued settlements as one batch (everything that queued since the last commit), then applies the batch's new balances and drops the committed charges from
- * `pending` in the same step, so `available` is exact at every moment. Balance refreshes (to see credits written by another
- * process, such as the admin CLI) run in the same loop, so they never race a commit.
+ * queued settlements as one batch (everything that queued since the last commit), then applies the
+ * batch's new balances and drops the committed charges from `pending` in the same step, so `available`
+ * is exact at every moment. Balance refreshes (to see credits written by another process, such as the
+ * admin CLI) run in the same loop, so they never race a commit.
  *
  * A settlement's promise resolves once its batch is durable: callers finish the response after that,
  * so a delivered response's charge survives a crash. Reservations live only in memory: a restarted
