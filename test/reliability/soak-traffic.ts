@@ -4,6 +4,8 @@
  * error code, how a stream ended, the x-request-id and usage of an answer, and whether the kind allows it.
  * Requests carry synthetic words only; nothing of an answer's text is kept.
  */
+
+import { seededRandom } from "../support/random.ts";
 import { sseReader } from "../support/server.ts";
 import { type Answer, expectEnvelope } from "./fuzz-inputs.ts";
 
@@ -94,18 +96,6 @@ const INVALID_BODIES = [
 /** A safety net only: a request still without an answer after this long counts as "no answer". */
 const REQUEST_DEADLINE_MS = 120_000;
 
-/** mulberry32: a small seeded generator. */
-function generator(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 export class Traffic {
   readonly outcomes: Outcome[] = [];
   private readonly random: () => number;
@@ -114,7 +104,7 @@ export class Traffic {
     private readonly world: SoakWorld,
     seed: number,
   ) {
-    this.random = generator(seed);
+    this.random = seededRandom(seed);
   }
 
   /** `workers` loops, each sending one request after another, until `ms` have passed. */

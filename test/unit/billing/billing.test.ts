@@ -24,6 +24,7 @@ import { Wallets } from "../../../src/billing/wallets.ts";
 import type { Logger } from "../../../src/observability/logger.ts";
 import type { Usage } from "../../../src/protocol/messages.ts";
 import type { MoneyStore, Settlement, SettleResult } from "../../../src/store/money-types.ts";
+import { seededRandom } from "../../support/random.ts";
 
 const T0 = 1_790_000_000_000;
 
@@ -33,18 +34,6 @@ function rates(input: number, output: number, cacheRead: number): Rates {
 
 function utf8(text: string): number {
   return new TextEncoder().encode(text).byteLength;
-}
-
-/** A deterministic pseudo-random source (mulberry32), so property checks are reproducible. */
-function random(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
-  };
 }
 
 describe("promptTokenBound", () => {
@@ -67,7 +56,7 @@ describe("promptTokenBound", () => {
   });
 
   test("is the UTF-8 byte count of every role and content plus the overheads (random texts)", () => {
-    const next = random(7);
+    const next = seededRandom(7);
     const alphabet = ["a", "Z", " ", "\n", "é", "ß", "Ж", "漢", "字", "한", "😀", "👍🏽", "𝄞", "\u0000", "\u{10ffff}"];
     for (let i = 0; i < 200; i++) {
       const messages = Array.from({ length: 1 + Math.floor(next() * 4) }, () => ({
@@ -116,7 +105,7 @@ describe("reservationFor", () => {
   });
 
   test("covers the charge of any usage within the bounds (cache-read at or below input)", () => {
-    const next = random(11);
+    const next = seededRandom(11);
     for (let i = 0; i < 2_000; i++) {
       const input = Math.floor(next() * 3_000_000);
       const r = rates(input, Math.floor(next() * 3_000_000), Math.floor(next() * (input + 1)));

@@ -16,19 +16,7 @@ async function seeded(path: string) {
   const store = createSqliteStore(path);
   await store.accounts.create({ id: "acct-1", name: "a", at: 1 });
   await store.accounts.credit({ accountId: "acct-1", amount: 1_000, at: 1 });
-  await store.keys.create({
-    id: "key-1",
-    accountId: "acct-1",
-    keyHash: "hash-1",
-    hint: "abcd",
-    name: null,
-    allowedModels: null,
-    spendCap: null,
-    rpm: null,
-    tpm: null,
-    selfRouteOnly: false,
-    createdAt: 1,
-  });
+  await store.keys.create(keyRecord("key-1", "hash-1"));
   await store.catalog.upsertBuild(
     {
       id: "org/build",
@@ -95,34 +83,7 @@ describe("cached lookups stay exact", () => {
     using dir = tempDir();
     const store = await seeded(join(dir.path, "u.db"));
     expect((await store.keys.findByHash("hash-1"))?.spent).toBe(0);
-    await store.money.settle([
-      {
-        requestId: "req-1",
-        accountId: "acct-1",
-        keyId: "key-1",
-        charge: 7,
-        providerAccountId: null,
-        earning: 0,
-        fee: 7,
-        at: 2,
-        usage: {
-          requestId: "req-1",
-          accountId: "acct-1",
-          keyId: "key-1",
-          model: "org/build",
-          buildId: "org/build",
-          providerId: null,
-          promptTokens: 1,
-          cachedTokens: 0,
-          completionTokens: 1,
-          cost: 7,
-          startedAt: 2,
-          firstContentMs: null,
-          durationMs: 1,
-          outcome: "completed",
-        },
-      },
-    ]);
+    await store.money.settle([settlementOf("req-1", "key-1", 7)]);
     expect((await store.keys.findByHash("hash-1"))?.spent).toBe(7);
     store.close();
   });
@@ -130,7 +91,7 @@ describe("cached lookups stay exact", () => {
   test("settlements patch cached key records in place; keys not yet cached are read fresh", async () => {
     using dir = tempDir();
     const store = await seeded(join(dir.path, "u.db"));
-    await store.keys.create({ ...keyTwo, keyHash: "hash-2" });
+    await store.keys.create(keyRecord("key-2", "hash-2"));
     const cached = await store.keys.findByHash("hash-1");
     for (let i = 0; i < 5; i++) await store.money.settle([settlementOf(`req-a${i}`, "key-1", 3), settlementOf(`req-b${i}`, "key-2", 4)]);
     // key-1 was cached before the settlements (patched); key-2 is read for the first time now.
@@ -165,18 +126,21 @@ describe("EpochCache.patch", () => {
   });
 });
 
-const keyTwo = {
-  id: "key-2",
-  accountId: "acct-1",
-  hint: "efgh",
-  name: null,
-  allowedModels: null,
-  spendCap: null,
-  rpm: null,
-  tpm: null,
-  selfRouteOnly: false,
-  createdAt: 1,
-};
+function keyRecord(id: string, keyHash: string) {
+  return {
+    id,
+    accountId: "acct-1",
+    keyHash,
+    hint: "abcd",
+    name: null,
+    allowedModels: null,
+    spendCap: null,
+    rpm: null,
+    tpm: null,
+    selfRouteOnly: false,
+    createdAt: 1,
+  };
+}
 
 function settlementOf(requestId: string, keyId: string, charge: number): Settlement {
   return {
