@@ -18,7 +18,8 @@
  * Guard order per consumer route: auth -> handler. The chat handler then applies, in order: validation,
  * model and allowlist, rate limit (429), reservation (402), admission and dispatch (chat-service.ts).
  * `handle` wraps Elysia to time every request under its route template for /metrics, and remembers the
- * peer address the server hands in (per-address limits of the device login).
+ * connection the server hands in (the peer address for the device login's limits, asked for lazily; the
+ * chat route's body-read hook).
  */
 import { Elysia } from "elysia";
 import type { AdminService } from "../admin/admin-service.ts";
@@ -61,19 +62,25 @@ export interface HttpDeps {
   readonly metrics: Metrics;
 }
 
-export interface HttpApp {
+/** What the server knows of a request's connection (nothing in-process). */
+export interface Connection {
+  /** The peer's address, asked for only by the routes that use it (the device login's limits). */
+  readonly address: () => string | undefined;
   /**
-   * Handles one request (tests call this in-process; the server calls it per request with the peer's
-   * address, undefined in-process). `bodyRead` is called once the chat route has its whole request body
-   * (the server lifts the idle timeout for the answer then, not while the body may still stall).
+   * Called once the chat route has its whole request body: the server lifts the idle timeout for the
+   * answer then, not while the body may still stall.
    */
-  handle(request: Request, clientAddress?: string, bodyRead?: () => void): Promise<Response>;
+  readonly bodyRead?: () => void;
+}
+
+export interface HttpApp {
+  /** Handles one request (tests call this in-process; the server calls it per request with its connection). */
+  handle(request: Request, connection?: Connection): Promise<Response>;
 }
 
 export function createHttpApp(deps: HttpDeps): HttpApp {
   const routes = new WeakMap<Request, string>();
-  const addresses = new WeakMap<Request, string>();
-  const bodyReads = new WeakMap<Request, () => void>();
+  const connections = new WeakMap<Request, Connection>();
   // standardHostname off: Elysia otherwise assumes "http://" plus at least 4 host characters and cuts the
   // path wrongly for a short Host (`http://api/v1/...`, a container name on port 80): every route 404s.
   const app = new Elysia({ name: "umbra", handler: { standardHostname: false } })
@@ -85,15 +92,14 @@ export function createHttpApp(deps: HttpDeps): HttpApp {
     .use(pricingRoutes(deps))
     .use(attestationRoutes(deps))
     .use(modelRoutes(deps))
-    .use(chatRoutes({ ...deps, bodyRead: (request) => bodyReads.get(request)?.() }))
-    .use(deviceRoutes({ ...deps, clientAddress: (request) => addresses.get(request) }))
+    .use(chatRoutes({ ...deps, bodyRead: (request) => connections.get(request)?.bodyRead?.() }))
+    .use(deviceRoutes({ ...deps, clientAddress: (request) => connections.get(request)?.address() }))
     .use(adminRoutes(deps));
 
   return {
-    async handle(request, clientAddress, bodyRead) {
+    async handle(request, connection) {
       const started = performance.now();
-      if (clientAddress !== undefined) addresses.set(request, clientAddress);
-      if (bodyRead !== undefined) bodyReads.set(request, bodyRead);
+      if (connection !== undefined) connections.set(request, connection);
       const response = await app.handle(request);
       deps.metrics.observeHttp(request.method, routes.get(request) ?? "unmatched", response.status, (performance.now() - started) / 1000);
       return response;

@@ -48,9 +48,9 @@ export function listen(app: App, host = app.config.host, port = app.config.port,
     fetch: (request, srv) => {
       const path = pathOf(request.url);
       if (path === PROVIDER_CONNECT_PATH) return socket.upgrade(request, srv);
-      const address = srv.requestIP(request)?.address;
-      if (path === CHAT_PATH) return app.http.handle(request, address, () => srv.timeout(request, 0));
-      return app.http.handle(request, address);
+      const address = () => srv.requestIP(request)?.address;
+      if (path === CHAT_PATH) return app.http.handle(request, { address, bodyRead: () => srv.timeout(request, 0) });
+      return app.http.handle(request, { address });
     },
     websocket: socket.websocket,
     error: () =>
