@@ -197,6 +197,8 @@ export interface AdminHooks {
   reservedFor?(accountId: string): number;
   /** Credit was added: the running coordinator re-reads the balance it holds in memory. */
   accountCredited?(accountId: string): void;
+  /** Resolves once every settlement made durable so far is in the store (journaled ones are applied later). */
+  settled?(): Promise<void>;
 }
 
 export class AdminService {
@@ -206,7 +208,9 @@ export class AdminService {
     private readonly hooks: AdminHooks = {},
   ) {}
 
+  /** Reads an account for a report: balances, ledgers and usage include every answer delivered so far. */
   private async account(id: string, param = "account_id"): Promise<Account> {
+    await this.hooks.settled?.();
     const account = await this.store.accounts.get(id);
     if (!account) throw Errors.notFound(`no account '${id.slice(0, 64)}'`, param);
     return account;
@@ -234,6 +238,7 @@ export class AdminService {
   }
 
   async listAccounts() {
+    await this.hooks.settled?.();
     return { object: "list" as const, data: (await this.store.accounts.list()).map((a) => this.accountJson(a)) };
   }
 

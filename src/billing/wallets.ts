@@ -27,6 +27,14 @@
  * last RATE_WINDOW_MS) every settlement is committed at once. At 500 req/s the gap was the largest part
  * of the latency Umbra adds (1.2 of 2.6 ms at p50, bench/README.md "overhead against peers"), while
  * one-settlement commits at that rate cost a few percent of one core.
+ *
+ * Settlement journal: when the store has one (the coordinator's SQLite file, src/store/journal.ts) and
+ * commits would be spaced, a group is made durable by appending it to the journal instead (one write,
+ * no gap to wait out), its callers are released at once, and the journaled settlements are applied to
+ * the store JOURNAL_APPLY_MS later (or as soon as MAX_BATCH of them are waiting) in one larger commit,
+ * after which the journal is emptied. Until applied, their charges stay in `pending`, so `available` is
+ * exact throughout. At start, settlements a killed process left in the journal are applied before any
+ * load or refresh (they run in the same loop), so no balance is read without them.
  */
 import { Errors } from "../errors/api-error.ts";
 import type { Logger } from "../observability/logger.ts";
@@ -75,6 +83,8 @@ const COMMIT_GAP_MS = 2;
 const SPACED_ABOVE_PER_SECOND = 1_000;
 /** The window the settlement rate is measured over, in ms. */
 const RATE_WINDOW_MS = 100;
+/** How long journaled settlements wait before they are applied to the store, in ms. */
+const JOURNAL_APPLY_MS = 50;
 
 export interface WalletOptions {
   /** Told about every committed batch (metrics). */
@@ -83,6 +93,8 @@ export interface WalletOptions {
   readonly commitGapMs?: number;
   /** Settlements per second from which commits are spaced (SPACED_ABOVE_PER_SECOND; 0: always). */
   readonly spacedAbovePerSecond?: number;
+  /** How long journaled settlements wait before they are applied, in ms (JOURNAL_APPLY_MS). */
+  readonly journalApplyMs?: number;
 }
 
 /** Work for the writer loop besides commits: loads and refreshes. */
@@ -102,12 +114,21 @@ export class Wallets {
   private windowStart = 0;
   private windowCount = 0;
   private idle: (() => void)[] = [];
+  /** Journaled settlements not yet applied to the store (their callers are released already). */
+  private unapplied: Queued[] = [];
+  private applyDue = false;
+  /** Something was journaled since the journal was last emptied. */
+  private journalDirty = false;
+  private applyTimer: ReturnType<typeof setTimeout> | undefined;
 
   constructor(
     private readonly store: MoneyStore,
     private readonly logger: Logger,
     private readonly options: WalletOptions = {},
-  ) {}
+  ) {
+    const recovered = store.journal?.recovered ?? [];
+    if (recovered.length > 0) void this.inLoop(() => this.recover(recovered));
+  }
 
   /** Money currently held for an account's requests in flight (admin: reserved amount). */
   reservedFor(accountId: string): number {
@@ -189,10 +210,25 @@ export class Wallets {
     });
   }
 
-  /** Resolves when every queued settlement is durable (shutdown). */
+  /** Resolves when every queued settlement is durable and applied to the store (shutdown, reports). */
   flushed(): Promise<void> {
-    if (!this.running && this.queue.length === 0 && this.tasks.length === 0) return Promise.resolve();
-    return new Promise((resolve) => this.idle.push(resolve));
+    if (!this.running && this.queue.length === 0 && this.tasks.length === 0 && this.unapplied.length === 0) return Promise.resolve();
+    return new Promise((resolve) => {
+      this.idle.push(resolve);
+      this.kick();
+    });
+  }
+
+  /**
+   * Resolves once every settlement that is durable now (its answer may have been delivered) is in the
+   * store, journaled ones included: reports read the store. Does not wait for later traffic.
+   */
+  applied(): Promise<void> {
+    if (this.unapplied.length === 0) return Promise.resolve();
+    return this.inLoop(async () => {
+      if (this.unapplied.length > 0) await this.commitTimed(this.unapplied.splice(0));
+      this.journalApplied();
+    });
   }
 
   /** Re-reads an account's durable balance in the writer loop (a credit was written elsewhere). */
@@ -265,11 +301,16 @@ export class Wallets {
     if (this.running) return;
     this.running = true;
     // Quiet traffic is committed at once; under load the writer waits out the rest of the gap so that
-    // more settlements share one commit. Loads and refreshes (tasks) never wait: a request is behind them.
-    const spaced = this.rate >= (this.options.spacedAbovePerSecond ?? SPACED_ABOVE_PER_SECOND);
-    const wait = spaced ? (this.options.commitGapMs ?? COMMIT_GAP_MS) - (performance.now() - this.lastCommit) : 0;
+    // more settlements share one commit, unless a journal makes them durable without a commit. Loads and
+    // refreshes (tasks) never wait: a request is behind them.
+    const wait =
+      this.spaced() && !this.store.journal ? (this.options.commitGapMs ?? COMMIT_GAP_MS) - (performance.now() - this.lastCommit) : 0;
     if (wait > 0 && this.tasks.length === 0 && this.queue.length < MAX_BATCH) setTimeout(() => void this.loop(), wait);
     else setImmediate(() => void this.loop());
+  }
+
+  private spaced(): boolean {
+    return this.rate >= (this.options.spacedAbovePerSecond ?? SPACED_ABOVE_PER_SECOND);
   }
 
   private async loop(): Promise<void> {
@@ -279,21 +320,83 @@ export class Wallets {
       for (const task of tasks) await this.runTask(task);
       if (this.queue.length > 0) {
         const batch = this.queue.length > MAX_BATCH ? this.queue.splice(0, MAX_BATCH) : this.queue.splice(0);
-        const started = performance.now();
-        this.lastCommit = started;
-        await this.commit(batch);
-        this.options.observeCommit?.(batch.length, (performance.now() - started) / 1000);
+        if (!(this.spaced() && this.journaled(batch))) await this.commitTimed(this.unapplied.splice(0).concat(batch));
       }
+      if (this.unapplied.length >= MAX_BATCH || (this.unapplied.length > 0 && (this.applyDue || this.idle.length > 0))) {
+        await this.commitTimed(this.unapplied.splice(0));
+      }
+      if (this.unapplied.length === 0) this.journalApplied();
     } finally {
       this.running = false;
-      if (this.queue.length > 0 || this.tasks.length > 0) {
+      if (this.queue.length > 0 || this.tasks.length > 0 || (this.unapplied.length > 0 && this.idle.length > 0)) {
         this.kick();
-      } else {
+      } else if (this.unapplied.length === 0) {
         const idle = this.idle;
         this.idle = [];
         for (const resolve of idle) resolve();
       }
     }
+  }
+
+  /**
+   * Makes `batch` durable in the journal and releases its callers; the settlements wait in `unapplied`
+   * for the next apply. False (nothing done) when there is no journal or it cannot be written.
+   */
+  private journaled(batch: Queued[]): boolean {
+    const journal = this.store.journal;
+    if (!journal) return false;
+    try {
+      journal.append(batch.map((q) => q.settlement));
+    } catch (e) {
+      this.logger.error("settlement journal write failed; committing directly", { error_name: e instanceof Error ? e.name : "error" });
+      return false;
+    }
+    this.journalDirty = true;
+    for (const q of batch) {
+      this.unapplied.push(q);
+      q.resolve();
+    }
+    if (this.applyTimer === undefined) {
+      this.applyTimer = setTimeout(() => {
+        this.applyTimer = undefined;
+        this.applyDue = true;
+        this.kick();
+      }, this.options.journalApplyMs ?? JOURNAL_APPLY_MS);
+      // Shutdown applies what is left (flushed); the timer alone keeps no process alive.
+      this.applyTimer.unref?.();
+    }
+    return true;
+  }
+
+  /** Everything journaled is in the store: empty the journal (once per apply, not per direct commit). */
+  private journalApplied(): void {
+    if (!this.journalDirty) return;
+    this.journalDirty = false;
+    this.applyDue = false;
+    clearTimeout(this.applyTimer);
+    this.applyTimer = undefined;
+    try {
+      this.store.journal?.clear();
+    } catch (e) {
+      // Harmless for money (applying again changes nothing); the file only grows until the next clear.
+      this.logger.warn("settlement journal could not be emptied", { error_name: e instanceof Error ? e.name : "error" });
+    }
+  }
+
+  /** Applies what a killed process left in the journal (some may be in the store already), then empties it. */
+  private async recover(recovered: readonly Settlement[]): Promise<void> {
+    for (let i = 0; i < recovered.length; i += MAX_BATCH) {
+      await this.commit(recovered.slice(i, i + MAX_BATCH).map((settlement) => ({ settlement, hold: undefined, resolve: () => {} })));
+    }
+    this.store.journal?.clear();
+    this.logger.info("settlement journal applied", { settlements: recovered.length });
+  }
+
+  private async commitTimed(batch: Queued[]): Promise<void> {
+    const started = performance.now();
+    this.lastCommit = started;
+    await this.commit(batch);
+    this.options.observeCommit?.(batch.length, (performance.now() - started) / 1000);
   }
 
   private async runTask(task: Task): Promise<void> {

@@ -64,6 +64,11 @@ export interface Config {
   readonly platformFeePercent: number;
   /** Billing and rate limits; off only in development (benchmarks compare both). */
   readonly metering: boolean;
+  /**
+   * Settlements per second from which they are grouped (journaled and applied to the database in larger
+   * commits, src/billing/wallets.ts); below it each is committed at once. 0: always grouped.
+   */
+  readonly settlementGroupAbove: number;
   /** Requests and tokens per minute for keys (and JWT callers) without their own limits; null = none. */
   readonly defaultRpm: number | null;
   readonly defaultTpm: number | null;
@@ -165,6 +170,12 @@ export const SETTINGS = {
     values: ["on", "off"],
     help: "billing and rate limits (off: development only)",
   },
+  settlementGroupAbove: {
+    flag: "settlement-group-above",
+    env: "UMBRA_SETTLEMENT_GROUP_ABOVE",
+    kind: "int",
+    help: "settlements per second from which they are grouped (0 = always)",
+  },
   defaultRpm: {
     flag: "default-rpm",
     env: "UMBRA_DEFAULT_RPM",
@@ -235,6 +246,7 @@ const DEFAULTS = {
   providerLivenessMs: 15_000,
   platformFeePercent: 10,
   maxQueuedPerModel: 64,
+  settlementGroupAbove: 1_000,
   challengeIntervalMs: 300_000,
   challengeTimeoutMs: 30_000,
 } as const;
@@ -376,6 +388,13 @@ export function loadConfig(flags: FlagValues, env: Env, defaultMode: Mode = "pro
     providerLivenessMs: intOf("providerLivenessMs", raw("providerLivenessMs", flags, env), DEFAULTS.providerLivenessMs, 20, 3_600_000),
     platformFeePercent: intOf("platformFeePercent", raw("platformFeePercent", flags, env), DEFAULTS.platformFeePercent, 0, 100),
     metering: enumOf<"on" | "off">("metering", raw("metering", flags, env), "on") === "on",
+    settlementGroupAbove: intOf(
+      "settlementGroupAbove",
+      raw("settlementGroupAbove", flags, env),
+      DEFAULTS.settlementGroupAbove,
+      0,
+      1_000_000_000,
+    ),
     defaultRpm: intOf("defaultRpm", raw("defaultRpm", flags, env), 0, 0, 1_000_000_000) || null,
     defaultTpm: intOf("defaultTpm", raw("defaultTpm", flags, env), 0, 0, 1_000_000_000_000) || null,
     maxQueuedPerModel: intOf("maxQueuedPerModel", raw("maxQueuedPerModel", flags, env), DEFAULTS.maxQueuedPerModel, 0, 1_000_000),

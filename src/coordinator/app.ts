@@ -136,13 +136,17 @@ export function createApp(deps: AppDeps): App {
     now,
   }).start();
   const catalog = new CatalogService(store.catalog, deps.fleet ?? fleet, pricing);
-  const wallets = new Wallets(store.money, logger, { observeCommit: (n, seconds) => metrics.observeSettlementCommit(n, seconds) });
+  const wallets = new Wallets(store.money, logger, {
+    spacedAbovePerSecond: config.settlementGroupAbove,
+    observeCommit: (n, seconds) => metrics.observeSettlementCommit(n, seconds),
+  });
   const billing = new Billing(wallets, config);
   const limiter = new RateLimiter({ now });
   const admin = new AdminService(store, now, {
     providerTokenRevoked: (id) => fleet.disconnectToken(id),
     reservedFor: (id) => wallets.reservedFor(id),
     accountCredited: (id) => void wallets.refresh(id),
+    settled: () => wallets.applied(),
   });
   // A token revoked by another process (the admin CLI) is noticed within one interval.
   const recheck = setInterval(() => {

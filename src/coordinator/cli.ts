@@ -31,7 +31,7 @@ const print = (text: string) => process.stdout.write(`${text}\n`);
 const printErr = (text: string) => process.stderr.write(`${text}\n`);
 
 async function serve(config: Config, dev: boolean): Promise<void> {
-  const store = createSqliteStore(config.db);
+  const store = createSqliteStore(config.db, { journal: true });
   const app = createApp({ config, store });
   const seed = dev ? await seedDevelopment(app) : undefined;
   const server = listen(app);

@@ -14,6 +14,7 @@
  * - a charge moves `charge` from the payer; `earning` goes to the provider's account and `fee` to the
  *   platform account, with earning + fee = charge when a provider is named.
  */
+import type { SettlementJournal } from "./journal.ts";
 import type { UsageRecord } from "./types.ts";
 
 /** The account that receives the platform's share of every charge. Created by the store. */
@@ -49,4 +50,9 @@ export interface MoneyStore {
   keySpent(keyId: string): Promise<number | undefined>;
   /** Applies a batch atomically (see the invariants above). Throws when any write is refused. */
   settle(batch: readonly Settlement[]): Promise<SettleResult>;
+  /**
+   * Where settlements can be made durable before `settle` applies them (src/store/journal.ts); absent
+   * when the store has none (in memory), and then every settlement waits for its `settle`.
+   */
+  readonly journal?: SettlementJournal;
 }

@@ -2,7 +2,8 @@
  * A coordinator process killed (SIGKILL) in the middle of traffic and restarted on the same database:
  * every answer a client fully received has its charge in the ledger (settlements are durable before
  * an answer's last bytes), the books still balance, and no reservation outlives the process (the whole
- * balance is available again). Real processes: coordinator and provider.
+ * balance is available again). Real processes: coordinator and provider. Run twice: settlements
+ * committed one by one, and grouped through the settlement journal (applied by the restarted process).
  */
 import { describe, expect, test } from "bun:test";
 import { promptTokenBound, reservationFor } from "../../src/billing/billing.ts";
@@ -27,10 +28,15 @@ async function chat(url: string, apiKey: string, content: string, maxTokens: num
   });
 }
 
-describe("coordinator crash", () => {
+const GROUPINGS = [
+  { name: "settlements committed one by one", env: { UMBRA_SETTLEMENT_GROUP_ABOVE: "1000000000" } },
+  { name: "settlements grouped through the journal", env: { UMBRA_SETTLEMENT_GROUP_ABOVE: "0" } },
+];
+
+describe.each(GROUPINGS)("coordinator crash, $name", ({ env }) => {
   test("killed mid-traffic and restarted: no delivered charge lost, books balance, no reservation survives", async () => {
     using dir = tempDir();
-    const first = await startCoordinator({}, { dir: dir.path });
+    const first = await startCoordinator(env, { dir: dir.path });
     // $100: small enough that one request can ask for the whole balance within the protocol's budget.
     const { apiKey, providerToken, accountId } = await first.seed([BUILD], {}, 100_000_000);
     const providerArgs = (c: CoordinatorProcess) => [
@@ -72,7 +78,7 @@ describe("coordinator crash", () => {
       stop = true;
       await Promise.all(clients);
 
-      await using second = await startCoordinator({}, { dir: dir.path });
+      await using second = await startCoordinator(env, { dir: dir.path });
       const ledger = await second.admin<Ledger>("GET", `/accounts/${accountId}/ledger?limit=1000`);
       const charged = new Set(ledger.data.filter((e) => e.kind === "charge").map((e) => e.request_id));
       expect(delivered.filter((id) => !charged.has(id))).toEqual([]);

@@ -6,8 +6,9 @@
  * the canary also comes back in completions) plus scripted fake providers for failures.
  *
  * Then the canary (UTF-8 and UTF-16LE, as written and lower-cased) must be in no log line of any
- * process, no database file (.db, -wal, -shm, while running and after a graceful stop), no error body
- * or header (JSON errors and in-band stream errors, consumer and admin), and not in /metrics. The
+ * process, no database file (.db, -wal, -shm, the settlement journal -settlements, while running and
+ * after a graceful stop), no error body or header (JSON errors and in-band stream errors, consumer and
+ * admin), and not in /metrics. The
  * harness proves it can see the canary: it must find it in the completions the client received and in
  * what the providers (the plaintext endpoint) were sent.
  */
@@ -98,6 +99,8 @@ describe("privacy canary", () => {
   test("the whole flow leaves the canary in no log line, database file, error body or header, nor /metrics", async () => {
     await using c = await startCanaryCoordinator({
       UMBRA_LOG_LEVEL: "debug",
+      // Every settlement goes through the settlement journal, so that its file is scanned with the rest.
+      UMBRA_SETTLEMENT_GROUP_ABOVE: "0",
       UMBRA_FIRST_CONTENT_TIMEOUT_MS: String(FIRST_CONTENT_TIMEOUT_MS),
       UMBRA_MAX_BODY_BYTES: String(MAX_BODY_BYTES),
     });
@@ -421,7 +424,7 @@ describe("privacy canary", () => {
       identityFieldsForwarded: 0,
       coordinatorDebugLines: true,
       providerDebugLines: true,
-      filesWhileRunning: ["umbra.db", "umbra.db-shm", "umbra.db-wal"],
+      filesWhileRunning: ["umbra.db", "umbra.db-settlements", "umbra.db-shm", "umbra.db-wal"],
       exitCode: 0,
     });
 

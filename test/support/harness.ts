@@ -80,7 +80,8 @@ export async function testApp(options: TestAppOptions = {}): Promise<TestApp> {
   let store: Store;
   try {
     config = loadConfig({}, env, "development");
-    store = createSqliteStore(config.db);
+    // As the coordinator opens it (src/coordinator/cli.ts serve): with its settlement journal.
+    store = createSqliteStore(config.db, { journal: true });
   } catch (e) {
     dir[Symbol.dispose]();
     throw e;

@@ -1,5 +1,6 @@
 /** The SQLite implementation of Store (the embedded default). */
 import { sql } from "drizzle-orm";
+import { journalPath, openJournal, type SettlementJournal } from "../journal.ts";
 import type { ApiKeyRecord, Store } from "../types.ts";
 import { sqliteAccounts } from "./accounts.ts";
 import { sqliteCatalog, sqlitePrices, sqliteUsage } from "./catalog.ts";
@@ -8,9 +9,24 @@ import { sqliteApiKeys, sqliteProviderTokens } from "./keys.ts";
 import { sqliteMoney } from "./money.ts";
 import { openSqlite } from "./open.ts";
 
+export interface SqliteStoreOptions {
+  /**
+   * Keep a settlement journal next to the database file (src/store/journal.ts): the running coordinator
+   * only. Other processes (the admin CLI) leave it to the coordinator.
+   */
+  readonly journal?: boolean;
+}
+
 /** Opens (creating and migrating) the database at `path`. Throws StoreOpenError. */
-export function createSqliteStore(path: string): Store {
+export function createSqliteStore(path: string, options: SqliteStoreOptions = {}): Store {
   const { client, db } = openSqlite(path);
+  let journal: SettlementJournal | undefined;
+  try {
+    if (options.journal && path !== ":memory:") journal = openJournal(journalPath(path));
+  } catch (e) {
+    client.close();
+    throw e;
+  }
   const freshness = new Freshness(client);
   const keysByHash = new EpochCache<ApiKeyRecord>(freshness);
   const keys = sqliteApiKeys(db, freshness, keysByHash);
@@ -22,13 +38,14 @@ export function createSqliteStore(path: string): Store {
     catalog: sqliteCatalog(db, freshness),
     prices: sqlitePrices(db, freshness),
     usage: sqliteUsage(db),
-    money: sqliteMoney(db, client, (spent) => keys.spentChanged(spent)),
+    money: sqliteMoney(db, client, (spent) => keys.spentChanged(spent), journal),
     async ping() {
       db.run(sql`SELECT 1`);
     },
     close() {
       if (closed) return;
       closed = true;
+      journal?.close();
       client.close();
     },
   };

@@ -11,6 +11,7 @@
  * line of defence.
  */
 import type { Database } from "bun:sqlite";
+import type { SettlementJournal } from "../journal.ts";
 import { type MoneyStore, PLATFORM_ACCOUNT_ID, type Settlement, type SettleResult } from "../money-types.ts";
 import { accounts, balances } from "../schema.ts";
 import type { Db } from "./open.ts";
@@ -34,7 +35,12 @@ type UsageRow = [
 ];
 
 /** `keysChanged` gets the new spent totals after a batch that moved any (cached key records hold them). */
-export function sqliteMoney(db: Db, client: Database, keysChanged: (spent: ReadonlyMap<string, number>) => void): MoneyStore {
+export function sqliteMoney(
+  db: Db,
+  client: Database,
+  keysChanged: (spent: ReadonlyMap<string, number>) => void,
+  journal?: SettlementJournal,
+): MoneyStore {
   let platformReady = false;
 
   // Every statement of the settlement path is bun:sqlite's own prepared statement on the same
@@ -135,6 +141,7 @@ export function sqliteMoney(db: Db, client: Database, keysChanged: (spent: Reado
   });
 
   return {
+    journal,
     balance: async (accountId) => balanceOf.get(accountId)?.balance,
     keySpent: async (keyId) => spentOf.get(keyId)?.spent,
     async settle(batch): Promise<SettleResult> {

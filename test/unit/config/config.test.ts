@@ -35,6 +35,7 @@ describe("loadConfig", () => {
       defaultRpm: null,
       defaultTpm: null,
       maxQueuedPerModel: 64,
+      settlementGroupAbove: 1_000,
       challengeIntervalMs: 300_000,
       challengeTimeoutMs: 30_000,
       attestation: "dev",

@@ -1,0 +1,119 @@
+/**
+ * The settlement journal: an append-only file in front of the database's settlement commits.
+ *
+ * Under load the coordinator makes a settled charge durable by appending it here (one write per group of
+ * settlements, a few microseconds) and applies the journaled settlements to the database in larger
+ * batches a little later (src/billing/wallets.ts). A database commit costs a WAL frame per page it
+ * touches whatever the batch size, so larger, rarer batches cost far less per settlement than the small,
+ * frequent ones a response may wait for (bench/README.md "Money path").
+ *
+ * Durability is the database's own: `synchronous = NORMAL` survives a killed process, not a power loss,
+ * and so does a write() to this file. After every batch is in the database the file is emptied; what is
+ * left at start (the process was killed) is read back and applied before any money moves. Applying is
+ * idempotent (a settlement's usage row is its marker), so a settlement that reached the database before
+ * the kill is not applied twice.
+ *
+ * Format: one JSON settlement per line, a group per write. A killed process can leave at most a torn last
+ * line, which was never acknowledged and is ignored; damage anywhere else refuses the start (the file
+ * holds charges nobody else has).
+ *
+ * The file holds ids, model names, token counts and amounts: never content (docs/security.md).
+ */
+import { closeSync, ftruncateSync, openSync, readFileSync, writeSync } from "node:fs";
+import type { Settlement } from "./money-types.ts";
+import { StoreOpenError } from "./types.ts";
+
+export interface SettlementJournal {
+  /** Settlements found in the file when it was opened (a killed process left them); may be applied already. */
+  readonly recovered: readonly Settlement[];
+  /** Appends settlements; returns once the write is done. Throws when the file cannot be written. */
+  append(batch: readonly Settlement[]): void;
+  /** Every settlement appended so far (and every recovered one) is in the database: empties the file. */
+  clear(): void;
+  close(): void;
+}
+
+/** The journal's path for a database file. */
+export function journalPath(databasePath: string): string {
+  return `${databasePath}-settlements`;
+}
+
+/** Opens (creating, mode 0600) the journal at `path` and reads what a previous process left. */
+export function openJournal(path: string): SettlementJournal {
+  let text = "";
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw new StoreOpenError(`cannot read settlement journal ${path}: ${reason(e)}`);
+  }
+  const recovered = parseJournal(text, path);
+  let fd: number;
+  try {
+    fd = openSync(path, "a", 0o600);
+  } catch (e) {
+    throw new StoreOpenError(`cannot open settlement journal ${path}: ${reason(e)}`);
+  }
+  let open = true;
+  return {
+    recovered,
+    append(batch) {
+      if (batch.length === 0) return;
+      let lines = "";
+      for (const s of batch) lines += `${JSON.stringify(s)}\n`;
+      const bytes = Buffer.from(lines);
+      let written = 0;
+      // O_APPEND: each write lands at the end; a short write (disk full) continues or throws.
+      while (written < bytes.length) written += writeSync(fd, bytes, written);
+    },
+    clear() {
+      ftruncateSync(fd, 0);
+    },
+    close() {
+      if (!open) return;
+      open = false;
+      closeSync(fd);
+    },
+  };
+}
+
+/** The settlements in a journal's text; a torn last line is dropped, any other damage throws. */
+export function parseJournal(text: string, path = "journal"): Settlement[] {
+  const lines = text.split("\n");
+  // A complete journal ends with a newline, so the last element is "" or a torn (unacknowledged) line.
+  lines.pop();
+  return lines.map((line, i) => {
+    const s = parseLine(line);
+    if (!s) throw new StoreOpenError(`settlement journal ${path} is damaged at line ${i + 1}; keep the file and restore it intact`);
+    return s;
+  });
+}
+
+function parseLine(line: string): Settlement | undefined {
+  let x: unknown;
+  try {
+    x = JSON.parse(line);
+  } catch {
+    return undefined;
+  }
+  if (typeof x !== "object" || x === null) return undefined;
+  const s = x as Record<string, unknown>;
+  const u = s.usage as Record<string, unknown> | null | undefined;
+  const ok =
+    typeof s.requestId === "string" &&
+    typeof s.accountId === "string" &&
+    (s.keyId === null || typeof s.keyId === "string") &&
+    Number.isSafeInteger(s.charge) &&
+    (s.providerAccountId === null || typeof s.providerAccountId === "string") &&
+    Number.isSafeInteger(s.earning) &&
+    Number.isSafeInteger(s.fee) &&
+    Number.isFinite(s.at) &&
+    typeof u === "object" &&
+    u !== null &&
+    u.requestId === s.requestId &&
+    typeof u.model === "string";
+  return ok ? (x as Settlement) : undefined;
+}
+
+function reason(e: unknown): string {
+  return e instanceof Error ? e.message : String(e);
+}
