@@ -2,7 +2,10 @@
  * The money path alone: reserve, then settle, through Billing, Wallets and the SQLite store on a real
  * database file, with no HTTP and no provider. Closed loop with `in_flight` requests at a time; for each
  * level: settlements per second, settlements per group commit, and CPU per settlement (this process,
- * user + system) split into the store's commits and the rest.
+ * user + system) split into the store's commits and the rest. Each level twice: `committed` (the store
+ * without a settlement journal: every group waits for its SQLite commit) and `journaled` (as the
+ * coordinator runs: from 1,000 settlements per second groups are appended to the journal and applied to
+ * SQLite in larger commits; src/billing/wallets.ts).
  *
  * `node_modules/.bin/bun bench/money.ts` (BENCH_SECONDS per level, default 2). Prints a table and writes
  * bench/results/money-<timestamp>.json.
@@ -23,9 +26,9 @@ const cpuMicros = () => {
   return c.user + c.system;
 };
 
-async function level(inFlight: number): Promise<Record<string, number>> {
+async function level(inFlight: number, journal: boolean): Promise<Record<string, number | string>> {
   const dir = mkdtempSync(join(tmpdir(), "umbra-bench-money-"));
-  const store = createSqliteStore(join(dir, "umbra.db"));
+  const store = createSqliteStore(join(dir, "umbra.db"), { journal });
   try {
     await store.accounts.create({ id: "payer", name: "payer", at: 0 });
     await store.accounts.credit({ accountId: "payer", amount: 1e15, at: 0 });
@@ -58,7 +61,8 @@ async function level(inFlight: number): Promise<Record<string, number>> {
         }
       },
     };
-    const billing = new Billing(new Wallets(counted, silentLogger), { platformFeePercent: 10 });
+    const wallets = new Wallets(counted, silentLogger);
+    const billing = new Billing(wallets, { platformFeePercent: 10 });
     const rates = { input: 65_000, output: 130_000, cacheRead: 32_500, source: "model" as const };
     let n = 0;
     const run = async (until: number) => {
@@ -95,9 +99,12 @@ async function level(inFlight: number): Promise<Record<string, number>> {
     const cpu = cpuMicros();
     const started = performance.now();
     await Promise.all(Array.from({ length: inFlight }, () => run(started + seconds * 1000)));
+    // Everything durable is also in the database before the clock stops (the journal's applies count).
+    await wallets.flushed();
     const elapsed = (performance.now() - started) / 1000;
     const total = cpuMicros() - cpu;
     return {
+      mode: journal ? "journaled" : "committed",
       in_flight: inFlight,
       settlements_per_second: Math.round(n / elapsed),
       settlements_per_commit: Number((n / Math.max(1, commits)).toFixed(1)),
@@ -111,8 +118,10 @@ async function level(inFlight: number): Promise<Record<string, number>> {
   }
 }
 
-const rows: Record<string, number>[] = [];
-for (const inFlight of [1, 8, 64, 256]) rows.push(await level(inFlight));
+const rows: Record<string, number | string>[] = [];
+for (const inFlight of [1, 8, 64, 256]) {
+  for (const journal of [false, true]) rows.push(await level(inFlight, journal));
+}
 const result = {
   benchmark: "money",
   date: new Date().toISOString(),
