@@ -41,7 +41,7 @@ import {
   type ProviderStatus,
   parseDelta,
   parseFinal,
-  parseProviderFrame,
+  parseProviderMessage,
   type ServedModel,
 } from "../protocol/messages.ts";
 import { Attempt, type AttemptOwner, attemptKey, type CancelReason, deltaChars, outputCharLimit, type VerifiedReceipt } from "./attempt.ts";
@@ -147,10 +147,12 @@ export class ProviderSession implements AttemptOwner {
   onFrame(data: string | Buffer | ArrayBuffer | Uint8Array): void {
     if (this.state === "closed") return;
     this.lastSeen = this.now();
-    let frame: ProviderFrame;
     try {
-      frame = parseProviderFrame(data);
-      this.apply(frame);
+      for (const frame of parseProviderMessage(data)) {
+        // A frame earlier in the batch may have ended the session (apply changes `state`).
+        if (this.closed) return;
+        this.apply(frame);
+      }
     } catch (e) {
       const reason = e instanceof ProtocolError ? e.message : "internal error handling a frame";
       this.terminate(CLOSE.protocolError, reason);
@@ -196,6 +198,7 @@ export class ProviderSession implements AttemptOwner {
         trust_level: this.trust,
         heartbeat_interval_ms: this.settings.heartbeatIntervalMs,
         liveness_timeout_ms: this.settings.livenessTimeoutMs,
+        batch_frames: true,
       }),
     );
     this.logger.info("provider connected", {

@@ -20,6 +20,13 @@
 export const PROTOCOL_VERSION = 1;
 /** Largest frame either side accepts, in bytes (a WebSocket larger than this is closed with 1009). */
 export const MAX_FRAME_BYTES = 1024 * 1024;
+/** Most frames in one batch message (a provider talking to a coordinator whose welcome says `batch_frames`). */
+export const MAX_BATCH_FRAMES = 4096;
+/**
+ * Most UTF-16 code units a provider puts in one batch message: at most 3 bytes of UTF-8 each, so a batch
+ * stays under MAX_FRAME_BYTES (a frame longer than this on its own is sent alone).
+ */
+export const MAX_BATCH_CHARS = 256 * 1024;
 /** Largest output budget (and model context) the protocol carries, in tokens. */
 export const MAX_TOKENS_LIMIT = 100_000_000;
 /** Largest inference frame the coordinator sends (a whole chat request). */
@@ -181,6 +188,8 @@ export interface Welcome {
   readonly trust_level: string;
   readonly heartbeat_interval_ms: number;
   readonly liveness_timeout_ms: number;
+  /** The coordinator accepts a JSON array of provider frames in one message (parseProviderMessage). */
+  readonly batch_frames?: boolean;
 }
 
 /** The chat request as the engine sees it: messages, output budget, sampling and pass-through fields. */
@@ -271,15 +280,18 @@ function obj(v: unknown, what: string): Obj {
 }
 
 function decode(text: string | Buffer | ArrayBuffer | Uint8Array, max: number): Obj {
-  const size = typeof text === "string" ? Buffer.byteLength(text) : text.byteLength;
+  return obj(decodeJson(text, max), "frame");
+}
+
+function decodeJson(text: string | Buffer | ArrayBuffer | Uint8Array, max: number): unknown {
+  // A string of n UTF-16 code units is at most 3n bytes of UTF-8: count only when it could be too long.
+  const size = typeof text === "string" ? (text.length * 3 <= max ? 0 : Buffer.byteLength(text)) : text.byteLength;
   if (size > max) fail(`frame of ${size} bytes exceeds ${max}`);
-  let value: unknown;
   try {
-    value = JSON.parse(typeof text === "string" ? text : Buffer.from(text as Uint8Array).toString("utf8"));
+    return JSON.parse(typeof text === "string" ? text : Buffer.from(text as Uint8Array).toString("utf8"));
   } catch {
-    fail("frame is not JSON");
+    return fail("frame is not JSON");
   }
-  return obj(value, "frame");
 }
 
 /** Unpadded base64url text of `min`..`max` characters. */
@@ -341,7 +353,27 @@ export function parseEngineRequest(v: unknown): EngineRequestBody {
 
 /** Parses and validates one frame a provider sent. Throws ProtocolError. */
 export function parseProviderFrame(text: string | Buffer | ArrayBuffer | Uint8Array): ProviderFrame {
-  const o = decode(text, MAX_FRAME_BYTES);
+  return providerFrameOf(decode(text, MAX_FRAME_BYTES));
+}
+
+/**
+ * Parses one WebSocket message from a provider: one frame, or a batch (a JSON array of 1..MAX_BATCH_FRAMES
+ * frames, in order; sent only to a coordinator whose welcome says `batch_frames`). Throws ProtocolError,
+ * for the whole message, at the first invalid frame.
+ */
+export function parseProviderMessage(text: string | Buffer | ArrayBuffer | Uint8Array): ProviderFrame[] {
+  const value = decodeJson(text, MAX_FRAME_BYTES);
+  if (!Array.isArray(value)) return [providerFrameOf(obj(value, "frame"))];
+  if (value.length === 0 || value.length > MAX_BATCH_FRAMES) fail(`a batch must hold 1..${MAX_BATCH_FRAMES} frames`);
+  return value.map((frame) => providerFrameOf(obj(frame, "frame")));
+}
+
+/** Encodes frames for one message: the frame itself when alone, else a batch (JSON array). */
+export function encodeBatch(encodedFrames: readonly string[]): string {
+  return encodedFrames.length === 1 ? (encodedFrames[0] as string) : `[${encodedFrames.join(",")}]`;
+}
+
+function providerFrameOf(o: Obj): ProviderFrame {
   switch (o.type) {
     case "hello": {
       const versions = o.protocol_versions;
@@ -433,6 +465,7 @@ export function parseCoordinatorFrame(text: string | Buffer | ArrayBuffer | Uint
         trust_level: str(o, "trust_level", 32),
         heartbeat_interval_ms: int(o, "heartbeat_interval_ms", 10, 3_600_000),
         liveness_timeout_ms: int(o, "liveness_timeout_ms", 10, 3_600_000),
+        ...(o.batch_frames === true ? { batch_frames: true } : {}),
       };
     case "inference": {
       return {

@@ -137,6 +137,45 @@ describe("attempts", () => {
     expect([agent.state().requestsServed, agent.state().tokensServed, agent.state().active]).toEqual([1, 4, 0]);
   });
 
+  test("to a coordinator that accepts batches, the frames of one event-loop turn leave as one message, in order", async () => {
+    await using fake = new FakeCoordinator({ welcome: { batch_frames: true } });
+    const agent = agentFor(fake, { engine: createEchoEngine({ models: ["org/echo"], tokensPerSecond: 500 }), maxConcurrency: 8 });
+    await waitFor(() => agent.state().connected, "welcome");
+    const before = fake.messages.length;
+    // Eight streams at once: their tokens are due in the same turns.
+    const ids = Array.from({ length: 8 }, (_, i) => `req_batch_${i}`);
+    for (const id of ids) fake.send(inference(id, "org/echo", "hello brave new world"));
+    await waitFor(() => ids.every((id) => terminal(fake, id)), "every attempt complete");
+    for (const id of ids) {
+      const at = { request_id: id, attempt: 0 };
+      expect(fake.framesFor(id)).toEqual([
+        { type: "accepted", ...at },
+        { type: "chunk", ...at, seq: 0, delta: { content: "hello " } },
+        { type: "chunk", ...at, seq: 1, delta: { content: "brave " } },
+        { type: "chunk", ...at, seq: 2, delta: { content: "new " } },
+        { type: "chunk", ...at, seq: 3, delta: { content: "world" } },
+        { type: "complete", ...at, seq: 4, finish_reason: "stop", usage: { prompt_tokens: 8, completion_tokens: 4 } },
+      ]);
+    }
+    const sent = fake.messages.slice(before);
+    const frames = sent.reduce((n, m) => n + m.frames, 0);
+    expect(frames).toBeGreaterThanOrEqual(8 * 6);
+    expect(sent.some((m) => m.batch && m.frames > 1)).toBe(true);
+    expect(sent.length).toBeLessThan(frames);
+    expect(fake.violations).toEqual([]);
+  });
+
+  test("without batch_frames in the welcome (an older coordinator), every frame is its own message", async () => {
+    await using fake = new FakeCoordinator();
+    const agent = agentFor(fake, { engine: createEchoEngine({ models: ["org/echo"], tokensPerSecond: 500 }), maxConcurrency: 8 });
+    await waitFor(() => agent.state().connected, "welcome");
+    const ids = Array.from({ length: 8 }, (_, i) => `req_single_${i}`);
+    for (const id of ids) fake.send(inference(id, "org/echo", "hello brave new world"));
+    await waitFor(() => ids.every((id) => terminal(fake, id)), "every attempt complete");
+    expect(fake.messages.every((m) => !m.batch && m.frames === 1)).toBe(true);
+    expect(fake.frames.length).toBe(fake.messages.length);
+  });
+
   test("an engine failure after accepted is one error frame with its code", async () => {
     await using fake = new FakeCoordinator();
     const engine = manualEngine();

@@ -5,7 +5,7 @@
  * figures /v1/models derives from the fleet.
  */
 import { describe, expect, test } from "bun:test";
-import { CLOSE, encode, type Inference, MAX_FRAME_BYTES } from "../../src/protocol/messages.ts";
+import { CLOSE, encode, type Inference, MAX_BATCH_FRAMES, MAX_FRAME_BYTES } from "../../src/protocol/messages.ts";
 import { connectFakeProvider, echo, type FakeProvider, type Step } from "../support/fake-provider.ts";
 import { seedAccount, seedCatalog, type TestApp, testApp } from "../support/harness.ts";
 import { chatBody, postChat, providerToken, readSse, sseReader, startServer } from "../support/server.ts";
@@ -154,6 +154,7 @@ describe("upgrade authentication", () => {
       trust_level: "none",
       heartbeat_interval_ms: 1000,
       liveness_timeout_ms: 4000,
+      batch_frames: true,
     });
     expect(t.app.fleet.list().map((s) => s.id)).toEqual([p.providerId]);
   });
@@ -173,6 +174,31 @@ const VIOLATIONS: Record<string, Violation> = {
   "garbage (not JSON)": { trigger: async (bad) => bad.send("this is not json {"), code: CLOSE.protocolError },
   "a JSON array": { trigger: async (bad) => bad.send("[1,2,3]"), code: CLOSE.protocolError },
   "an unknown frame type": { trigger: async (bad) => bad.send(JSON.stringify({ type: "teleport" })), code: CLOSE.protocolError },
+  "an empty batch": { trigger: async (bad) => bad.send("[]"), code: CLOSE.protocolError },
+  "a batch whose second frame is invalid": {
+    trigger: async (bad) =>
+      bad.send(`[${JSON.stringify({ type: "heartbeat", status: "idle", warm_models: [], active: 0, queued: 0 })},{"type":"teleport"}]`),
+    code: CLOSE.protocolError,
+  },
+  "a batch of more than 4,096 frames": {
+    trigger: async (bad) =>
+      bad.send(
+        `[${Array(MAX_BATCH_FRAMES + 1)
+          .fill(JSON.stringify({ type: "heartbeat", status: "idle", warm_models: [], active: 0, queued: 0 }))
+          .join(",")}]`,
+      ),
+    code: CLOSE.protocolError,
+  },
+  "a seq gap inside one batch": {
+    behave: (inf) => [
+      {
+        do: "raw",
+        text: `[${encode({ type: "accepted", ...ids(inf) })},${encode({ type: "chunk", ...ids(inf), seq: 1, delta: { content: "skipped 0" } })}]`,
+      },
+    ],
+    trigger: async (_bad, victim) => expect(await victim()).toBe("victim request"),
+    code: CLOSE.protocolError,
+  },
   "a heartbeat with a mistyped field": {
     trigger: async (bad) => bad.send(JSON.stringify({ type: "heartbeat", status: "bored", warm_models: [], active: 0, queued: 0 })),
     code: CLOSE.protocolError,
@@ -277,6 +303,36 @@ describe("protocol violations close only the offending provider", () => {
     expect(content((await readSse(await postChat(server.url, apiKey, chatBody("new request", { stream: true })))).data)).toBe(
       "new request",
     );
+  });
+
+  test("a whole answer in one batch message (welcome.batch_frames) is applied frame by frame, in order", async () => {
+    const { t, apiKey, token } = await setup();
+    await using _t = t;
+    await using server = startServer(t);
+    await using p = await connectFakeProvider({
+      url: server.url,
+      token,
+      models: [BUILD],
+      behave: (inf) => [
+        {
+          do: "raw",
+          text: `[${[
+            encode({ type: "accepted", ...ids(inf) }),
+            encode({ type: "chunk", ...ids(inf), seq: 0, delta: { content: "one " } }),
+            encode({ type: "chunk", ...ids(inf), seq: 1, delta: { content: "two" } }),
+            encode({ type: "complete", ...ids(inf), seq: 2, finish_reason: "stop", usage: { prompt_tokens: 3, completion_tokens: 2 } }),
+          ].join(",")}]`,
+        },
+      ],
+    });
+    const json = await postChat(server.url, apiKey, chatBody("batched"));
+    expect(json.status).toBe(200);
+    const body = (await json.json()) as { choices: { message: { content: string } }[]; usage: { completion_tokens: number } };
+    expect([body.choices[0]?.message.content, body.usage.completion_tokens]).toEqual(["one two", 2]);
+    const stream = await readSse(await postChat(server.url, apiKey, chatBody("batched", { stream: true })));
+    expect(content(stream.data)).toBe("one two");
+    expect(stream.data.at(-1)).toBe("[DONE]");
+    expect(t.app.fleet.list().map((s) => s.id)).toEqual([p.providerId]);
   });
 
   test("a frame before hello -> 1002", async () => {

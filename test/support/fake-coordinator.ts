@@ -2,7 +2,10 @@
  * A small fake coordinator for provider tests: Bun.serve on 127.0.0.1 port 0 speaking the coordinator
  * side of protocol v1 at /v1/provider/connect. It checks the bearer (a wrong one is upgraded and closed
  * with 4001, or refused with an HTTP status when `refuseUpgradeWith` is set), answers `hello` with
- * `welcome`, records every frame and close, and lets the test send any frame or raw text.
+ * `welcome`, records every frame and close, and lets the test send any frame or raw text. Batches (a
+ * JSON array of frames in one message) are accepted as the coordinator accepts them; whether the
+ * agent may send them is the welcome's `batch_frames` (off unless the test sets it), and `messages`
+ * counts how many frames each message carried.
  * Use with `await using`.
  */
 import {
@@ -12,7 +15,7 @@ import {
   PROTOCOL_VERSION,
   ProtocolError,
   type ProviderFrame,
-  parseProviderFrame,
+  parseProviderMessage,
   type Welcome,
 } from "../../src/protocol/messages.ts";
 
@@ -55,6 +58,8 @@ export class FakeCoordinator implements AsyncDisposable {
   readonly authorizations: (string | null)[] = [];
   /** Frames the fake could not parse (the provider broke the protocol). */
   readonly violations: string[] = [];
+  /** Per message received, in order: how many frames it carried, and whether it was a batch (an array). */
+  readonly messages: { readonly frames: number; readonly batch: boolean }[] = [];
   private server: ReturnType<typeof Bun.serve<ConnData>> | undefined;
   private sockets = new Map<number, Socket>();
   private connCount = 0;
@@ -107,15 +112,17 @@ export class FakeCoordinator implements AsyncDisposable {
           if (!ws.data.authorized) ws.close(CLOSE.unauthorized, "invalid device token");
         },
         message: (ws, message) => {
-          let frame: ProviderFrame;
+          let frames: ProviderFrame[];
           try {
-            frame = parseProviderFrame(message);
+            frames = parseProviderMessage(message);
           } catch (e) {
             this.violations.push(e instanceof ProtocolError ? e.message : String(e));
             ws.close(CLOSE.protocolError, "malformed frame");
             return;
           }
-          this.frames.push({ conn: ws.data.conn, frame });
+          this.messages.push({ frames: frames.length, batch: String(message).startsWith("[") });
+          for (const frame of frames) this.frames.push({ conn: ws.data.conn, frame });
+          const frame = frames[0] as ProviderFrame;
           if (frame.type !== "hello") return;
           if (this.options.closeOnHello) {
             ws.close(this.options.closeOnHello.code, this.options.closeOnHello.reason);
