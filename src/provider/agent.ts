@@ -387,7 +387,7 @@ class ProviderAgent implements Agent {
       this.flushScheduled = true;
       setImmediate(() => {
         this.flushScheduled = false;
-        this.flushOutbox(ws);
+        if (this.outboxWs) this.flushOutbox(this.outboxWs);
       });
     }
     return true;
