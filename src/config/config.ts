@@ -66,7 +66,7 @@ export interface Config {
   readonly metering: boolean;
   /**
    * Settlements per second from which they are grouped (journaled and applied to the database in larger
-   * commits, src/billing/wallets.ts); below it each is committed at once. 0: always grouped.
+   * commits, src/billing/wallets.ts); below it each is committed at once. 0 (the default): always grouped.
    */
   readonly settlementGroupAbove: number;
   /** Requests and tokens per minute for keys (and JWT callers) without their own limits; null = none. */
@@ -246,7 +246,7 @@ const DEFAULTS = {
   providerLivenessMs: 15_000,
   platformFeePercent: 10,
   maxQueuedPerModel: 64,
-  settlementGroupAbove: 1_000,
+  settlementGroupAbove: 0,
   challengeIntervalMs: 300_000,
   challengeTimeoutMs: 30_000,
 } as const;

@@ -33,6 +33,8 @@ const printErr = (text: string) => process.stderr.write(`${text}\n`);
 async function serve(config: Config, dev: boolean): Promise<void> {
   const store = createSqliteStore(config.db, { journal: true });
   const app = createApp({ config, store });
+  // Settlements a killed predecessor left in the journal are applied before anything is served.
+  await app.flush();
   const seed = dev ? await seedDevelopment(app) : undefined;
   const server = listen(app);
   app.logger.info("coordinator listening", { url: server.url, mode: config.mode, db: config.db, version: VERSION });

@@ -35,7 +35,7 @@ describe("loadConfig", () => {
       defaultRpm: null,
       defaultTpm: null,
       maxQueuedPerModel: 64,
-      settlementGroupAbove: 1_000,
+      settlementGroupAbove: 0,
       challengeIntervalMs: 300_000,
       challengeTimeoutMs: 30_000,
       attestation: "dev",
