@@ -14,26 +14,15 @@ import { describe, expect, test } from "bun:test";
 import { copyFileSync, existsSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { Wallets } from "../../../src/billing/wallets.ts";
-import type { LogFields, Logger } from "../../../src/observability/logger.ts";
 import { journalPath, parseJournal } from "../../../src/store/journal.ts";
 import type { Settlement } from "../../../src/store/money-types.ts";
 import { createSqliteStore } from "../../../src/store/sqlite/index.ts";
 import { type Store, StoreOpenError } from "../../../src/store/types.ts";
 import { tempDir } from "../../support/harness.ts";
+import { type LogLine, recordingLogger } from "../../support/logs.ts";
 
 const T0 = 1_790_000_000_000;
 const BALANCE = 1_000_000;
-
-interface LogLine {
-  readonly level: string;
-  readonly msg: string;
-  readonly fields: LogFields | undefined;
-}
-
-function recordingLogger(lines: LogLine[]): Logger {
-  const at = (level: string) => (msg: string, fields?: LogFields) => void lines.push({ level, msg, fields });
-  return { error: at("error"), warn: at("warn"), info: at("info"), debug: at("debug") };
-}
 
 async function openStore(path: string): Promise<Store> {
   const store = createSqliteStore(path, { journal: true });

@@ -12,8 +12,8 @@ import { describe, expect, test } from "bun:test";
 import type { Hold } from "../../../src/billing/wallets.ts";
 import { Wallets } from "../../../src/billing/wallets.ts";
 import { ApiError } from "../../../src/errors/api-error.ts";
-import type { LogFields, Logger } from "../../../src/observability/logger.ts";
 import { type MoneyStore, PLATFORM_ACCOUNT_ID, type Settlement, type SettleResult } from "../../../src/store/money-types.ts";
+import { type LogLine, recordingLogger } from "../../support/logs.ts";
 
 const T0 = 1_790_000_000_000;
 
@@ -130,17 +130,6 @@ class FakeMoney implements MoneyStore {
     for (const [id, s] of keySpent) this.spent.set(id, s);
     return { applied, balances, keySpent };
   }
-}
-
-interface LogLine {
-  readonly level: string;
-  readonly msg: string;
-  readonly fields: LogFields | undefined;
-}
-
-function recordingLogger(lines: LogLine[]): Logger {
-  const at = (level: string) => (msg: string, fields?: LogFields) => void lines.push({ level, msg, fields });
-  return { error: at("error"), warn: at("warn"), info: at("info"), debug: at("debug") };
 }
 
 function setup(balances: Record<string, number>, spent: Record<string, number> = {}, commitGapMs = 0, spacedAbovePerSecond = 0) {
