@@ -69,6 +69,11 @@ export interface Config {
    * commits, src/billing/wallets.ts); below it each is committed at once. 0 (the default): always grouped.
    */
   readonly settlementGroupAbove: number;
+  /**
+   * On SIGTERM or SIGINT: how long answers in flight may take to finish before the providers are
+   * disconnected (new requests get 503 meanwhile). 0: end them at once.
+   */
+  readonly shutdownDrainMs: number;
   /** Requests and tokens per minute for keys (and JWT callers) without their own limits; null = none. */
   readonly defaultRpm: number | null;
   readonly defaultTpm: number | null;
@@ -170,6 +175,12 @@ export const SETTINGS = {
     values: ["on", "off"],
     help: "billing and rate limits (off: development only)",
   },
+  shutdownDrainMs: {
+    flag: "shutdown-drain-ms",
+    env: "UMBRA_SHUTDOWN_DRAIN_MS",
+    kind: "int",
+    help: "on SIGTERM, time for answers in flight to finish (0 = none)",
+  },
   settlementGroupAbove: {
     flag: "settlement-group-above",
     env: "UMBRA_SETTLEMENT_GROUP_ABOVE",
@@ -247,6 +258,7 @@ const DEFAULTS = {
   platformFeePercent: 10,
   maxQueuedPerModel: 64,
   settlementGroupAbove: 0,
+  shutdownDrainMs: 10_000,
   challengeIntervalMs: 300_000,
   challengeTimeoutMs: 30_000,
 } as const;
@@ -388,6 +400,7 @@ export function loadConfig(flags: FlagValues, env: Env, defaultMode: Mode = "pro
     providerLivenessMs: intOf("providerLivenessMs", raw("providerLivenessMs", flags, env), DEFAULTS.providerLivenessMs, 20, 3_600_000),
     platformFeePercent: intOf("platformFeePercent", raw("platformFeePercent", flags, env), DEFAULTS.platformFeePercent, 0, 100),
     metering: enumOf<"on" | "off">("metering", raw("metering", flags, env), "on") === "on",
+    shutdownDrainMs: intOf("shutdownDrainMs", raw("shutdownDrainMs", flags, env), DEFAULTS.shutdownDrainMs, 0, 3_600_000),
     settlementGroupAbove: intOf(
       "settlementGroupAbove",
       raw("settlementGroupAbove", flags, env),

@@ -41,10 +41,30 @@ async function serve(config: Config, dev: boolean): Promise<void> {
   const provider = seed ? await startDevProvider(app, server.url, seed.providerToken) : undefined;
   if (seed) print(devBanner(server.url, seed, config.adminToken ?? ""));
   let stopping = false;
+  /** Ends the drain early: a second SIGTERM or SIGINT (Ctrl-C twice) stops at once. */
+  let skipDrain: (() => void) | undefined;
   const stop = async () => {
-    if (stopping) return;
+    if (stopping) {
+      skipDrain?.();
+      return;
+    }
     stopping = true;
-    app.logger.info("coordinator stopping");
+    app.logger.info("coordinator stopping", { duration_ms: config.shutdownDrainMs });
+    // Drain: new requests get 503 (and /readyz says so) while the answers in flight finish, for at most
+    // the drain period; then whatever is left ends below.
+    app.chat.drain();
+    if (config.shutdownDrainMs > 0) {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const drained = await Promise.race([
+        app.chat.idle().then(() => true),
+        new Promise<boolean>((resolve) => {
+          timer = setTimeout(() => resolve(false), config.shutdownDrainMs);
+          skipDrain = () => resolve(false);
+        }),
+      ]);
+      clearTimeout(timer);
+      if (!drained) app.logger.warn("drain period over: ending the answers still in flight", { duration_ms: config.shutdownDrainMs });
+    }
     await provider?.stop();
     // Disconnecting the providers ends every attempt in flight: each answer gets its clean error (a JSON
     // 5xx, or one in-band error event after the stream started), settled for what it relayed. Those

@@ -60,9 +60,53 @@ export interface ChatDeps {
 const NO_HEADERS: RateHeaders = Object.freeze({});
 
 export class ChatService {
+  /** Requests between their start and the end of their answer (settled, last bytes queued). */
+  private inFlight = 0;
+  private draining = false;
+  private idleWaiters: (() => void)[] = [];
+
   constructor(private readonly deps: ChatDeps) {}
 
+  /** Shutdown: new requests get 503 from now on; those in flight go on (`idle` resolves when they end). */
+  drain(): void {
+    this.draining = true;
+  }
+
+  get isDraining(): boolean {
+    return this.draining;
+  }
+
+  /** Resolves once no request is in flight. */
+  idle(): Promise<void> {
+    if (this.inFlight === 0) return Promise.resolve();
+    return new Promise((resolve) => this.idleWaiters.push(resolve));
+  }
+
   async complete(body: unknown, principal: Principal, signal: AbortSignal): Promise<ChatResult> {
+    if (this.draining) throw Errors.serviceUnavailable("the coordinator is shutting down; retry the request");
+    this.inFlight++;
+    let ended = false;
+    const end = () => {
+      if (ended) return;
+      ended = true;
+      if (--this.inFlight === 0) {
+        const waiters = this.idleWaiters;
+        this.idleWaiters = [];
+        for (const resolve of waiters) resolve();
+      }
+    };
+    try {
+      const result = await this.run(body, principal, signal, end);
+      // A JSON answer has ended (and settled) by now; a stream ends when its last event is written.
+      if (result.kind === "json") end();
+      return result;
+    } catch (e) {
+      end();
+      throw e;
+    }
+  }
+
+  private async run(body: unknown, principal: Principal, signal: AbortSignal, end: () => void): Promise<ChatResult> {
     const { catalog, pricing, fleet, billing, limiter, settings, logger, metrics, now } = this.deps;
     const started = now();
     const request = parseChatRequest(body);
@@ -174,7 +218,7 @@ export class ChatService {
       Math.max(1, settings.requestTimeoutMs - (now() - started)),
     );
     const ctx: ResponseContext = { id: completionId(), model: request.model, maxTokens, created: Math.floor(started / 1000) };
-    const onEnd = async (o: Outcome): Promise<void> => {
+    const finish = async (o: Outcome): Promise<void> => {
       clearTimeout(timer);
       const usage: Usage = o.usage ?? estimatedUsage(promptEstimate, o.completionChars);
       trueUp?.(usage.prompt_tokens + usage.completion_tokens);
@@ -198,6 +242,14 @@ export class ChatService {
         firstContentMs: attempt.firstContentAt === undefined ? null : attempt.firstContentAt - started,
         endedAt: now(),
       });
+    };
+    // The request counts as in flight (shutdown drain) until its outcome is settled.
+    const onEnd = async (o: Outcome): Promise<void> => {
+      try {
+        await finish(o);
+      } finally {
+        end();
+      }
     };
     if (!request.stream) {
       const onAbort = () => attempt.cancel("client_gone");

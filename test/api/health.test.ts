@@ -36,6 +36,21 @@ describe("/healthz and /readyz", () => {
     expect(r).toMatchObject({ status: 200, body: { status: "ready" } });
   });
 
+  test("while the coordinator drains (stopping): /readyz and new chat requests are 503, /healthz stays 200", async () => {
+    await using t = await testApp();
+    await seedCatalog(t);
+    const { apiKey } = await seedAccount(t);
+    expect(await t.app.chat.idle()).toBeUndefined();
+    t.app.chat.drain();
+    expect(await t.call("GET", "/readyz")).toMatchObject({ status: 503, body: { status: "unavailable", reason: "shutting down" } });
+    const chat = await t.call("POST", "/v1/chat/completions", {
+      token: apiKey,
+      body: { model: "org/model", messages: [{ role: "user", content: "hello" }] },
+    });
+    expect(chat).toMatchObject({ status: 503, body: { error: { type: "service_unavailable", code: "service_unavailable" } } });
+    expect((await t.call("GET", "/healthz")).status).toBe(200);
+  });
+
   test("/readyz is 503 once the store is closed; /healthz stays 200", async () => {
     await using t = await testApp();
     expect((await t.call("GET", "/readyz")).status).toBe(200);

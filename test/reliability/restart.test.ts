@@ -160,24 +160,74 @@ reliabilityCase(
   60_000,
 );
 
+/**
+ * SIGTERM with 8 requests (4 JSON, 4 streaming, ~3 s each at 20 tokens per second) in flight through a
+ * real provider process; then a restart on the same database and the books.
+ */
+async function gracefulStop(drainMs: number | undefined): Promise<{ endings: Ending[]; during: Ending; code: number; ms: number }> {
+  using dir = tempDir();
+  const first = await coordinatorProcess({
+    dir: dir.path,
+    env: drainMs === undefined ? {} : { UMBRA_SHUTDOWN_DRAIN_MS: String(drainMs) },
+  });
+  const t = await first.seed("org/restart-term");
+  using home = providerHome();
+  await using provider = startProvider(
+    ["--coordinator", first.url, "--token", t.providerToken, "--engine", "echo", "--model", t.build, "--echo-tokens-per-second", "20"],
+    { UMBRA_PROVIDER_HOME: home.path },
+  );
+  await provider.connected;
+  const inFlight = Array.from({ length: 8 }, (_, i) => request(first.url, t, words(60), i % 2 === 1));
+  await waitFor(() => providerState(home.path)?.active === 8, "eight attempts running");
+  const started = performance.now();
+  const stopped = first.stop("SIGTERM");
+  // A request that arrives once the coordinator is stopping (its readiness probe says so first).
+  await waitFor(async () => (await fetch(`${first.url}/readyz`).catch(() => undefined))?.status !== 200, "/readyz not ready");
+  const during = await request(first.url, t, "arrives during the stop", false);
+  const endings = await within(Promise.all(inFlight), 20_000, "every request in flight");
+  const code = await stopped;
+  const ms = performance.now() - started;
+  await using second = await coordinatorProcess({ dir: dir.path });
+  const ended = endings.filter((e): e is Extract<Ending, { requestId: string }> => "requestId" in e).map((e) => e.requestId);
+  const usage = new Set(second.usage(t.accountId).map((row) => row.request_id));
+  expect(ended.filter((id) => !usage.has(id))).toEqual([]);
+  await booksAfterRestart(
+    second,
+    t,
+    endings.filter((e) => e.kind === "delivered").map((e) => (e as { requestId: string }).requestId),
+  );
+  return { endings, during, code, ms };
+}
+
+const tally = (endings: readonly Ending[]) => endings.map((e) => (e.kind === "http-error" ? e.status : e.kind)).join(", ");
+
 reliabilityCase(
   GROUP,
-  "graceful stop (SIGTERM) with traffic in flight",
+  "graceful stop (SIGTERM) with traffic in flight: the answers finish within the drain period",
   async (r) => {
-    r.tried("8 requests (4 JSON, 4 streaming) in flight through a real provider process (slow echo); the coordinator gets SIGTERM");
-    using dir = tempDir();
-    const first = await coordinatorProcess({ dir: dir.path });
-    const t = await first.seed("org/restart-term");
-    using home = providerHome();
-    await using provider = startProvider(
-      ["--coordinator", first.url, "--token", t.providerToken, "--engine", "echo", "--model", t.build, "--echo-tokens-per-second", "20"],
-      { UMBRA_PROVIDER_HOME: home.path },
+    r.tried(
+      "8 requests (4 JSON, 4 streaming, ~3 s each) in flight through a real provider process; SIGTERM (default drain period, 10 s); one more request while stopping",
     );
-    await provider.connected;
-    const inFlight = Array.from({ length: 8 }, (_, i) => request(first.url, t, words(60), i % 2 === 1));
-    await waitFor(() => providerState(home.path)?.active === 8, "eight attempts running");
-    const code = await first.stop("SIGTERM");
-    const endings = await within(Promise.all(inFlight), 20_000, "every request in flight");
+    const { endings, during, code } = await gracefulStop(undefined);
+    expect(code).toBe(0);
+    expect(endings.map((e) => e.kind)).toEqual(Array(8).fill("delivered"));
+    expect(during).toMatchObject({
+      kind: "http-error",
+      status: 503,
+      body: { error: { type: "service_unavailable", code: "service_unavailable" } },
+    });
+    r.held(`every answer in flight was delivered whole (${tally(endings)}); the new request got 503 service_unavailable; exit 0`);
+    r.held("after a restart every answer has its usage row and charge, books balance, no hold");
+  },
+  60_000,
+);
+
+reliabilityCase(
+  GROUP,
+  "graceful stop (SIGTERM) with answers longer than the drain period",
+  async (r) => {
+    r.tried("the same 8 requests (~3 s each) with a drain period of 500 ms");
+    const { endings, during, code, ms } = await gracefulStop(500);
     expect(code).toBe(0);
     const unclean = endings.filter(
       (e) =>
@@ -188,17 +238,10 @@ reliabilityCase(
         ),
     );
     expect(unclean).toEqual([]);
+    expect(endings.some((e) => e.kind !== "delivered")).toBe(true);
+    expect(during).toMatchObject({ kind: "http-error", status: 503 });
     r.held(
-      `the process exited 0 and every request ended cleanly: ${endings.map((e) => (e.kind === "http-error" ? e.status : e.kind)).join(", ")}`,
-    );
-    await using second = await coordinatorProcess({ dir: dir.path });
-    const ended = endings.filter((e): e is Extract<Ending, { requestId: string }> => "requestId" in e).map((e) => e.requestId);
-    const usage = new Set(second.usage(t.accountId).map((row) => row.request_id));
-    expect(ended.filter((id) => !usage.has(id))).toEqual([]);
-    await booksAfterRestart(
-      second,
-      t,
-      endings.filter((e) => e.kind === "delivered").map((e) => (e as { requestId: string }).requestId),
+      `the process exited 0 after ${(ms / 1000).toFixed(1)} s and every request ended cleanly (${tally(endings)}): cut ones with a JSON error or one in-band error event`,
     );
     r.held("after a restart every ended request has its usage row (cut ones settled for what they relayed), books balance, no hold");
   },

@@ -36,6 +36,7 @@ describe("loadConfig", () => {
       defaultTpm: null,
       maxQueuedPerModel: 64,
       settlementGroupAbove: 0,
+      shutdownDrainMs: 10_000,
       challengeIntervalMs: 300_000,
       challengeTimeoutMs: 30_000,
       attestation: "dev",
