@@ -3,9 +3,9 @@
  * database file, with no HTTP and no provider. Closed loop with `in_flight` requests at a time; for each
  * level: settlements per second, settlements per group commit, and CPU per settlement (this process,
  * user + system) split into the store's commits and the rest. Each level twice: `committed` (the store
- * without a settlement journal: every group waits for its SQLite commit) and `journaled` (as the
- * coordinator runs: from 1,000 settlements per second groups are appended to the journal and applied to
- * SQLite in larger commits; src/billing/wallets.ts).
+ * without a settlement journal: every group waits for its SQLite commit, spaced from 1,000 settlements
+ * per second) and `journaled` (as the coordinator runs, `--settlement-group-above 0`: every group is
+ * appended to the journal and applied to SQLite in larger commits; src/billing/wallets.ts).
  *
  * `node_modules/.bin/bun bench/money.ts` (BENCH_SECONDS per level, default 2). Prints a table and writes
  * bench/results/money-<timestamp>.json.
@@ -61,7 +61,7 @@ async function level(inFlight: number, journal: boolean): Promise<Record<string,
         }
       },
     };
-    const wallets = new Wallets(counted, silentLogger);
+    const wallets = new Wallets(counted, silentLogger, journal ? { spacedAbovePerSecond: 0 } : {});
     const billing = new Billing(wallets, { platformFeePercent: 10 });
     const rates = { input: 65_000, output: 130_000, cacheRead: 32_500, source: "model" as const };
     let n = 0;
