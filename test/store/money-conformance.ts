@@ -19,54 +19,8 @@
 import { describe, expect, test } from "bun:test";
 import { PLATFORM_ACCOUNT_ID, type Settlement, type SettleResult } from "../../src/store/money-types.ts";
 import type { LedgerEntry, Store } from "../../src/store/types.ts";
+import { settlementOf as settlement, SETTLEMENT_T0 as T0 } from "../support/settlements.ts";
 import type { OpenStore } from "./conformance.ts";
-
-const T0 = 1_790_000_000_000;
-
-interface Draft {
-  readonly requestId: string;
-  readonly accountId: string;
-  readonly charge: number;
-  readonly keyId?: string | null;
-  /** Null or absent: nobody earns and the whole charge is the fee. */
-  readonly providerAccountId?: string | null;
-  /** Defaults to 10% of the charge, rounded up (the whole charge without a provider). */
-  readonly fee?: number;
-  readonly at?: number;
-}
-
-function settlement(d: Draft): Settlement {
-  const providerAccountId = d.providerAccountId ?? null;
-  const keyId = d.keyId ?? null;
-  const fee = d.fee ?? (providerAccountId === null ? d.charge : Math.ceil(d.charge / 10));
-  const at = d.at ?? T0;
-  return {
-    requestId: d.requestId,
-    accountId: d.accountId,
-    keyId,
-    charge: d.charge,
-    providerAccountId,
-    earning: d.charge - fee,
-    fee,
-    at,
-    usage: {
-      requestId: d.requestId,
-      accountId: d.accountId,
-      keyId,
-      model: "org/model",
-      buildId: "org/build-4bit",
-      providerId: providerAccountId === null ? null : `provider-of-${providerAccountId}`,
-      promptTokens: 100 + d.charge,
-      cachedTokens: 10,
-      completionTokens: 20,
-      cost: d.charge,
-      startedAt: at - 900,
-      firstContentMs: 35,
-      durationMs: 900,
-      outcome: "completed",
-    },
-  };
-}
 
 /** The fields of a ledger entry the money path decides (the id is the store's). */
 type Entry = Pick<LedgerEntry, "kind" | "amount" | "balanceAfter" | "requestId">;

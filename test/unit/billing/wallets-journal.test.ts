@@ -20,6 +20,7 @@ import { createSqliteStore } from "../../../src/store/sqlite/index.ts";
 import { type Store, StoreOpenError } from "../../../src/store/types.ts";
 import { tempDir } from "../../support/harness.ts";
 import { type LogLine, recordingLogger } from "../../support/logs.ts";
+import { settlementOf } from "../../support/settlements.ts";
 
 const T0 = 1_790_000_000_000;
 const BALANCE = 1_000_000;
@@ -39,34 +40,9 @@ function walletsOn(store: Store, logs: LogLine[] = [], applyMs = 60_000): Wallet
   return new Wallets(store.money, recordingLogger(logs), { spacedAbovePerSecond: 0, journalApplyMs: applyMs });
 }
 
+/** A settlement of `charge` by the consumer, earned by the provider account. */
 function settlement(requestId: string, charge: number): Settlement {
-  const fee = Math.ceil(charge / 10);
-  return {
-    requestId,
-    accountId: "consumer",
-    keyId: null,
-    charge,
-    providerAccountId: "provider",
-    earning: charge - fee,
-    fee,
-    at: T0 + 1,
-    usage: {
-      requestId,
-      accountId: "consumer",
-      keyId: null,
-      model: "org/model",
-      buildId: "org/build-4bit",
-      providerId: "provider-1",
-      promptTokens: 10,
-      cachedTokens: 0,
-      completionTokens: 10,
-      cost: charge,
-      startedAt: T0,
-      firstContentMs: 5,
-      durationMs: 100,
-      outcome: "completed",
-    },
-  };
+  return settlementOf({ requestId, accountId: "consumer", charge, providerAccountId: "provider" });
 }
 
 /** Reserves `charge` and settles it; resolves when the wallets call the settlement durable. */

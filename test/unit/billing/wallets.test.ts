@@ -14,8 +14,7 @@ import { Wallets } from "../../../src/billing/wallets.ts";
 import { ApiError } from "../../../src/errors/api-error.ts";
 import { type MoneyStore, PLATFORM_ACCOUNT_ID, type Settlement, type SettleResult } from "../../../src/store/money-types.ts";
 import { type LogLine, recordingLogger } from "../../support/logs.ts";
-
-const T0 = 1_790_000_000_000;
+import { settlementOf } from "../../support/settlements.ts";
 
 /** An in-memory MoneyStore with the contract's semantics, under the test's control. */
 class FakeMoney implements MoneyStore {
@@ -144,34 +143,9 @@ function setup(balances: Record<string, number>, spent: Record<string, number> =
   return { store, wallets, logs, commits };
 }
 
+/** A settlement of `charge` by `accountId`, earned by the account "provider". */
 function settlement(requestId: string, accountId: string, charge: number, keyId: string | null = null): Settlement {
-  const fee = Math.ceil(charge / 10);
-  return {
-    requestId,
-    accountId,
-    keyId,
-    charge,
-    providerAccountId: "provider",
-    earning: charge - fee,
-    fee,
-    at: T0,
-    usage: {
-      requestId,
-      accountId,
-      keyId,
-      model: "org/model",
-      buildId: "org/build-4bit",
-      providerId: "provider-1",
-      promptTokens: 10,
-      cachedTokens: 0,
-      completionTokens: 10,
-      cost: charge,
-      startedAt: T0 - 100,
-      firstContentMs: 5,
-      durationMs: 100,
-      outcome: "completed",
-    },
-  };
+  return settlementOf({ requestId, accountId, charge, keyId, providerAccountId: "provider" });
 }
 
 /** Lets the event loop turn a few times (no timers): whatever was going to happen now has happened. */

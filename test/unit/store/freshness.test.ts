@@ -10,6 +10,7 @@ import type { Settlement } from "../../../src/store/money-types.ts";
 import { EpochCache, type Freshness } from "../../../src/store/sqlite/freshness.ts";
 import { createSqliteStore } from "../../../src/store/sqlite/index.ts";
 import { tempDir } from "../../support/harness.ts";
+import { settlementOf } from "../../support/settlements.ts";
 import { waitFor } from "../../support/wait.ts";
 
 async function seeded(path: string) {
@@ -83,7 +84,7 @@ describe("cached lookups stay exact", () => {
     using dir = tempDir();
     const store = await seeded(join(dir.path, "u.db"));
     expect((await store.keys.findByHash("hash-1"))?.spent).toBe(0);
-    await store.money.settle([settlementOf("req-1", "key-1", 7)]);
+    await store.money.settle([settlementBy("req-1", "key-1", 7)]);
     expect((await store.keys.findByHash("hash-1"))?.spent).toBe(7);
     store.close();
   });
@@ -93,12 +94,12 @@ describe("cached lookups stay exact", () => {
     const store = await seeded(join(dir.path, "u.db"));
     await store.keys.create(keyRecord("key-2", "hash-2"));
     const cached = await store.keys.findByHash("hash-1");
-    for (let i = 0; i < 5; i++) await store.money.settle([settlementOf(`req-a${i}`, "key-1", 3), settlementOf(`req-b${i}`, "key-2", 4)]);
+    for (let i = 0; i < 5; i++) await store.money.settle([settlementBy(`req-a${i}`, "key-1", 3), settlementBy(`req-b${i}`, "key-2", 4)]);
     // key-1 was cached before the settlements (patched); key-2 is read for the first time now.
     expect((await store.keys.findByHash("hash-1"))?.spent).toBe(15);
     expect((await store.keys.findByHash("hash-2"))?.spent).toBe(20);
     expect(cached?.spent).toBe(0); // a record handed out earlier is not mutated
-    await store.money.settle([settlementOf("req-c", "key-2", 1)]);
+    await store.money.settle([settlementBy("req-c", "key-2", 1)]);
     expect((await store.keys.findByHash("hash-2"))?.spent).toBe(21);
     expect((await store.keys.get("key-2"))?.spent).toBe(21);
     store.close();
@@ -142,31 +143,7 @@ function keyRecord(id: string, keyHash: string) {
   };
 }
 
-function settlementOf(requestId: string, keyId: string, charge: number): Settlement {
-  return {
-    requestId,
-    accountId: "acct-1",
-    keyId,
-    charge,
-    providerAccountId: null,
-    earning: 0,
-    fee: charge,
-    at: 2,
-    usage: {
-      requestId,
-      accountId: "acct-1",
-      keyId,
-      model: "org/build",
-      buildId: "org/build",
-      providerId: null,
-      promptTokens: 1,
-      cachedTokens: 0,
-      completionTokens: 1,
-      cost: charge,
-      startedAt: 2,
-      firstContentMs: null,
-      durationMs: 1,
-      outcome: "completed",
-    },
-  };
+/** A settlement of `charge` by acct-1 with key `keyId`, without a provider (the whole charge is the fee). */
+function settlementBy(requestId: string, keyId: string, charge: number): Settlement {
+  return settlementOf({ requestId, accountId: "acct-1", keyId, charge });
 }
