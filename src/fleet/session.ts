@@ -28,6 +28,7 @@ import { fromBase64url, toBase64url, toHex } from "../crypto/encoding.ts";
 import { CryptoError } from "../crypto/errors.ts";
 import { receiptBytes, sha256 } from "../crypto/receipts.ts";
 import { sealRequest } from "../crypto/seal.ts";
+import { openSenderSession, type SessionSealer } from "../crypto/session.ts";
 import type { Logger } from "../observability/logger.ts";
 import {
   CLOSE,
@@ -98,6 +99,8 @@ export class ProviderSession implements AttemptOwner {
   warm = new Set<string>();
   /** The provider's X25519 key for this connection; undefined for a plaintext (development) session. */
   encryptionKey: Uint8Array | undefined;
+  /** Sealed sessions whose hello offered `session_keys`: seals each request under the session's keys. */
+  private sessionSealer: SessionSealer | undefined;
   trust: TrustLevel = "none";
   /** What the hello's evidence proved (trust level `none` until verified, or without evidence). */
   attestation: ProviderAttestation | undefined;
@@ -186,9 +189,22 @@ export class ProviderSession implements AttemptOwner {
   private async admit(frame: Hello): Promise<void> {
     const attestation = await this.settings.assess(frame.evidence, this.encryptionKey);
     if (this.state !== "verifying") return; // closed meanwhile
+    let sessionEnc: Uint8Array | undefined;
+    if (this.encryptionKey !== undefined && frame.session_keys === true) {
+      try {
+        const session = await openSenderSession(this.encryptionKey, { protocolVersion: PROTOCOL_VERSION, providerId: this.id });
+        sessionEnc = session.enc;
+        this.sessionSealer = session.sealer;
+      } catch {
+        this.terminate(CLOSE.protocolError, "encryption_key rejected");
+        return;
+      }
+      if (this.state !== "verifying") return;
+    }
     this.attestation = attestation;
     this.trust = attestation.level;
     this.challenges = attestation.level === "none" ? undefined : await this.settings.challenge(attestation);
+    if (this.state !== "verifying") return;
     this.state = "ready";
     this.transport.send(
       encode({
@@ -199,6 +215,7 @@ export class ProviderSession implements AttemptOwner {
         heartbeat_interval_ms: this.settings.heartbeatIntervalMs,
         liveness_timeout_ms: this.settings.livenessTimeoutMs,
         batch_frames: true,
+        ...(sessionEnc !== undefined ? { session_enc: toBase64url(sessionEnc) } : {}),
       }),
     );
     this.logger.info("provider connected", {
@@ -423,20 +440,24 @@ export class ProviderSession implements AttemptOwner {
       attempt.requestSha256 = sha256(plaintext);
       attempt.responseHash = createHash("sha256");
       attempt.model = frame.model;
+      const head = {
+        type: "sealed_inference",
+        request_id: frame.request_id,
+        attempt: frame.attempt,
+        model: frame.model,
+        first_content_deadline_ms: frame.first_content_deadline_ms,
+      } as const;
+      if (this.sessionSealer !== undefined) {
+        // Synchronous from counter to send, so the provider sees n in increasing order.
+        const sealed = this.sessionSealer.seal(plaintext, binding);
+        attempt.opener = new ChunkOpener({ responseKey: sealed.responseKey, requestId: frame.request_id, attempt: frame.attempt });
+        this.transport.send(encode({ ...head, n: sealed.n, ciphertext: toBase64url(sealed.ciphertext) }));
+        return attempt;
+      }
       const sealed = await sealRequest(key, plaintext, binding);
       if (attempt.done) return attempt; // cancelled or the session ended while sealing
       attempt.opener = new ChunkOpener({ responseKey: sealed.responseKey, requestId: frame.request_id, attempt: frame.attempt });
-      this.transport.send(
-        encode({
-          type: "sealed_inference",
-          request_id: frame.request_id,
-          attempt: frame.attempt,
-          model: frame.model,
-          first_content_deadline_ms: frame.first_content_deadline_ms,
-          enc: toBase64url(sealed.enc),
-          ciphertext: toBase64url(sealed.ciphertext),
-        }),
-      );
+      this.transport.send(encode({ ...head, enc: toBase64url(sealed.enc), ciphertext: toBase64url(sealed.ciphertext) }));
     } catch {
       attempt.push({ type: "lost", reason: "send failed" });
     }

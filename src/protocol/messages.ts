@@ -14,7 +14,9 @@
  * Sealed sessions (the provider's hello carries an X25519 `encryption_key`): the same flow with
  * `sealed_inference` (the request HPKE-sealed to that key), `sealed_chunk` (each delta sealed with the
  * exported response key, numbered, final = false) and `sealed_complete` (`{finish_reason, usage}`
- * sealed with final = true), per src/crypto. A sealed session never carries a plaintext frame.
+ * sealed with final = true), per src/crypto. A sealed session never carries a plaintext frame. A provider
+ * whose hello offers `session_keys` gets `welcome.session_enc` (one HPKE setup for the connection) and then
+ * `sealed_inference` frames with a request counter `n` in place of a per-request `enc`.
  */
 
 export const PROTOCOL_VERSION = 1;
@@ -83,6 +85,11 @@ export interface Hello {
    * session is sealed; when absent, plaintext, which only a development coordinator accepts.
    */
   readonly encryption_key?: string;
+  /**
+   * The provider opens requests sealed under session keys (one HPKE setup per connection, answered by
+   * `welcome.session_enc`; src/crypto/session.ts). Only meaningful with `encryption_key`.
+   */
+  readonly session_keys?: boolean;
   /**
    * Attestation evidence binding `encryption_key` to the machine's identity key (and, for hardware
    * trust, an Apple Managed Device Attestation chain): verified by attestation/ (format in its README).
@@ -190,6 +197,11 @@ export interface Welcome {
   readonly liveness_timeout_ms: number;
   /** The coordinator accepts a JSON array of provider frames in one message (parseProviderMessage). */
   readonly batch_frames?: boolean;
+  /**
+   * Sent when the hello offered `session_keys`: the HPKE `enc` (43 base64url) of this session's secret.
+   * Every `sealed_inference` of the session then carries `n` instead of `enc`.
+   */
+  readonly session_enc?: string;
 }
 
 /** The chat request as the engine sees it: messages, output budget, sampling and pass-through fields. */
@@ -209,14 +221,18 @@ export interface Inference {
   readonly request: EngineRequestBody;
 }
 
-/** An inference for a sealed session: the request JSON, HPKE-sealed to the hello's key (base64url). */
+/**
+ * An inference for a sealed session: the request JSON, sealed to the hello's key (base64url), either by its
+ * own HPKE setup (`enc`) or under the session's keys (`n`, the session's request counter); exactly one of the two.
+ */
 export interface SealedInference {
   readonly type: "sealed_inference";
   readonly request_id: string;
   readonly attempt: number;
   readonly model: string;
   readonly first_content_deadline_ms: number;
-  readonly enc: string;
+  readonly enc?: string;
+  readonly n?: number;
   readonly ciphertext: string;
 }
 
@@ -413,6 +429,7 @@ function providerFrameOf(o: Obj): ProviderFrame {
         models,
         max_concurrency: int(o, "max_concurrency", 1, 4096),
         ...(encryptionKey !== undefined ? { encryption_key: encryptionKey } : {}),
+        ...(o.session_keys === true ? { session_keys: true } : {}),
         ...(o.evidence !== undefined ? { evidence: obj(o.evidence, "evidence") } : {}),
       };
     }
@@ -466,6 +483,7 @@ export function parseCoordinatorFrame(text: string | Buffer | ArrayBuffer | Uint
         heartbeat_interval_ms: int(o, "heartbeat_interval_ms", 10, 3_600_000),
         liveness_timeout_ms: int(o, "liveness_timeout_ms", 10, 3_600_000),
         ...(o.batch_frames === true ? { batch_frames: true } : {}),
+        ...(o.session_enc !== undefined ? { session_enc: b64url(o, "session_enc", 43, 43) } : {}),
       };
     case "inference": {
       return {
@@ -478,15 +496,17 @@ export function parseCoordinatorFrame(text: string | Buffer | ArrayBuffer | Uint
     }
     case "challenge":
       return { type: "challenge", nonce: str(o, "nonce", 64), timestamp: int(o, "timestamp", 0, Number.MAX_SAFE_INTEGER) };
-    case "sealed_inference":
+    case "sealed_inference": {
+      if ((o.enc === undefined) === (o.n === undefined)) fail("sealed_inference needs exactly one of 'enc' and 'n'");
       return {
         type: "sealed_inference",
         ...attemptIds(o),
         model: str(o, "model"),
         first_content_deadline_ms: int(o, "first_content_deadline_ms", 1, 86_400_000),
-        enc: b64url(o, "enc", 43, 43),
+        ...(o.enc !== undefined ? { enc: b64url(o, "enc", 43, 43) } : { n: int(o, "n", 1, Number.MAX_SAFE_INTEGER) }),
         ciphertext: b64url(o, "ciphertext", 22, MAX_INFERENCE_FRAME_BYTES),
       };
+    }
     case "cancel": {
       const reason = o.reason;
       if (reason !== "client_gone" && reason !== "deadline" && reason !== "failover" && reason !== "shutdown")

@@ -16,8 +16,9 @@
  * (or an upgrade refused with 401/403) and close 4002 stop the agent for good; `done` reports why.
  * Content is never logged: only ids, codes, counts and durations.
  */
-import { toBase64url } from "../crypto/encoding.ts";
+import { fromBase64url, toBase64url } from "../crypto/encoding.ts";
 import { generateX25519KeyPair } from "../crypto/seal.ts";
+import { openRecipientSession, type SessionOpener } from "../crypto/session.ts";
 import { type Logger, silentLogger } from "../observability/logger.ts";
 import {
   CLOSE,
@@ -74,6 +75,11 @@ export interface AgentOptions {
   }) => { payload: string; signature: string } | Promise<{ payload: string; signature: string }>;
   /** Called after every state change (for a status line); must not throw. */
   readonly onChange?: (state: AgentState) => void;
+  /**
+   * Offer session keys in the hello (one HPKE setup per connection instead of one per request;
+   * src/crypto/session.ts). Default true; false makes the coordinator seal every request on its own.
+   */
+  readonly sessionKeys?: boolean;
 }
 
 export type AgentPhase = "connecting" | "connected" | "reconnecting" | "draining" | "stopped";
@@ -131,6 +137,8 @@ class ProviderAgent implements Agent {
   private ws: WebSocket | undefined;
   /** This connection's X25519 private key (sealed requests). */
   private privateKey: Uint8Array | undefined;
+  /** This connection's session keys, once the welcome set them up (pending while the setup runs). */
+  private session: Promise<SessionOpener> | undefined;
   private welcome: Welcome | undefined;
   private upgradeStatus: number | undefined;
   private heartbeatTimer: ReturnType<typeof setInterval> | undefined;
@@ -253,6 +261,7 @@ class ProviderAgent implements Agent {
       const evidence = this.options.evidence ? await this.options.evidence(keys.publicKey) : undefined;
       if (this.ws !== ws) return;
       this.privateKey = keys.privateKey;
+      this.session = undefined;
       const models = this.options.engine.models();
       this.send(ws, {
         type: "hello",
@@ -263,6 +272,7 @@ class ProviderAgent implements Agent {
         models,
         max_concurrency: this.options.maxConcurrency,
         encryption_key: toBase64url(keys.publicKey),
+        ...(this.options.sessionKeys !== false ? { session_keys: true } : {}),
         ...(evidence ? { evidence } : {}),
       });
     };
@@ -300,6 +310,7 @@ class ProviderAgent implements Agent {
     this.ws = undefined;
     const wasWelcomed = this.welcome !== undefined;
     this.welcome = undefined;
+    this.session = undefined;
     clearTimeout(this.welcomeTimer);
     clearInterval(this.heartbeatTimer);
     this.attempts.endAll();
@@ -348,6 +359,7 @@ class ProviderAgent implements Agent {
     if (ws) this.flushOutbox(ws);
     this.ws = undefined;
     this.welcome = undefined;
+    this.session = undefined;
     if (ws && (ws.readyState === WebSocket.OPEN || ws.readyState === WebSocket.CONNECTING)) {
       try {
         ws.close(closeCode, exit.reason);
@@ -420,7 +432,7 @@ class ProviderAgent implements Agent {
     }
     switch (frame.type) {
       case "welcome":
-        this.onWelcome(frame);
+        this.onWelcome(ws, frame);
         return;
       case "inference":
       case "sealed_inference":
@@ -444,7 +456,7 @@ class ProviderAgent implements Agent {
     }
   }
 
-  private onWelcome(welcome: Welcome): void {
+  private onWelcome(ws: WebSocket, welcome: Welcome): void {
     if (welcome.protocol_version !== PROTOCOL_VERSION) {
       this.finish(
         {
@@ -457,6 +469,19 @@ class ProviderAgent implements Agent {
     }
     clearTimeout(this.welcomeTimer);
     this.welcome = welcome;
+    if (welcome.session_enc !== undefined && this.options.sessionKeys !== false && this.privateKey !== undefined) {
+      const session = openRecipientSession(this.privateKey, fromBase64url(welcome.session_enc, "session_enc"), {
+        protocolVersion: PROTOCOL_VERSION,
+        providerId: welcome.provider_id,
+      });
+      // Requests that arrive while the setup runs wait for it in order (attempts.ts).
+      this.session = session;
+      session.catch(() => {
+        if (this.ws !== ws) return;
+        this.logger.warn("malformed coordinator frame", { reason: "session key setup failed" });
+        this.drop(ws, CLOSE.protocolError, "session key setup failed");
+      });
+    }
     this.failures = 0;
     this.sessions++;
     this.logger.info("connected to coordinator", { provider_id: welcome.provider_id, status: welcome.trust_level, version: VERSION });
@@ -499,7 +524,13 @@ class ProviderAgent implements Agent {
     }
     const send = (f: ProviderFrame) => this.send(ws, f);
     if (frame.type === "inference") this.attempts.start(frame, send);
-    else void this.attempts.startSealed(frame, this.privateKey as Uint8Array, send, this.options.identity);
+    else
+      void this.attempts.startSealed(
+        frame,
+        { privateKey: this.privateKey as Uint8Array, session: this.session },
+        send,
+        this.options.identity,
+      );
   }
 
   private changed(): void {

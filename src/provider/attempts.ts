@@ -14,6 +14,7 @@ import { ChunkSealer } from "../crypto/chunks.ts";
 import { fromBase64url, toBase64url } from "../crypto/encoding.ts";
 import { receiptBytes, sha256 } from "../crypto/receipts.ts";
 import { openRequest } from "../crypto/seal.ts";
+import type { SessionOpener } from "../crypto/session.ts";
 import type { Logger } from "../observability/logger.ts";
 import {
   type Delta,
@@ -71,6 +72,16 @@ export interface ReceiptSigner {
   sign(message: Uint8Array): Uint8Array | Promise<Uint8Array>;
 }
 
+function openInSession(
+  session: SessionOpener | undefined,
+  n: number,
+  ciphertext: Uint8Array,
+  binding: { protocolVersion: number; requestId: string; attempt: number },
+): { plaintext: Uint8Array; responseKey: Uint8Array } {
+  if (session === undefined) throw new Error("no session keys on this connection");
+  return session.open(n, ciphertext, binding);
+}
+
 export class Attempts {
   private readonly running = new Map<string, Running>();
   private idleWaiters: (() => void)[] = [];
@@ -90,17 +101,27 @@ export class Attempts {
   }
 
   /**
-   * Opens a sealed request with this connection's X25519 private key (HPKE, binding protocol version,
-   * request id and attempt), then runs it like `start`, sealing the answer. A request that does not
-   * open is refused with `invalid_request` (nothing is run).
+   * Opens a sealed request, then runs it like `start`, sealing the answer: with the session's keys when the
+   * frame carries a counter `n` (session.ts; frames wait in order for a session setup still running), else
+   * with this connection's X25519 private key (HPKE, binding protocol version, request id and attempt). A
+   * request that does not open (including a replayed `n`) is refused with `invalid_request` (nothing is run).
    */
-  async startSealed(frame: SealedInference, privateKey: Uint8Array, send: SendFrame, signer?: ReceiptSigner): Promise<void> {
+  async startSealed(
+    frame: SealedInference,
+    keys: { readonly privateKey: Uint8Array; readonly session: Promise<SessionOpener> | undefined },
+    send: SendFrame,
+    signer?: ReceiptSigner,
+  ): Promise<void> {
     let request: EngineRequestBody;
     let sealer: ChunkSealer;
     let requestSha256: Uint8Array;
     try {
       const binding = { protocolVersion: PROTOCOL_VERSION, requestId: frame.request_id, attempt: frame.attempt };
-      const opened = await openRequest(privateKey, fromBase64url(frame.enc, "enc"), fromBase64url(frame.ciphertext, "ciphertext"), binding);
+      const ciphertext = fromBase64url(frame.ciphertext, "ciphertext");
+      const opened =
+        frame.n !== undefined
+          ? openInSession(await keys.session, frame.n, ciphertext, binding)
+          : await openRequest(keys.privateKey, fromBase64url(frame.enc ?? "", "enc"), ciphertext, binding);
       request = parseEngineRequest(JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(opened.plaintext)));
       requestSha256 = sha256(opened.plaintext);
       sealer = new ChunkSealer({ responseKey: opened.responseKey, requestId: frame.request_id, attempt: frame.attempt });
@@ -115,7 +136,7 @@ export class Attempts {
       });
       return;
     }
-    const { enc: _enc, ciphertext: _ciphertext, ...head } = frame;
+    const { enc: _enc, n: _n, ciphertext: _ciphertext, ...head } = frame;
     const receipt = signer ? { signer, requestSha256, content: createHash("sha256"), model: frame.model } : undefined;
     this.start({ ...head, type: "inference", request }, send, sealer, receipt);
   }

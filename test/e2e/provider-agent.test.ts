@@ -4,8 +4,10 @@
  * drain.
  */
 import { afterEach, describe, expect, test } from "bun:test";
+import { ChunkOpener } from "../../src/crypto/chunks.ts";
+import { fromBase64url, toBase64url } from "../../src/crypto/encoding.ts";
 import { createLogger } from "../../src/observability/logger.ts";
-import { CLOSE, type Inference, type ProviderFrame } from "../../src/protocol/messages.ts";
+import { CLOSE, type Inference, PROTOCOL_VERSION, type ProviderFrame } from "../../src/protocol/messages.ts";
 import { type Agent, type AgentOptions, startAgent } from "../../src/provider/agent.ts";
 import { createEchoEngine } from "../../src/provider/engines/echo.ts";
 import { VERSION } from "../../src/version.ts";
@@ -68,6 +70,7 @@ describe("session", () => {
         models: [{ build_id: "org/echo" }],
         max_concurrency: 3,
         encryption_key: expect.stringMatching(/^[A-Za-z0-9_-]{43}$/),
+        session_keys: true,
       },
     });
     expect(agent.state()).toEqual({
@@ -461,5 +464,84 @@ describe("drain and stop", () => {
     await waitFor(() => fake.closes[0], "close");
     expect(fake.closes[0]?.code).toBe(CLOSE.goingAway);
     expect(fake.framesFor("req_s")).toEqual([{ type: "accepted", request_id: "req_s", attempt: 0 }]);
+  });
+});
+
+describe("session keys", () => {
+  const request = { messages: [{ role: "user", content: "one two three" }], max_tokens: 100 };
+
+  /** Seals `request` under the connection's session and sends it; returns what opens the answer. */
+  function sendSealed(fake: FakeCoordinator, requestId: string, replay?: { n: number; ciphertext: Uint8Array }) {
+    const sealer = fake.sealers.get(fake.current);
+    if (!sealer) throw new Error("no session on the connection");
+    const binding = { protocolVersion: PROTOCOL_VERSION, requestId, attempt: 0 };
+    const sealed = replay
+      ? { ...replay, responseKey: new Uint8Array(32) }
+      : sealer.seal(new TextEncoder().encode(JSON.stringify(request)), binding);
+    fake.send({
+      type: "sealed_inference",
+      request_id: requestId,
+      attempt: 0,
+      model: "org/echo",
+      first_content_deadline_ms: 30_000,
+      n: sealed.n,
+      ciphertext: toBase64url(sealed.ciphertext),
+    });
+    return { ...sealed, opener: new ChunkOpener({ responseKey: sealed.responseKey, requestId, attempt: 0 }) };
+  }
+
+  function answerOf(fake: FakeCoordinator, requestId: string, opener: ChunkOpener): string {
+    let text = "";
+    for (const f of fake.framesFor(requestId)) {
+      if (f.type !== "sealed_chunk" && f.type !== "sealed_complete") continue;
+      const final = f.type === "sealed_complete";
+      const plaintext = opener.open({ seq: f.seq, final, ciphertext: fromBase64url(f.sealed, "sealed") });
+      if (!final) text += (JSON.parse(new TextDecoder().decode(plaintext)) as { content?: string }).content ?? "";
+    }
+    opener.finish();
+    return text;
+  }
+
+  test("the welcome's session_enc sets up the session: requests counted by n open and are answered sealed", async () => {
+    await using fake = new FakeCoordinator({ sessionKeys: true });
+    const agent = agentFor(fake);
+    await waitFor(() => agent.state().connected, "welcome");
+    const a = sendSealed(fake, "req_s1");
+    const b = sendSealed(fake, "req_s2");
+    expect([a.n, b.n]).toEqual([1, 2]);
+    await waitFor(() => fake.framesFor("req_s2").some((f) => f.type === "sealed_complete"), "second answer");
+    await waitFor(() => fake.framesFor("req_s1").some((f) => f.type === "sealed_complete"), "first answer");
+    expect(answerOf(fake, "req_s1", a.opener)).toBe("one two three");
+    expect(answerOf(fake, "req_s2", b.opener)).toBe("one two three");
+  });
+
+  test("a replayed request (n not above the last opened) is refused with invalid_request and not run", async () => {
+    await using fake = new FakeCoordinator({ sessionKeys: true });
+    const engine = manualEngine(["org/echo"]);
+    const agent = agentFor(fake, { engine });
+    await waitFor(() => agent.state().connected, "welcome");
+    const first = sendSealed(fake, "req_r1");
+    await waitFor(() => engine.calls.length === 1, "first call");
+    sendSealed(fake, "req_r2", { n: first.n, ciphertext: first.ciphertext });
+    await waitFor(() => terminal(fake, "req_r2"), "refusal");
+    expect(terminal(fake, "req_r2")).toMatchObject({ type: "error", code: "invalid_request" });
+    expect(engine.calls.length).toBe(1);
+  });
+
+  test("a session_enc that cannot be set up closes with 1002; the agent reconnects with a new key", async () => {
+    await using fake = new FakeCoordinator({ sessionKeys: true, welcome: { session_enc: "A".repeat(43) } });
+    const agent = agentFor(fake);
+    await waitFor(() => fake.closes.find((c) => c.conn === 1), "close of the first connection");
+    expect(fake.closes[0]).toMatchObject({ code: CLOSE.protocolError, reason: "session key setup failed" });
+    await waitFor(() => fake.ofType("hello").length >= 2, "second hello");
+    expect(agent.state().phase).not.toBe("stopped");
+  });
+
+  test("sessionKeys: false leaves session_keys out of the hello (the coordinator then seals each request itself)", async () => {
+    await using fake = new FakeCoordinator({ sessionKeys: true });
+    const agent = agentFor(fake, { sessionKeys: false });
+    await waitFor(() => agent.state().connected, "welcome");
+    expect(fake.ofType("hello")[0]?.session_keys).toBeUndefined();
+    expect(fake.sealers.size).toBe(0);
   });
 });

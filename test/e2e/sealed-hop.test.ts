@@ -20,7 +20,7 @@ interface Ctx extends AsyncDisposable {
   readonly t: TestApp;
   readonly server: TestServer;
   readonly apiKey: string;
-  provider(behave?: (inf: Inference) => readonly Step[], sealed?: boolean): Promise<FakeProvider>;
+  provider(behave?: (inf: Inference) => readonly Step[], sealed?: boolean, sessionKeys?: boolean): Promise<FakeProvider>;
 }
 
 async function setup(env: Record<string, string> = {}): Promise<Ctx> {
@@ -34,8 +34,8 @@ async function setup(env: Record<string, string> = {}): Promise<Ctx> {
     t,
     server,
     apiKey,
-    async provider(behave = echo, sealed = true) {
-      const p = await connectFakeProvider({ url: server.url, token, models: [BUILD], behave, sealed });
+    async provider(behave = echo, sealed = true, sessionKeys = false) {
+      const p = await connectFakeProvider({ url: server.url, token, models: [BUILD], behave, sealed, sessionKeys });
       providers.push(p);
       return p;
     },
@@ -72,10 +72,43 @@ describe("sealed sessions", () => {
     const sealedFrames = p.received.filter((f) => f.type === "sealed_inference");
     expect([sealedFrames.length, p.received.filter((f) => f.type === "inference").length]).toEqual([1, 0]);
     expect(JSON.stringify(sealedFrames)).not.toContain("secret");
+    // A provider that does not offer session keys: one HPKE setup per request (its own enc).
+    expect(sealedFrames[0]).toMatchObject({ enc: expect.stringMatching(/^[A-Za-z0-9_-]{43}$/) });
+    expect(sealedFrames[0]).not.toHaveProperty("n");
 
     const stream = await postChat(ctx.server.url, ctx.apiKey, chatBody("one two three", { stream: true }));
     const events = parseSse(await stream.text()).data;
     expect(events.at(-1)).toBe("[DONE]");
+  });
+
+  test("a provider offering session keys: one HPKE setup at welcome, then requests counted by n without enc", async () => {
+    await using ctx = await setup();
+    const p = await ctx.provider(echo, true, true);
+    const welcome = p.received.find((f) => f.type === "welcome");
+    expect(welcome).toMatchObject({ session_enc: expect.stringMatching(/^[A-Za-z0-9_-]{43}$/) });
+    for (const words of ["first sealed words", "second sealed words"]) {
+      const response = await postChat(ctx.server.url, ctx.apiKey, chatBody(words));
+      expect(((await response.json()) as { choices: { message: { content: string } }[] }).choices[0]?.message.content).toBe(words);
+    }
+    const stream = await postChat(ctx.server.url, ctx.apiKey, chatBody("third one", { stream: true }));
+    expect(parseSse(await stream.text()).data.at(-1)).toBe("[DONE]");
+    const sealedFrames = p.received.filter((f) => f.type === "sealed_inference");
+    expect(sealedFrames.map((f) => f.n)).toEqual([1, 2, 3]);
+    expect(sealedFrames.every((f) => f.enc === undefined)).toBe(true);
+    expect(JSON.stringify(sealedFrames)).not.toContain("sealed words");
+  });
+
+  test("a hello offering session keys with a low-order encryption key is refused at welcome (1002)", async () => {
+    await using ctx = await setup();
+    const token = await providerToken(ctx.t, (await seedAccount(ctx.t)).accountId);
+    await using p = await connectFakeProvider({
+      url: ctx.server.url,
+      token,
+      models: [BUILD],
+      hello: { encryption_key: "A".repeat(43), session_keys: true },
+    });
+    expect(await p.closed).toMatchObject({ code: CLOSE.protocolError, reason: "encryption_key rejected" });
+    expect(p.received.some((f) => f.type === "welcome")).toBe(false);
   });
 
   test.each<[string, (ctx: SealedContext) => readonly string[]]>([

@@ -5,9 +5,12 @@
  * `welcome`, records every frame and close, and lets the test send any frame or raw text. Batches (a
  * JSON array of frames in one message) are accepted as the coordinator accepts them; whether the
  * agent may send them is the welcome's `batch_frames` (off unless the test sets it), and `messages`
- * counts how many frames each message carried.
+ * counts how many frames each message carried. With `sessionKeys`, a hello offering session keys is
+ * answered with `session_enc` and `sealers` holds each connection's session sealer (to craft requests).
  * Use with `await using`.
  */
+import { fromBase64url, toBase64url } from "../../src/crypto/encoding.ts";
+import { openSenderSession, type SessionSealer } from "../../src/crypto/session.ts";
 import {
   CLOSE,
   type CoordinatorFrame,
@@ -30,6 +33,8 @@ export interface FakeCoordinatorOptions {
   readonly refuseUpgradeWith?: number;
   /** Close every connection with this code right after its hello instead of welcoming it. */
   readonly closeOnHello?: { readonly code: number; readonly reason: string };
+  /** Answer a hello that offers session keys with `session_enc` (as the real coordinator does). */
+  readonly sessionKeys?: boolean;
 }
 
 export interface Received {
@@ -60,6 +65,8 @@ export class FakeCoordinator implements AsyncDisposable {
   readonly violations: string[] = [];
   /** Per message received, in order: how many frames it carried, and whether it was a batch (an array). */
   readonly messages: { readonly frames: number; readonly batch: boolean }[] = [];
+  /** Per connection (sessionKeys): the sealer of the session the welcome set up. */
+  readonly sealers = new Map<number, SessionSealer>();
   private server: ReturnType<typeof Bun.serve<ConnData>> | undefined;
   private sockets = new Map<number, Socket>();
   private connCount = 0;
@@ -128,17 +135,7 @@ export class FakeCoordinator implements AsyncDisposable {
             ws.close(this.options.closeOnHello.code, this.options.closeOnHello.reason);
             return;
           }
-          ws.send(
-            encode({
-              type: "welcome",
-              protocol_version: PROTOCOL_VERSION,
-              provider_id: `prov_test_${ws.data.conn}`,
-              trust_level: "none",
-              heartbeat_interval_ms: 60_000,
-              liveness_timeout_ms: 180_000,
-              ...this.options.welcome,
-            }),
-          );
+          void this.welcome(ws, frame);
         },
         close: (ws, code, reason) => {
           this.sockets.delete(ws.data.conn);
@@ -147,6 +144,28 @@ export class FakeCoordinator implements AsyncDisposable {
       },
     });
     this.port = this.server.port ?? 0;
+  }
+
+  private async welcome(ws: Socket, hello: Extract<ProviderFrame, { type: "hello" }>): Promise<void> {
+    const providerId = `prov_test_${ws.data.conn}`;
+    let sessionEnc: string | undefined;
+    if (this.options.sessionKeys && hello.session_keys && hello.encryption_key) {
+      const session = await openSenderSession(fromBase64url(hello.encryption_key), { protocolVersion: PROTOCOL_VERSION, providerId });
+      this.sealers.set(ws.data.conn, session.sealer);
+      sessionEnc = toBase64url(session.enc);
+    }
+    ws.send(
+      encode({
+        type: "welcome",
+        protocol_version: PROTOCOL_VERSION,
+        provider_id: providerId,
+        trust_level: "none",
+        heartbeat_interval_ms: 60_000,
+        liveness_timeout_ms: 180_000,
+        ...(sessionEnc !== undefined ? { session_enc: sessionEnc } : {}),
+        ...this.options.welcome,
+      }),
+    );
   }
 
   /** Sends a frame (or raw text) on the newest open connection. */

@@ -5,6 +5,7 @@
 import { ChunkSealer } from "../../src/crypto/chunks.ts";
 import { fromBase64url, toBase64url } from "../../src/crypto/encoding.ts";
 import { generateX25519KeyPair, openRequest } from "../../src/crypto/seal.ts";
+import { openRecipientSession, type SessionOpener } from "../../src/crypto/session.ts";
 import {
   type CoordinatorFrame,
   type Delta,
@@ -61,6 +62,8 @@ export interface FakeProviderOptions {
   readonly hello?: Record<string, unknown>;
   /** Announce an X25519 key and speak the sealed protocol (the real agent always does). */
   readonly sealed?: boolean;
+  /** With `sealed`: offer session keys and open `n` requests with them (the real agent does by default). */
+  readonly sessionKeys?: boolean;
 }
 
 export interface FakeProvider extends AsyncDisposable {
@@ -76,6 +79,7 @@ export interface FakeProvider extends AsyncDisposable {
 export async function connectFakeProvider(options: FakeProviderOptions): Promise<FakeProvider> {
   const url = `${options.url.replace(/^http/, "ws")}/v1/provider/connect`;
   const keys = options.sealed ? await generateX25519KeyPair() : undefined;
+  let session: Promise<SessionOpener> | undefined;
   const ws = new WebSocket(url, { headers: { authorization: `Bearer ${options.token}` } } as unknown as string[]);
   const received: CoordinatorFrame[] = [];
   const watchers: { match: (f: CoordinatorFrame) => boolean; resolve: (f: CoordinatorFrame) => void }[] = [];
@@ -156,15 +160,25 @@ export async function connectFakeProvider(options: FakeProviderOptions): Promise
         w.resolve(frame);
       }
     }
+    if (frame.type === "welcome" && frame.session_enc !== undefined && keys && options.sessionKeys) {
+      session = openRecipientSession(keys.privateKey, fromBase64url(frame.session_enc), {
+        protocolVersion: PROTOCOL_VERSION,
+        providerId: frame.provider_id,
+      });
+    }
     if (frame.type === "inference") void run(frame);
     if (frame.type === "sealed_inference" && keys) {
       const sealedFrame = frame;
       const pair = keys;
       void (async () => {
         const binding = { protocolVersion: PROTOCOL_VERSION, requestId: sealedFrame.request_id, attempt: sealedFrame.attempt };
-        const opened = await openRequest(pair.privateKey, fromBase64url(sealedFrame.enc), fromBase64url(sealedFrame.ciphertext), binding);
+        const ciphertext = fromBase64url(sealedFrame.ciphertext);
+        const opened =
+          sealedFrame.n !== undefined && session
+            ? (await session).open(sealedFrame.n, ciphertext, binding)
+            : await openRequest(pair.privateKey, fromBase64url(sealedFrame.enc ?? ""), ciphertext, binding);
         const request = parseEngineRequest(JSON.parse(new TextDecoder().decode(opened.plaintext)));
-        const { enc: _e, ciphertext: _c, ...head } = sealedFrame;
+        const { enc: _e, n: _n, ciphertext: _c, ...head } = sealedFrame;
         const sealer = new ChunkSealer({
           responseKey: opened.responseKey,
           requestId: sealedFrame.request_id,
@@ -190,6 +204,7 @@ export async function connectFakeProvider(options: FakeProviderOptions): Promise
     JSON.stringify({
       type: "hello",
       ...(keys ? { encryption_key: toBase64url(keys.publicKey) } : {}),
+      ...(keys && options.sessionKeys ? { session_keys: true } : {}),
       protocol_versions: [1],
       provider_version: "test",
       engine: "fake",
