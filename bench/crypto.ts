@@ -7,7 +7,8 @@
  * suite seal.ts offers, all through @hpke/core's key schedule: "native" (node:crypto X25519 and HKDF plugged
  * into the library, src/crypto/hpke-native.ts), "webcrypto" (@hpke/core, runtime WebCrypto) and "noble"
  * (@hpke/dhkem-x25519, pure JS); the chunk and receipt steps do not depend on the KEM. openRequest (provider) is measured too but
- * kept out of the request total, which is the list above.
+ * kept out of the request total, which is the list above. Session keys (src/crypto/session.ts: one HPKE
+ * setup per connection, HKDF + AES-256-GCM per request) are measured as "seal" and "seal + open" rows.
  *
  * Method: every case runs for BENCH_SECONDS / BENCH_ROUNDS, BENCH_ROUNDS times, the KEMs interleaved, after
  * a warm-up; the figure is the median round. Steps run one at a time (latency: WebCrypto calls return
@@ -25,6 +26,7 @@ import { parseIdentityKey, SoftwareIdentity, verifyIdentitySignature } from "../
 import { type ChunkFrame, ChunkOpener, ChunkSealer } from "../src/crypto/chunks.ts";
 import { type ReceiptClaims, receiptBytes, sha256 } from "../src/crypto/receipts.ts";
 import { generateX25519KeyPair, type KemImplementation, openRequest, type RequestBinding, sealRequest } from "../src/crypto/seal.ts";
+import { openRecipientSession, openSenderSession } from "../src/crypto/session.ts";
 
 const ROOT = join(import.meta.dir, "..");
 const seconds = Number(process.env.BENCH_SECONDS ?? 6);
@@ -45,6 +47,13 @@ const keys = await generateX25519KeyPair();
 const identity = SoftwareIdentity.generate();
 const verifyKey = parseIdentityKey(identity.publicKey());
 const sealedOnce = await sealRequest(keys.publicKey, request, binding);
+// Session keys (src/crypto/session.ts): one HPKE setup for the connection, then HKDF + AES-256-GCM per request.
+const session = await openSenderSession(keys.publicKey, { protocolVersion: 1, providerId: "prov_bench" });
+const sessionOpener = await openRecipientSession(keys.privateKey, session.enc, { protocolVersion: 1, providerId: "prov_bench" });
+function sessionSealAndOpen(): void {
+  const sealed = session.sealer.seal(request, binding);
+  sessionOpener.open(sealed.n, sealed.ciphertext, binding);
+}
 const stream = { responseKey: sealedOnce.responseKey, requestId: binding.requestId, attempt: binding.attempt };
 const frames: ChunkFrame[] = (() => {
   const sealer = new ChunkSealer(stream);
@@ -134,6 +143,8 @@ const cases: Case[] = [
     { name: WHOLE, kem, inFlight: 1, op: () => wholeRequest(kem) },
     { name: WHOLE, kem, inFlight: concurrency, op: () => wholeRequest(kem) },
   ]),
+  { name: `seal ${REQUEST_BYTES} B request (HKDF + AES-256-GCM)`, kem: "session keys", inFlight: 1, op: () => session.sealer.seal(request, binding) },
+  { name: `seal + open ${REQUEST_BYTES} B request`, kem: "session keys", inFlight: 1, op: sessionSealAndOpen },
   { name: `${CHUNKS} chunk seals (${chunkBytes} B each)`, kem: "-", inFlight: 1, op: steps.chunkSeals },
   { name: `${CHUNKS} chunk opens + finish`, kem: "-", inFlight: 1, op: steps.chunkOpens },
   { name: "receipt sign (2 x SHA-256 + ECDSA P-256)", kem: "-", inFlight: 1, op: steps.receiptSign },
@@ -192,6 +203,11 @@ const result = {
   fastest_kem: { latency: byLatency[0], throughput: byThroughput[0] },
   seal_speedup: round2(row("seal", byLatency[1]).us_per_op / row("seal", byLatency[0]).us_per_op),
   request_speedup: round2(row(WHOLE, byLatency[1]).us_per_op / row(WHOLE, byLatency[0]).us_per_op),
+  /** How many times cheaper a request's sealing is with session keys than with one native HPKE setup per request. */
+  session_keys_vs_native_hpke: {
+    seal: round2(row("seal", "native").us_per_op / row(`seal ${REQUEST_BYTES}`, "session keys").us_per_op),
+    seal_and_open: round2((row("seal", "native").us_per_op + row("open", "native").us_per_op) / row("seal + open", "session keys").us_per_op),
+  },
   native_vs_webcrypto: {
     seal: round2(row("seal", "webcrypto").us_per_op / row("seal", "native").us_per_op),
     open: round2(row("open", "webcrypto").us_per_op / row("open", "native").us_per_op),
@@ -207,6 +223,7 @@ console.log(
   `fastest KEM: ${byLatency[0]} by latency (seal ${result.seal_speedup}x, request ${result.request_speedup}x over the next), ${byThroughput[0]} by throughput`,
 );
 console.log("native over webcrypto (x faster):", result.native_vs_webcrypto);
+console.log("session keys over one native HPKE setup per request (x cheaper):", result.session_keys_vs_native_hpke);
 mkdirSync(join(ROOT, "bench/results"), { recursive: true });
 const file = join(ROOT, `bench/results/crypto-${result.date.replace(/[:.]/g, "-")}.json`);
 writeFileSync(file, `${JSON.stringify(result, null, 2)}\n`);
