@@ -3,7 +3,7 @@
  * 16 fixed words) called three ways, by the same load generator (bench/load.ts) with the same body:
  *   direct   the mock itself;
  *   umbra    coordinator (`serve`, metering on: auth, rate limits, billing) + `umbra-provider start
- *            --engine openai --upstream <mock>/v1 --dev-attestation on` (HPKE-sealed hop, sealed chunks,
+ *            --engine openai --upstream <mock>/v1 --dev-attestation on` (sealed hop with session keys, sealed chunks,
  *            and, with the development device chain, trust level hardware: a signed receipt per answer);
  *   portkey  @portkey-ai/gateway's Node build run under Bun (`--headless`), routed to the mock with
  *            `x-portkey-provider: openai` and `x-portkey-custom-host: <mock>/v1`.

@@ -537,6 +537,24 @@ describe("session keys", () => {
     expect(agent.state().phase).not.toBe("stopped");
   });
 
+  test("a request counted by n on a connection without session keys is refused with invalid_request", async () => {
+    await using fake = new FakeCoordinator();
+    const agent = agentFor(fake);
+    await waitFor(() => agent.state().connected, "welcome");
+    fake.send({
+      type: "sealed_inference",
+      request_id: "req_nosession",
+      attempt: 0,
+      model: "org/echo",
+      first_content_deadline_ms: 30_000,
+      n: 1,
+      ciphertext: toBase64url(new Uint8Array(64)),
+    });
+    await waitFor(() => terminal(fake, "req_nosession"), "refusal");
+    expect(terminal(fake, "req_nosession")).toMatchObject({ type: "error", code: "invalid_request" });
+    expect(fake.framesFor("req_nosession").some((f) => f.type === "accepted")).toBe(false);
+  });
+
   test("sessionKeys: false leaves session_keys out of the hello (the coordinator then seals each request itself)", async () => {
     await using fake = new FakeCoordinator({ sessionKeys: true });
     const agent = agentFor(fake, { sessionKeys: false });
