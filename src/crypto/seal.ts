@@ -147,22 +147,8 @@ export async function hpkeSeal(
   info: Uint8Array<ArrayBuffer>,
   options: KemOptions = {},
 ): Promise<SealedRequest> {
-  checkKey(recipientPublicKey, "recipient public key");
   if (!(plaintext instanceof Uint8Array)) throw new InvalidInputError("plaintext must be bytes");
-  const suite = hpkeSuite(options.kem);
-  let pkR: CryptoKey;
-  try {
-    pkR = await suite.kem.deserializePublicKey(recipientPublicKey);
-  } catch (error) {
-    throw new InvalidKeyError("recipient public key rejected", { cause: error });
-  }
-  let ctx: Awaited<ReturnType<CipherSuite["createSenderContext"]>>;
-  try {
-    ctx = await suite.createSenderContext({ recipientPublicKey: pkR, info });
-  } catch (error) {
-    // Encap fails on an all-zero shared secret, i.e. a low-order recipient key.
-    throw new InvalidKeyError("recipient public key rejected (low-order point)", { cause: error });
-  }
+  const ctx = await senderContext(recipientPublicKey, info, options);
   // The first message of a fresh context: Seal and Export have no failure mode left here.
   const ciphertext = new Uint8Array(await ctx.seal(plaintext, EMPTY));
   const responseKey = new Uint8Array(await ctx.export(EXPORT_CONTEXT, RESPONSE_KEY_BYTES));
@@ -199,11 +185,63 @@ export async function hpkeOpen(
   options: KemOptions = {},
 ): Promise<OpenedRequest> {
   checkKey(recipientPrivateKey, "recipient private key");
-  if (!(enc instanceof Uint8Array) || enc.byteLength !== X25519_KEY_BYTES) {
-    throw new InvalidInputError(`enc must be ${X25519_KEY_BYTES} bytes`);
-  }
   if (!(ciphertext instanceof Uint8Array) || ciphertext.byteLength < AEAD_TAG_BYTES) {
     throw new InvalidInputError(`ciphertext must be at least ${AEAD_TAG_BYTES} bytes`);
+  }
+  const ctx = await recipientContext(recipientPrivateKey, enc, info, options);
+  try {
+    const plaintext = new Uint8Array(await ctx.open(ciphertext, EMPTY));
+    const responseKey = new Uint8Array(await ctx.export(EXPORT_CONTEXT, RESPONSE_KEY_BYTES));
+    return { plaintext, responseKey };
+  } catch {
+    throw new RequestOpenError("sealed request did not open");
+  }
+}
+
+export type HpkeSenderContext = Awaited<ReturnType<CipherSuite["createSenderContext"]>>;
+export type HpkeRecipientContext = Awaited<ReturnType<CipherSuite["createRecipientContext"]>>;
+
+/**
+ * HPKE SetupBaseS to a raw X25519 public key under `info` (a fresh ephemeral key; `ctx.enc` is its public
+ * half). Used for one request (hpkeSeal) or one provider connection (session.ts).
+ * @throws InvalidKeyError when the key is not 32 bytes or is a low-order point.
+ */
+export async function senderContext(
+  recipientPublicKey: Uint8Array,
+  info: Uint8Array<ArrayBuffer>,
+  options: KemOptions = {},
+): Promise<HpkeSenderContext> {
+  checkKey(recipientPublicKey, "recipient public key");
+  const suite = hpkeSuite(options.kem);
+  let pkR: CryptoKey;
+  try {
+    pkR = await suite.kem.deserializePublicKey(recipientPublicKey);
+  } catch (error) {
+    throw new InvalidKeyError("recipient public key rejected", { cause: error });
+  }
+  try {
+    return await suite.createSenderContext({ recipientPublicKey: pkR, info });
+  } catch (error) {
+    // Encap fails on an all-zero shared secret, i.e. a low-order recipient key.
+    throw new InvalidKeyError("recipient public key rejected (low-order point)", { cause: error });
+  }
+}
+
+/**
+ * HPKE SetupBaseR with a raw X25519 private key, `enc` and `info`: the recipient half of senderContext.
+ * @throws InvalidKeyError when the private key is not 32 bytes or cannot be imported.
+ * @throws InvalidInputError when enc is not 32 bytes.
+ * @throws RequestOpenError when the context cannot be set up (a low-order enc).
+ */
+export async function recipientContext(
+  recipientPrivateKey: Uint8Array,
+  enc: Uint8Array,
+  info: Uint8Array<ArrayBuffer>,
+  options: KemOptions = {},
+): Promise<HpkeRecipientContext> {
+  checkKey(recipientPrivateKey, "recipient private key");
+  if (!(enc instanceof Uint8Array) || enc.byteLength !== X25519_KEY_BYTES) {
+    throw new InvalidInputError(`enc must be ${X25519_KEY_BYTES} bytes`);
   }
   const suite = hpkeSuite(options.kem);
   let skR: CryptoKey;
@@ -213,10 +251,7 @@ export async function hpkeOpen(
     throw new InvalidKeyError("recipient private key rejected", { cause: error });
   }
   try {
-    const ctx = await suite.createRecipientContext({ recipientKey: skR, enc, info });
-    const plaintext = new Uint8Array(await ctx.open(ciphertext, EMPTY));
-    const responseKey = new Uint8Array(await ctx.export(EXPORT_CONTEXT, RESPONSE_KEY_BYTES));
-    return { plaintext, responseKey };
+    return await suite.createRecipientContext({ recipientKey: skR, enc, info });
   } catch {
     throw new RequestOpenError("sealed request did not open");
   }

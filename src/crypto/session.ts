@@ -36,12 +36,12 @@ import { CanonicalBytes } from "./canonical.ts";
 import { InvalidInputError, InvalidKeyError, RequestOpenError } from "./errors.ts";
 import {
   AEAD_TAG_BYTES,
-  hpkeSuite,
   type KemOptions,
   MAX_REQUEST_ID_BYTES,
   RESPONSE_KEY_BYTES,
   type RequestBinding,
-  X25519_KEY_BYTES,
+  recipientContext,
+  senderContext,
 } from "./seal.ts";
 
 export const SESSION_INFO_TAG = "umbra-session-v1";
@@ -108,22 +108,25 @@ function requestKeys(secret: Uint8Array, n: number, binding: RequestBinding): { 
   return { requestKey: keys.subarray(0, 32), responseKey: new Uint8Array(keys.subarray(32, 32 + RESPONSE_KEY_BYTES)) };
 }
 
-/** The coordinator's half of a session: seals each request under the next counter value. */
-export class SessionSealer {
-  private last = 0;
+/** What both halves of a session hold: the secret and the last request counter used. */
+abstract class SessionHalf {
+  protected last = 0;
 
-  /** @param secret the 32-byte session secret (openSenderSession). */
-  constructor(private readonly secret: Uint8Array) {
+  /** @param secret the 32-byte session secret (openSenderSession / openRecipientSession). */
+  constructor(protected readonly secret: Uint8Array) {
     if (!(secret instanceof Uint8Array) || secret.byteLength !== SESSION_SECRET_BYTES) {
       throw new InvalidKeyError(`session secret must be ${SESSION_SECRET_BYTES} bytes`);
     }
   }
 
-  /** Requests sealed so far (the last n used). */
+  /** The last n sealed (sender) or opened (recipient); 0 before the first. */
   get counter(): number {
     return this.last;
   }
+}
 
+/** The coordinator's half of a session: seals each request under the next counter value. */
+export class SessionSealer extends SessionHalf {
   /**
    * Seals one request under n = the previous n + 1 (synchronous: the caller sends frames in n order).
    * @throws InvalidInputError when the plaintext is not bytes, the binding is out of range or the counter
@@ -147,21 +150,7 @@ export class SessionSealer {
 }
 
 /** The provider's half of a session: opens requests whose counter is above the last one opened. */
-export class SessionOpener {
-  private last = 0;
-
-  /** @param secret the 32-byte session secret (openRecipientSession). */
-  constructor(private readonly secret: Uint8Array) {
-    if (!(secret instanceof Uint8Array) || secret.byteLength !== SESSION_SECRET_BYTES) {
-      throw new InvalidKeyError(`session secret must be ${SESSION_SECRET_BYTES} bytes`);
-    }
-  }
-
-  /** The highest n opened so far. */
-  get counter(): number {
-    return this.last;
-  }
-
+export class SessionOpener extends SessionHalf {
   /**
    * Opens request n and returns its plaintext and response key.
    * @throws InvalidInputError when n is not an integer in 1..MAX_SESSION_COUNTER, the ciphertext is shorter
@@ -201,21 +190,7 @@ export async function openSenderSession(
   binding: SessionBinding,
   options: KemOptions = {},
 ): Promise<{ readonly enc: Uint8Array; readonly sealer: SessionSealer }> {
-  checkKey(recipientPublicKey, "recipient public key");
-  const info = sessionInfo(binding);
-  const suite = hpkeSuite(options.kem);
-  let pkR: CryptoKey;
-  try {
-    pkR = await suite.kem.deserializePublicKey(recipientPublicKey);
-  } catch (error) {
-    throw new InvalidKeyError("recipient public key rejected", { cause: error });
-  }
-  let ctx: Awaited<ReturnType<typeof suite.createSenderContext>>;
-  try {
-    ctx = await suite.createSenderContext({ recipientPublicKey: pkR, info });
-  } catch (error) {
-    throw new InvalidKeyError("recipient public key rejected (low-order point)", { cause: error });
-  }
+  const ctx = await senderContext(recipientPublicKey, sessionInfo(binding), options);
   const secret = new Uint8Array(await ctx.export(EXPORT_CONTEXT, SESSION_SECRET_BYTES));
   return { enc: new Uint8Array(ctx.enc), sealer: new SessionSealer(secret) };
 }
@@ -232,27 +207,6 @@ export async function openRecipientSession(
   binding: SessionBinding,
   options: KemOptions = {},
 ): Promise<SessionOpener> {
-  checkKey(recipientPrivateKey, "recipient private key");
-  if (!(enc instanceof Uint8Array) || enc.byteLength !== X25519_KEY_BYTES)
-    throw new InvalidInputError(`enc must be ${X25519_KEY_BYTES} bytes`);
-  const info = sessionInfo(binding);
-  const suite = hpkeSuite(options.kem);
-  let skR: CryptoKey;
-  try {
-    skR = await suite.kem.deserializePrivateKey(recipientPrivateKey);
-  } catch (error) {
-    throw new InvalidKeyError("recipient private key rejected", { cause: error });
-  }
-  try {
-    const ctx = await suite.createRecipientContext({ recipientKey: skR, enc, info });
-    return new SessionOpener(new Uint8Array(await ctx.export(EXPORT_CONTEXT, SESSION_SECRET_BYTES)));
-  } catch {
-    throw new RequestOpenError("session key setup failed");
-  }
-}
-
-function checkKey(key: Uint8Array, what: string): void {
-  if (!(key instanceof Uint8Array) || key.byteLength !== X25519_KEY_BYTES) {
-    throw new InvalidKeyError(`${what} must be ${X25519_KEY_BYTES} raw bytes`);
-  }
+  const ctx = await recipientContext(recipientPrivateKey, enc, sessionInfo(binding), options);
+  return new SessionOpener(new Uint8Array(await ctx.export(EXPORT_CONTEXT, SESSION_SECRET_BYTES)));
 }

@@ -15,6 +15,7 @@ import {
   parseCoordinatorFrame,
   parseProviderMessage,
 } from "../../../src/protocol/messages.ts";
+import { WELCOME } from "../../support/frames.ts";
 
 const ids = { request_id: "req_1", attempt: 0 };
 const FRAMES: ProviderFrame[] = [
@@ -22,14 +23,6 @@ const FRAMES: ProviderFrame[] = [
   { type: "chunk", ...ids, seq: 0, delta: { content: "hello" } },
   { type: "complete", ...ids, seq: 1, finish_reason: "stop", usage: { prompt_tokens: 1, completion_tokens: 1 } },
 ];
-const WELCOME = {
-  type: "welcome",
-  protocol_version: 1,
-  provider_id: "prov_1",
-  trust_level: "none",
-  heartbeat_interval_ms: 1000,
-  liveness_timeout_ms: 3000,
-};
 
 describe("batched provider frames", () => {
   test("one frame is sent as itself; several as a JSON array, parsed back in order", () => {

@@ -5,6 +5,7 @@
  */
 import { describe, expect, test } from "bun:test";
 import { ProtocolError, parseCoordinatorFrame, parseProviderFrame } from "../../../src/protocol/messages.ts";
+import { WELCOME } from "../../support/frames.ts";
 
 const KEY = "A".repeat(43);
 const HELLO = {
@@ -15,14 +16,6 @@ const HELLO = {
   models: [{ build_id: "org/m" }],
   max_concurrency: 4,
   encryption_key: KEY,
-};
-const WELCOME = {
-  type: "welcome",
-  protocol_version: 1,
-  provider_id: "prov_1",
-  trust_level: "none",
-  heartbeat_interval_ms: 1000,
-  liveness_timeout_ms: 3000,
 };
 const SEALED = {
   type: "sealed_inference",
