@@ -143,7 +143,12 @@ const cases: Case[] = [
     { name: WHOLE, kem, inFlight: 1, op: () => wholeRequest(kem) },
     { name: WHOLE, kem, inFlight: concurrency, op: () => wholeRequest(kem) },
   ]),
-  { name: `seal ${REQUEST_BYTES} B request (HKDF + AES-256-GCM)`, kem: "session keys", inFlight: 1, op: () => session.sealer.seal(request, binding) },
+  {
+    name: `seal ${REQUEST_BYTES} B request (HKDF + AES-256-GCM)`,
+    kem: "session keys",
+    inFlight: 1,
+    op: () => session.sealer.seal(request, binding),
+  },
   { name: `seal + open ${REQUEST_BYTES} B request`, kem: "session keys", inFlight: 1, op: sessionSealAndOpen },
   { name: `${CHUNKS} chunk seals (${chunkBytes} B each)`, kem: "-", inFlight: 1, op: steps.chunkSeals },
   { name: `${CHUNKS} chunk opens + finish`, kem: "-", inFlight: 1, op: steps.chunkOpens },
@@ -206,7 +211,9 @@ const result = {
   /** How many times cheaper a request's sealing is with session keys than with one native HPKE setup per request. */
   session_keys_vs_native_hpke: {
     seal: round2(row("seal", "native").us_per_op / row(`seal ${REQUEST_BYTES}`, "session keys").us_per_op),
-    seal_and_open: round2((row("seal", "native").us_per_op + row("open", "native").us_per_op) / row("seal + open", "session keys").us_per_op),
+    seal_and_open: round2(
+      (row("seal", "native").us_per_op + row("open", "native").us_per_op) / row("seal + open", "session keys").us_per_op,
+    ),
   },
   native_vs_webcrypto: {
     seal: round2(row("seal", "webcrypto").us_per_op / row("seal", "native").us_per_op),
