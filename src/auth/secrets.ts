@@ -2,7 +2,7 @@
  * Bearer secrets: API keys (`sk-umbra-`), provider device tokens (`umbra-pt-`) and record ids.
  * A secret is a prefix plus 256 random bits in base64url; the store keeps only its SHA-256 (hex).
  */
-import { createHash, randomBytes } from "node:crypto";
+import { randomBytes } from "node:crypto";
 
 export const API_KEY_PREFIX = "sk-umbra-";
 export const PROVIDER_TOKEN_PREFIX = "umbra-pt-";
@@ -14,7 +14,8 @@ export interface IssuedSecret {
 }
 
 export function sha256Hex(text: string): string {
-  return createHash("sha256").update(text).digest("hex");
+  // Bun's hasher: no Hash stream object per call (every authenticated request hashes its key).
+  return Bun.CryptoHasher.hash("sha256", text, "hex");
 }
 
 export function issueSecret(prefix: string): IssuedSecret {

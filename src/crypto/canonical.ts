@@ -19,13 +19,23 @@ import { InvalidInputError } from "./errors.ts";
 
 const UTF8 = new TextEncoder();
 const TAG = /^[a-z0-9-]{1,64}$/;
+/** Every format's bytes fit in this without growing, except long request ids or model names. */
+const INITIAL_CAPACITY = 256;
+/** Encoded domain tags (a handful of constants in practice; bounded all the same). */
+const TAGS = new Map<string, Uint8Array>();
+const MAX_CACHED_TAGS = 64;
 const U32_MAX = 0xffff_ffff;
 /** With the u flag a surrogate pair is one code point, so only an unpaired surrogate matches. */
 const LONE_SURROGATE = /\p{Cs}/u;
 
-/** Builder for one canonical byte string; start with `CanonicalBytes.tagged(tag)`, end with `finish()`. */
+/**
+ * Builder for one canonical byte string; start with `CanonicalBytes.tagged(tag)`, end with `finish()`.
+ * Fields are written in place into one growing buffer (UTF-8 text encoded straight into it, lengths and
+ * integers written byte by byte): a receipt or a request's key info is built for every request on both
+ * sides, so the builder allocates a buffer and the result, not an array per field.
+ */
 export class CanonicalBytes {
-  private readonly parts: Uint8Array[] = [];
+  private buffer = new Uint8Array(INITIAL_CAPACITY);
   private size = 0;
 
   private constructor() {}
@@ -35,8 +45,13 @@ export class CanonicalBytes {
    * @throws InvalidInputError for a tag outside that alphabet.
    */
   static tagged(tag: string): CanonicalBytes {
-    if (!TAG.test(tag)) throw new InvalidInputError("domain tag must be 1..64 of [a-z0-9-]");
-    return new CanonicalBytes().bytes("tag", UTF8.encode(tag), 64);
+    let encoded = TAGS.get(tag);
+    if (encoded === undefined) {
+      if (!TAG.test(tag)) throw new InvalidInputError("domain tag must be 1..64 of [a-z0-9-]");
+      encoded = UTF8.encode(tag);
+      if (TAGS.size < MAX_CACHED_TAGS) TAGS.set(tag, encoded);
+    }
+    return new CanonicalBytes().bytes("tag", encoded, 64);
   }
 
   /**
@@ -48,8 +63,10 @@ export class CanonicalBytes {
     if (exact ? value.byteLength !== maxBytes : value.byteLength > maxBytes) {
       throw new InvalidInputError(`${field} must be ${exact ? "exactly" : "at most"} ${maxBytes} bytes`);
     }
-    this.push(u32Bytes(value.byteLength));
-    this.push(value);
+    this.reserve(4 + value.byteLength);
+    writeU32(this.buffer, this.size, value.byteLength);
+    this.buffer.set(value, this.size + 4);
+    this.size += 4 + value.byteLength;
     return this;
   }
 
@@ -60,41 +77,52 @@ export class CanonicalBytes {
   text(field: string, value: string, maxBytes: number): this {
     if (typeof value !== "string" || value.length === 0) throw new InvalidInputError(`${field} must be a non-empty string`);
     if (LONE_SURROGATE.test(value)) throw new InvalidInputError(`${field} is not well-formed Unicode`);
-    return this.bytes(field, UTF8.encode(value), maxBytes);
+    // UTF-8 takes at least one byte and at most three per UTF-16 unit (a surrogate pair, 2 units, is 4 bytes).
+    if (value.length > maxBytes) throw new InvalidInputError(`${field} must be at most ${maxBytes} bytes`);
+    this.reserve(4 + value.length * 3);
+    const { written } = UTF8.encodeInto(value, this.buffer.subarray(this.size + 4));
+    if (written > maxBytes) throw new InvalidInputError(`${field} must be at most ${maxBytes} bytes`);
+    writeU32(this.buffer, this.size, written);
+    this.size += 4 + written;
+    return this;
   }
 
   /** One byte: 0x01 for true, 0x00 for false. @throws InvalidInputError for a non-boolean. */
   flag(field: string, value: boolean): this {
     if (typeof value !== "boolean") throw new InvalidInputError(`${field} must be a boolean`);
-    this.push(Uint8Array.of(value ? 1 : 0));
+    this.reserve(1);
+    this.buffer[this.size++] = value ? 1 : 0;
     return this;
   }
 
   /** @throws InvalidInputError unless 0 <= value <= 2^32 - 1 and an integer. */
   u32(field: string, value: number): this {
-    this.push(u32Bytes(checkedInteger(field, value, U32_MAX)));
+    checkedInteger(field, value, U32_MAX);
+    this.reserve(4);
+    writeU32(this.buffer, this.size, value);
+    this.size += 4;
     return this;
   }
 
   /** @throws InvalidInputError unless 0 <= value <= 2^53 - 1 (Number.MAX_SAFE_INTEGER) and an integer. */
   u64(field: string, value: number): this {
-    this.push(u64Bytes(checkedInteger(field, value, Number.MAX_SAFE_INTEGER)));
+    checkedInteger(field, value, Number.MAX_SAFE_INTEGER);
+    this.reserve(8);
+    writeU64(this.buffer, this.size, value);
+    this.size += 8;
     return this;
   }
 
+  /** The bytes written, in a buffer of their exact length. */
   finish(): Uint8Array<ArrayBuffer> {
-    const out = new Uint8Array(this.size);
-    let offset = 0;
-    for (const part of this.parts) {
-      out.set(part, offset);
-      offset += part.byteLength;
-    }
-    return out;
+    return this.buffer.slice(0, this.size);
   }
 
-  private push(part: Uint8Array): void {
-    this.parts.push(part);
-    this.size += part.byteLength;
+  private reserve(bytes: number): void {
+    if (this.size + bytes <= this.buffer.byteLength) return;
+    const grown = new Uint8Array(Math.max(this.buffer.byteLength * 2, this.size + bytes));
+    grown.set(this.buffer.subarray(0, this.size));
+    this.buffer = grown;
   }
 }
 
@@ -106,18 +134,12 @@ export function checkedInteger(field: string, value: number, max: number): numbe
   return value;
 }
 
-/** 4 bytes, big-endian. The caller has range-checked value. */
-export function u32Bytes(value: number): Uint8Array {
-  const out = new Uint8Array(4);
-  new DataView(out.buffer).setUint32(0, value, false);
-  return out;
-}
-
-/** 8 bytes, big-endian. The caller has range-checked value (a safe non-negative integer). */
-export function u64Bytes(value: number): Uint8Array {
-  const out = new Uint8Array(8);
-  writeU64(out, 0, value);
-  return out;
+/** Writes `value` (an integer in [0, 2^32 - 1]) big-endian at `offset`. */
+export function writeU32(out: Uint8Array, offset: number, value: number): void {
+  out[offset] = value >>> 24;
+  out[offset + 1] = (value >>> 16) & 0xff;
+  out[offset + 2] = (value >>> 8) & 0xff;
+  out[offset + 3] = value & 0xff;
 }
 
 /**

@@ -118,42 +118,17 @@ export function chunkAad(
     .finish();
 }
 
-/** One chunk's AEAD operations (the tag is the last AEAD_TAG_BYTES of the ciphertext). */
-interface ChunkCipher {
-  encrypt(plaintext: Uint8Array): Uint8Array;
-  /** Throws when authentication fails. */
-  decrypt(ciphertext: Uint8Array): Uint8Array;
-}
-
-function gcm(key: KeyObject, nonce: Uint8Array, aad: Uint8Array): ChunkCipher {
-  return {
-    encrypt(plaintext) {
-      const c = createCipheriv("aes-256-gcm", key, nonce, { authTagLength: AEAD_TAG_BYTES });
-      c.setAAD(aad);
-      const body = c.update(plaintext);
-      c.final(); // GCM holds nothing back: the whole ciphertext came out of update
-      const out = new Uint8Array(body.byteLength + AEAD_TAG_BYTES);
-      out.set(body, 0);
-      out.set(c.getAuthTag(), body.byteLength);
-      return out;
-    },
-    decrypt(ciphertext) {
-      const end = ciphertext.byteLength - AEAD_TAG_BYTES;
-      const d = createDecipheriv("aes-256-gcm", key, nonce, { authTagLength: AEAD_TAG_BYTES });
-      d.setAAD(aad);
-      d.setAuthTag(ciphertext.subarray(end));
-      const body = new Uint8Array(d.update(ciphertext.subarray(0, end)));
-      d.final(); // throws when the tag does not match; GCM holds nothing back
-      return body;
-    },
-  };
-}
-
-/** Shared by sealer and opener: the key, and the AAD prefix that is fixed for the stream. */
+/**
+ * Shared by sealer and opener: the key, and the nonce and AAD buffers of the stream, rewritten in place
+ * for each chunk (the AEAD copies both before the call returns), so a chunk costs the cipher and its
+ * output, not a nonce, an AAD and a cipher wrapper each.
+ */
 class ChunkStream {
   protected readonly key: Uint8Array;
   private readonly gcmKey: KeyObject | undefined;
-  private readonly aadPrefix: Uint8Array;
+  private readonly nonce = new Uint8Array(CHUNK_NONCE_BYTES);
+  /** aadPrefix || u64(seq) || u8(final): the prefix is fixed for the stream. */
+  private readonly aad: Uint8Array;
   protected seq = 0;
   protected ended = false;
 
@@ -164,10 +139,12 @@ class ChunkStream {
     const suite = binding.suite ?? PROVIDER_CHUNKS;
     this.key = binding.responseKey.slice();
     this.gcmKey = suite.aead === "aes-256-gcm" ? createSecretKey(this.key) : undefined;
-    this.aadPrefix = CanonicalBytes.tagged(suite.tag)
+    const prefix = CanonicalBytes.tagged(suite.tag)
       .text("requestId", binding.requestId, MAX_REQUEST_ID_BYTES)
       .u32("attempt", binding.attempt)
       .finish();
+    this.aad = new Uint8Array(prefix.byteLength + 9);
+    this.aad.set(prefix, 0);
   }
 
   /** Sequence number of the next chunk. */
@@ -180,12 +157,38 @@ class ChunkStream {
     return this.ended;
   }
 
-  protected cipher(seq: number, final: boolean): ChunkCipher {
-    const aad = new Uint8Array(this.aadPrefix.byteLength + 9);
-    aad.set(this.aadPrefix, 0);
-    writeU64(aad, this.aadPrefix.byteLength, seq);
-    aad[aad.byteLength - 1] = final ? 1 : 0;
-    return this.gcmKey ? gcm(this.gcmKey, chunkNonce(seq), aad) : chacha20poly1305(this.key, chunkNonce(seq), aad);
+  /** Points the nonce and the AAD at chunk `seq` (layouts in the file header). */
+  private bind(seq: number, final: boolean): void {
+    writeU64(this.nonce, 4, seq);
+    writeU64(this.aad, this.aad.byteLength - 9, seq);
+    this.aad[this.aad.byteLength - 1] = final ? 1 : 0;
+  }
+
+  /** ciphertext || tag of chunk `seq`. */
+  protected encrypt(seq: number, final: boolean, plaintext: Uint8Array): Uint8Array {
+    this.bind(seq, final);
+    if (!this.gcmKey) return chacha20poly1305(this.key, this.nonce, this.aad).encrypt(plaintext);
+    const c = createCipheriv("aes-256-gcm", this.gcmKey, this.nonce, { authTagLength: AEAD_TAG_BYTES });
+    c.setAAD(this.aad);
+    const body = c.update(plaintext);
+    c.final(); // GCM holds nothing back: the whole ciphertext came out of update
+    const out = new Uint8Array(body.byteLength + AEAD_TAG_BYTES);
+    out.set(body, 0);
+    out.set(c.getAuthTag(), body.byteLength);
+    return out;
+  }
+
+  /** The plaintext of chunk `seq`; throws when authentication fails. */
+  protected decrypt(seq: number, final: boolean, ciphertext: Uint8Array): Uint8Array {
+    this.bind(seq, final);
+    if (!this.gcmKey) return chacha20poly1305(this.key, this.nonce, this.aad).decrypt(ciphertext);
+    const end = ciphertext.byteLength - AEAD_TAG_BYTES;
+    const d = createDecipheriv("aes-256-gcm", this.gcmKey, this.nonce, { authTagLength: AEAD_TAG_BYTES });
+    d.setAAD(this.aad);
+    d.setAuthTag(ciphertext.subarray(end));
+    const body = d.update(ciphertext.subarray(0, end));
+    d.final(); // throws when the tag does not match; GCM holds nothing back
+    return new Uint8Array(body.buffer, body.byteOffset, body.byteLength);
   }
 }
 
@@ -205,7 +208,7 @@ export class ChunkSealer extends ChunkStream {
       throw new OversizedChunkError(`chunk plaintext exceeds ${MAX_CHUNK_PLAINTEXT_BYTES} bytes`);
     }
     const seq = checkedSeq(this.seq);
-    const ciphertext = this.cipher(seq, final).encrypt(plaintext);
+    const ciphertext = this.encrypt(seq, final, plaintext);
     this.seq = seq + 1;
     this.ended = final;
     return { seq, final, ciphertext };
@@ -251,12 +254,14 @@ export class ChunkOpener extends ChunkStream {
 
   private openChecked(frame: ChunkFrame): Uint8Array {
     if (this.ended) throw new ChunkAfterFinalError("frame received after the final chunk");
-    const { seq, final, ciphertext } = checkedFrame(frame);
+    if (typeof frame !== "object" || frame === null) throw new MalformedChunkError("chunk frame must be an object");
+    const { seq, final, ciphertext } = frame;
+    checkFrameFields(seq, final, ciphertext);
     if (seq < this.seq) throw new ReplayedChunkError(`chunk ${seq} was already received (next is ${this.seq})`);
     if (seq > this.seq) throw new ReorderedChunkError(`chunk ${seq} received, expected ${this.seq}`);
     let plaintext: Uint8Array;
     try {
-      plaintext = this.cipher(seq, final).decrypt(ciphertext);
+      plaintext = this.decrypt(seq, final, ciphertext);
     } catch {
       throw new ChunkAuthenticationError(`chunk ${seq} failed authentication`);
     }
@@ -292,12 +297,12 @@ export function chunkFromWire(value: unknown): ChunkFrame {
   } catch {
     throw new PlaintextChunkError("chunk ciphertext is not base64url");
   }
-  return checkedFrame({ seq: wire.seq as number, final: wire.final as boolean, ciphertext });
+  checkFrameFields(wire.seq, wire.final, ciphertext);
+  return { seq: wire.seq as number, final: wire.final as boolean, ciphertext };
 }
 
-function checkedFrame(frame: ChunkFrame): ChunkFrame {
-  if (typeof frame !== "object" || frame === null) throw new MalformedChunkError("chunk frame must be an object");
-  const { seq, final, ciphertext } = frame;
+/** The shape checks of a frame's fields (layout and limits in the file header); throws the matching CryptoError. */
+function checkFrameFields(seq: unknown, final: unknown, ciphertext: unknown): void {
   if (!(ciphertext instanceof Uint8Array)) throw new PlaintextChunkError("chunk frame carries no ciphertext bytes");
   if (ciphertext.byteLength < AEAD_TAG_BYTES) throw new PlaintextChunkError("chunk ciphertext is shorter than its tag");
   if (ciphertext.byteLength > MAX_CHUNK_CIPHERTEXT_BYTES) {
@@ -307,7 +312,6 @@ function checkedFrame(frame: ChunkFrame): ChunkFrame {
     throw new MalformedChunkError("chunk seq must be an integer in [0, 2^53 - 1]");
   }
   if (typeof final !== "boolean") throw new MalformedChunkError("chunk final must be a boolean");
-  return { seq, final, ciphertext };
 }
 
 function checkedSeq(seq: number): number {

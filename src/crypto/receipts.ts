@@ -25,7 +25,6 @@
  * Invariants:
  * - Usage counts are integers in [0, 2^53 - 1]; what they mean (cached <= prompt, prices) is billing's job.
  */
-import { createHash } from "node:crypto";
 import { CanonicalBytes } from "./canonical.ts";
 import { InvalidInputError } from "./errors.ts";
 import { MAX_REQUEST_ID_BYTES } from "./seal.ts";
@@ -54,7 +53,7 @@ export interface ReceiptClaims {
 /** SHA-256 of bytes (32 bytes). @throws InvalidInputError for a non-byte input. */
 export function sha256(bytes: Uint8Array): Uint8Array {
   if (!(bytes instanceof Uint8Array)) throw new InvalidInputError("sha256 input must be bytes");
-  return new Uint8Array(createHash("sha256").update(bytes).digest());
+  return new Uint8Array(Bun.CryptoHasher.hash("sha256", bytes));
 }
 
 /**

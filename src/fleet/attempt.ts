@@ -13,7 +13,6 @@
  * dropped, the provider told to cancel (client_gone), `lost` (SLOW_CONSUMER) queued and
  * `onBacklogDropped` called (the response writer settles and ends the answer at once).
  */
-import type { Hash } from "node:crypto";
 import type { ChunkOpener } from "../crypto/chunks.ts";
 import type { Delta, ProviderErrorCode, Usage } from "../protocol/messages.ts";
 
@@ -93,7 +92,7 @@ export class Attempt {
   opener: ChunkOpener | undefined;
   /** Sealed sessions: SHA-256 of the request plaintext, and of the response content so far (receipts). */
   requestSha256: Uint8Array | undefined;
-  responseHash: Hash | undefined;
+  responseHash: Bun.CryptoHasher | undefined;
   /** The build the request was sent for (receipts name it). */
   model: string | undefined;
 

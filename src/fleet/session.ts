@@ -13,7 +13,6 @@
  * attempt.ts) is invalid output, like a frame that fails verification.
  */
 
-import { createHash } from "node:crypto";
 import type { ProviderAttestation } from "../../attestation/src/index.ts";
 import {
   AttestationError,
@@ -438,7 +437,7 @@ export class ProviderSession implements AttemptOwner {
       const binding = { protocolVersion: PROTOCOL_VERSION, requestId: frame.request_id, attempt: frame.attempt };
       const plaintext = encoder.encode(JSON.stringify(frame.request));
       attempt.requestSha256 = sha256(plaintext);
-      attempt.responseHash = createHash("sha256");
+      attempt.responseHash = new Bun.CryptoHasher("sha256");
       attempt.model = frame.model;
       const head = {
         type: "sealed_inference",

@@ -9,7 +9,6 @@
  * several chunks (MAX_CHUNK_CHARS UTF-16 units each, surrogate pairs kept whole).
  */
 
-import { createHash, type Hash } from "node:crypto";
 import { ChunkSealer } from "../crypto/chunks.ts";
 import { fromBase64url, toBase64url } from "../crypto/encoding.ts";
 import { receiptBytes, sha256 } from "../crypto/receipts.ts";
@@ -56,7 +55,7 @@ interface Running {
   readonly sealer: ChunkSealer | undefined;
   /** Sealed attempts of a provider with an identity: what its receipt covers. */
   readonly receipt:
-    | { readonly signer: ReceiptSigner; readonly requestSha256: Uint8Array; readonly content: Hash; readonly model: string }
+    | { readonly signer: ReceiptSigner; readonly requestSha256: Uint8Array; readonly content: Bun.CryptoHasher; readonly model: string }
     | undefined;
   /** Text waiting to be sent as one chunk (see `buffer`). */
   pendingContent: string;
@@ -137,7 +136,7 @@ export class Attempts {
       return;
     }
     const { enc: _enc, n: _n, ciphertext: _ciphertext, ...head } = frame;
-    const receipt = signer ? { signer, requestSha256, content: createHash("sha256"), model: frame.model } : undefined;
+    const receipt = signer ? { signer, requestSha256, content: new Bun.CryptoHasher("sha256"), model: frame.model } : undefined;
     this.start({ ...head, type: "inference", request }, send, sealer, receipt);
   }
 
