@@ -79,8 +79,10 @@ export interface HttpApp {
 }
 
 export function createHttpApp(deps: HttpDeps): HttpApp {
-  const routes = new WeakMap<Request, string>();
-  const connections = new WeakMap<Request, Connection>();
+  // Per request in flight, removed when its handling ends. Plain maps, not WeakMaps: a WeakMap entry per
+  // request costs every young-generation collection weak-reference work until the request dies.
+  const routes = new Map<Request, string>();
+  const connections = new Map<Request, Connection>();
   // standardHostname off: Elysia otherwise assumes "http://" plus at least 4 host characters and cuts the
   // path wrongly for a short Host (`http://api/v1/...`, a container name on port 80): every route 404s.
   const app = new Elysia({ name: "umbra", handler: { standardHostname: false } })
@@ -100,9 +102,14 @@ export function createHttpApp(deps: HttpDeps): HttpApp {
     async handle(request, connection) {
       const started = performance.now();
       if (connection !== undefined) connections.set(request, connection);
-      const response = await app.handle(request);
-      deps.metrics.observeHttp(request.method, routes.get(request) ?? "unmatched", response.status, (performance.now() - started) / 1000);
-      return response;
+      try {
+        const response = await app.handle(request);
+        deps.metrics.observeHttp(request.method, routes.get(request) ?? "unmatched", response.status, (performance.now() - started) / 1000);
+        return response;
+      } finally {
+        connections.delete(request);
+        routes.delete(request);
+      }
     },
   };
 }
