@@ -12,6 +12,9 @@ function toBuild(row: typeof modelBuilds.$inferSelect): ModelBuild {
 export function sqliteCatalog(db: Db, freshness: Freshness): CatalogStore {
   const builds = new EpochCache<ModelBuild>(freshness);
   const aliases = new EpochCache<{ alias: string; buildId: string }>(freshness);
+  // Whole lists for GET /v1/models, valid for the same epoch (the catalog is small and read far more often
+  // than written). Callers get copies of the arrays.
+  const lists = new EpochCache<readonly ModelBuild[] | readonly { alias: string; buildId: string }[]>(freshness, 2);
   // Looked up on every chat request: prepared once, not rebuilt per call.
   const buildById = db
     .select()
@@ -45,7 +48,9 @@ export function sqliteCatalog(db: Db, freshness: Freshness): CatalogStore {
       return getBuild(build.id) as ModelBuild;
     },
     getBuild: async (id) => getBuild(id),
-    listBuilds: async () => db.select().from(modelBuilds).orderBy(modelBuilds.id).all().map(toBuild),
+    listBuilds: async () => [
+      ...(lists.get("builds", () => db.select().from(modelBuilds).orderBy(modelBuilds.id).all().map(toBuild)) as readonly ModelBuild[]),
+    ],
     async setAlias(alias, buildId, at) {
       if (!getBuild(buildId)) return undefined;
       db.insert(modelAliases)
@@ -56,8 +61,11 @@ export function sqliteCatalog(db: Db, freshness: Freshness): CatalogStore {
       return getAlias(alias);
     },
     getAlias: async (alias) => getAlias(alias),
-    listAliases: async () =>
-      db.select({ alias: modelAliases.alias, buildId: modelAliases.buildId }).from(modelAliases).orderBy(modelAliases.alias).all(),
+    listAliases: async () => [
+      ...(lists.get("aliases", () =>
+        db.select({ alias: modelAliases.alias, buildId: modelAliases.buildId }).from(modelAliases).orderBy(modelAliases.alias).all(),
+      ) as readonly { alias: string; buildId: string }[]),
+    ],
     async deleteAlias(alias) {
       const deleted = db.delete(modelAliases).where(eq(modelAliases.alias, alias)).returning().all().length > 0;
       freshness.touch();

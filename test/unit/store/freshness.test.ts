@@ -1,5 +1,6 @@
 /**
- * The SQLite store caches the per-request lookups (key by hash, alias, build, price). A cached answer
+ * The SQLite store caches the per-request lookups (key by hash, alias, build, price) and the catalog
+ * lists of GET /v1/models. A cached answer
  * must never outlive a change: one made through the store is seen at once, one made by another
  * connection (another process) within a millisecond (PRAGMA data_version).
  */
@@ -54,8 +55,18 @@ describe("cached lookups stay exact", () => {
     await store.prices.set({ model: "org/build", inputPrice: 11, outputPrice: 20, cacheReadPrice: null }, 2);
     expect((await store.prices.get("org/build"))?.inputPrice).toBe(11);
     expect(await store.catalog.getAlias("org/alias")).toBeUndefined();
+    expect(await store.catalog.listAliases()).toEqual([]);
     await store.catalog.setAlias("org/alias", "org/build", 3);
     expect(await store.catalog.getAlias("org/alias")).toEqual({ alias: "org/alias", buildId: "org/build" });
+    expect(await store.catalog.listAliases()).toEqual([{ alias: "org/alias", buildId: "org/build" }]);
+    expect((await store.catalog.listBuilds()).map((b) => b.id)).toEqual(["org/build"]);
+    await store.catalog.upsertBuild({ ...(await store.catalog.getBuild("org/build"))!, id: "org/another" }, 4);
+    expect((await store.catalog.listBuilds()).map((b) => b.id)).toEqual(["org/another", "org/build"]);
+    // A list handed out is a copy: changing it changes nothing cached.
+    (await store.catalog.listBuilds()).pop();
+    expect((await store.catalog.listBuilds()).length).toBe(2);
+    expect(await store.catalog.deleteAlias("org/alias")).toBe(true);
+    expect(await store.catalog.listAliases()).toEqual([]);
     store.close();
   });
 
@@ -67,8 +78,11 @@ describe("cached lookups stay exact", () => {
     expect((await store.keys.findByHash("hash-1"))?.revokedAt).toBeNull();
     expect((await store.prices.get("org/build"))?.inputPrice).toBe(10);
     expect((await store.catalog.getBuild("org/build"))?.name).toBeNull();
+    expect(await store.catalog.listAliases()).toEqual([]);
+    expect((await store.catalog.listBuilds()).map((b) => b.name)).toEqual([null]);
 
     const other = new Database(path);
+    other.exec("INSERT INTO model_aliases (alias, build_id, updated_at) VALUES ('org/alias', 'org/build', 9)");
     other.exec("UPDATE api_keys SET revoked_at = 9 WHERE id = 'key-1'");
     other.exec("UPDATE model_prices SET input_price = 99 WHERE model = 'org/build'");
     other.exec("UPDATE model_builds SET name = 'renamed' WHERE id = 'org/build'");
@@ -77,6 +91,8 @@ describe("cached lookups stay exact", () => {
     await waitFor(async () => (await store.keys.findByHash("hash-1"))?.revokedAt === 9, "the revocation");
     expect((await store.prices.get("org/build"))?.inputPrice).toBe(99);
     expect((await store.catalog.getBuild("org/build"))?.name).toBe("renamed");
+    expect((await store.catalog.listBuilds()).map((b) => b.name)).toEqual(["renamed"]);
+    expect(await store.catalog.listAliases()).toEqual([{ alias: "org/alias", buildId: "org/build" }]);
     store.close();
   });
 
