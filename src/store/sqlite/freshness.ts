@@ -1,7 +1,6 @@
 /**
  * Read caches for the lookups every chat request makes (API key by hash, alias, build, price) and the
- * catalog lists of GET /v1/models, kept
- * exact across processes.
+ * catalog lists of GET /v1/models, kept exact across processes.
  *
  * A cache is valid for one epoch. The epoch moves when this store writes the data (its own methods
  * call `touch`), or when another connection committed to the database: SQLite's `PRAGMA data_version`
