@@ -6,6 +6,7 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { ChunkOpener } from "../../src/crypto/chunks.ts";
 import { fromBase64url, toBase64url } from "../../src/crypto/encoding.ts";
+import type { SessionSealer } from "../../src/crypto/session.ts";
 import { createLogger } from "../../src/observability/logger.ts";
 import { CLOSE, type Inference, PROTOCOL_VERSION, type ProviderFrame } from "../../src/protocol/messages.ts";
 import { type Agent, type AgentOptions, startAgent } from "../../src/provider/agent.ts";
@@ -513,6 +514,34 @@ describe("session keys", () => {
     await waitFor(() => fake.framesFor("req_s1").some((f) => f.type === "sealed_complete"), "first answer");
     expect(answerOf(fake, "req_s1", a.opener)).toBe("one two three");
     expect(answerOf(fake, "req_s2", b.opener)).toBe("one two three");
+  });
+
+  test("requests sent right behind the welcome (queued before the provider connected) are opened and answered in order", async () => {
+    const binding = (requestId: string) => ({ protocolVersion: PROTOCOL_VERSION, requestId, attempt: 0 });
+    const openers = new Map<string, ChunkOpener>();
+    await using fake = new FakeCoordinator({
+      sessionKeys: true,
+      afterWelcome: (_conn, sealer) =>
+        ["req_w1", "req_w2", "req_w3"].map((requestId) => {
+          const sealed = (sealer as SessionSealer).seal(new TextEncoder().encode(JSON.stringify(request)), binding(requestId));
+          openers.set(requestId, new ChunkOpener({ responseKey: sealed.responseKey, requestId, attempt: 0 }));
+          return {
+            type: "sealed_inference" as const,
+            request_id: requestId,
+            attempt: 0,
+            model: "org/echo",
+            first_content_deadline_ms: 30_000,
+            n: sealed.n,
+            ciphertext: toBase64url(sealed.ciphertext),
+          };
+        }),
+    });
+    agentFor(fake);
+    for (const id of ["req_w1", "req_w2", "req_w3"]) {
+      await waitFor(() => fake.framesFor(id).some((f) => f.type === "sealed_complete" || f.type === "error"), `answer to ${id}`);
+      expect(answerOf(fake, id, openers.get(id) as ChunkOpener)).toBe("one two three");
+    }
+    expect(fake.ofType("accepted").map((f) => f.request_id)).toEqual(["req_w1", "req_w2", "req_w3"]);
   });
 
   test("a replayed request (n not above the last opened) is refused with invalid_request and not run", async () => {

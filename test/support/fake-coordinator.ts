@@ -35,6 +35,8 @@ export interface FakeCoordinatorOptions {
   readonly closeOnHello?: { readonly code: number; readonly reason: string };
   /** Answer a hello that offers session keys with `session_enc` (as the real coordinator does). */
   readonly sessionKeys?: boolean;
+  /** Frames sent in the same turn as the welcome (a coordinator with requests already waiting for capacity). */
+  readonly afterWelcome?: (conn: number, sealer: SessionSealer | undefined) => readonly CoordinatorFrame[];
 }
 
 export interface Received {
@@ -166,6 +168,7 @@ export class FakeCoordinator implements AsyncDisposable {
         ...this.options.welcome,
       }),
     );
+    for (const frame of this.options.afterWelcome?.(ws.data.conn, this.sealers.get(ws.data.conn)) ?? []) ws.send(encode(frame));
   }
 
   /** Sends a frame (or raw text) on the newest open connection. */
