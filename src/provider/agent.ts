@@ -470,10 +470,13 @@ class ProviderAgent implements Agent {
     clearTimeout(this.welcomeTimer);
     this.welcome = welcome;
     if (welcome.session_enc !== undefined && this.options.sessionKeys !== false && this.privateKey !== undefined) {
-      const session = openRecipientSession(this.privateKey, fromBase64url(welcome.session_enc, "session_enc"), {
-        protocolVersion: PROTOCOL_VERSION,
-        providerId: welcome.provider_id,
-      });
+      const [privateKey, enc] = [this.privateKey, welcome.session_enc];
+      // Any failure, a non-canonical `enc` included, rejects (never throws into the message handler).
+      const session = (async () =>
+        openRecipientSession(privateKey, fromBase64url(enc, "session_enc"), {
+          protocolVersion: PROTOCOL_VERSION,
+          providerId: welcome.provider_id,
+        }))();
       // Requests that arrive while the setup runs wait for it in order (attempts.ts).
       this.session = session;
       session.catch(() => {

@@ -557,8 +557,11 @@ describe("session keys", () => {
     expect(engine.calls.length).toBe(1);
   });
 
-  test("a session_enc that cannot be set up closes with 1002; the agent reconnects with a new key", async () => {
-    await using fake = new FakeCoordinator({ sessionKeys: true, welcome: { session_enc: "A".repeat(43) } });
+  test.each([
+    ["a low-order point", "A".repeat(43)],
+    ["not canonical base64url", `${"A".repeat(42)}B`],
+  ])("a session_enc that cannot be set up (%s) closes with 1002; the agent reconnects with a new key", async (_, enc) => {
+    await using fake = new FakeCoordinator({ sessionKeys: true, welcome: { session_enc: enc } });
     const agent = agentFor(fake);
     await waitFor(() => fake.closes.find((c) => c.conn === 1), "close of the first connection");
     expect(fake.closes[0]).toMatchObject({ code: CLOSE.protocolError, reason: "session key setup failed" });
