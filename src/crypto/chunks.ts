@@ -1,7 +1,7 @@
 /**
  * Response chunk framing, provider -> coordinator: each chunk of the answer is sealed with an AEAD under
- * the response key that both sides exported from the request's HPKE context (seal.ts), numbered, with a
- * final flag, so that reordering, replay, truncation and tampering are all detected by the coordinator.
+ * the response key both sides derived for the request (session keys, session.ts; or the request's own HPKE
+ * context, seal.ts), numbered, with a final flag, so that reordering, replay, truncation and tampering are all detected by the coordinator.
  *
  * Two suites share the framing (ChunkSuite):
  *   PROVIDER_CHUNKS  the provider hop: AES-256-GCM (node:crypto, native), AAD tag "umbra-chunk-v2". One
@@ -25,7 +25,8 @@
  *                (chunkToWire / chunkFromWire)
  *
  * Invariants:
- * - The response key is unique per attempt (fresh HPKE ephemeral key), and seq strictly increases under it,
+ * - The response key is unique per attempt (a fresh request counter under the session's secret, or a fresh
+ *   HPKE ephemeral key), and seq strictly increases under it,
  *   so no (key, nonce) pair is ever used twice. seq is at most 2^53 - 1.
  * - seq and final are authenticated twice over (nonce and AAD); request id and attempt through the AAD.
  * - A chunk's plaintext is at most MAX_CHUNK_PLAINTEXT_BYTES; the final chunk may be empty.

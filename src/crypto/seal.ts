@@ -36,8 +36,8 @@
  * - "noble": @hpke/dhkem-x25519, pure-JS X25519 and HKDF.
  * Measured with bench/crypto.ts on the shared 2-core machine (bench/README.md, two runs): seal of a 4 KB request
  * 122-131 us native against 783-816 us webcrypto (6.2-6.4x), open 132-137 us against 786-851 us (5.7-6.4x). The
- * KEM is the coordinator's only per-request public-key work besides the receipt check, so the fastest suite
- * is the default; the other two stay for comparison and cross-checks.
+ * KEM is the only public-key work of sealing (once per request here; once per connection with session keys,
+ * session.ts), so the fastest suite is the default; the other two stay for comparison and cross-checks.
  */
 import { Chacha20Poly1305 } from "@hpke/chacha20poly1305";
 import { CipherSuite, DhkemX25519HkdfSha256, HkdfSha256 } from "@hpke/core";
