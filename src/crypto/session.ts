@@ -1,35 +1,40 @@
 /**
  * Session keys, coordinator -> provider: one HPKE setup per provider connection instead of one per request
  * (docs/protocol.md, "Session keys"). The provider's X25519 key is already fresh per connection and bound to
- * its identity by the evidence, so an HPKE context to it per connection protects requests exactly as one
- * per request did; what changes is the cost: the per-request X25519 key generation and Diffie-Hellman on
- * the coordinator and the Diffie-Hellman and key import on the provider (~120-140 us of CPU on each side)
- * become one HKDF and one native AES-256-GCM call (~5 us).
+ * its identity by the evidence, so an HPKE context to it per connection protects requests as one per
+ * request did; what changes is the cost: the per-request X25519 key generation and Diffie-Hellman on the
+ * coordinator and the Diffie-Hellman and key import on the provider (~120-140 us of CPU on each side)
+ * become an HMAC, an HKDF and one native AES-256-GCM call (~6 us).
  *
  * Steps (coordinator at welcome, openSenderSession; provider on welcome, openRecipientSession):
  *   1. info    = sessionInfo({protocolVersion, providerId})           (canonical bytes, below)
  *   2. (enc, ctx) = SetupBaseS(pkR, info) / ctx = SetupBaseR(enc, skR, info)    (seal.ts's suite)
- *   3. secret  = ctx.Export("umbra session", 32)
+ *   3. chain_0 = ctx.Export("umbra session", 32)                      (the session secret)
  * Per request (SessionSealer.seal / SessionOpener.open), n = 1, 2, 3, ... per session:
- *   4. keys       = HKDF-SHA256(IKM = secret, salt = "" (32 zero bytes), info = requestKeyInfo(n, binding), L = 64)
- *   5. requestKey = keys[0..32), responseKey = keys[32..64)
- *   6. ciphertext = AES-256-GCM(requestKey, nonce = 12 zero bytes, aad = "", plaintext) || 16-byte tag
- * The response chunks use responseKey exactly as with per-request HPKE (chunks.ts).
+ *   4. chain_n    = HMAC-SHA256(key = chain_(n-1), ratchetInfo(n))     (a one-way chain; see below)
+ *   5. keys       = HKDF-SHA256(IKM = chain_n, salt = "" (32 zero bytes), info = requestKeyInfo(n, binding), L = 64)
+ *   6. requestKey = keys[0..32), responseKey = keys[32..64)
+ *   7. ciphertext = AES-256-GCM(requestKey, nonce = 12 zero bytes, aad = "", plaintext) || 16-byte tag
+ * The response chunks use responseKey exactly as with per-request HPKE (chunks.ts). Each side keeps only
+ * the newest chain value: whoever reads a process's memory later cannot derive the keys of requests it
+ * already sealed or opened (with one HPKE setup per request, the provider's private key could).
  *
  * Wire format (all integers unsigned big-endian; lp(x) = u32(len(x)) || x; canonical.ts):
  *   sessionInfo    = lp("umbra-session-v1") || u32(protocolVersion) || lp(UTF-8(providerId))
+ *   ratchetInfo    = lp("umbra-session-ratchet-v1") || u64(n)
  *   requestKeyInfo = lp("umbra-session-request-v1") || u64(n) || u32(protocolVersion) || lp(UTF-8(requestId))
  *                    || u32(attempt)
  *   enc            = 32 bytes (raw X25519 ephemeral public key), sent once, in `welcome.session_enc`
  *
  * Invariants:
  * - Each request key encrypts exactly one message, so the fixed nonce never repeats under a key: n strictly
- *   increases per session on the sender (SessionSealer owns the counter) and the HKDF info binds n, the
- *   protocol version, the request id and the attempt.
- * - The opener refuses any n not above the last one it opened (a replayed or reordered request); a request
- *   that fails to open does not move the counter.
+ *   increases per session on the sender (SessionSealer owns the counter) and both the chain and the HKDF
+ *   info bind n; the info also binds the protocol version, the request id and the attempt.
+ * - The opener refuses any n not above the last one it opened (a replayed or reordered request) and any n
+ *   more than MAX_RATCHET_STEPS above it (gaps come only from requests refused before opening); a request
+ *   that fails to open moves neither the counter nor the chain.
  * - Any open failure is one error, RequestOpenError, as for per-request HPKE.
- * - The session secret never leaves the two objects that hold it; it dies with the connection.
+ * - The chain never leaves the two objects that hold it; it dies with the connection.
  */
 import { createCipheriv, createDecipheriv, hkdfSync } from "node:crypto";
 import { CanonicalBytes } from "./canonical.ts";
@@ -46,6 +51,9 @@ import {
 
 export const SESSION_INFO_TAG = "umbra-session-v1";
 export const SESSION_REQUEST_TAG = "umbra-session-request-v1";
+export const SESSION_RATCHET_TAG = "umbra-session-ratchet-v1";
+/** Most chain steps an opener takes for one request (the gap after the last request it opened). */
+export const MAX_RATCHET_STEPS = 65_536;
 /** HPKE exporter context of the session secret (UTF-8). */
 export const SESSION_EXPORT_CONTEXT = "umbra session";
 export const SESSION_SECRET_BYTES = 32;
@@ -102,21 +110,38 @@ export function requestKeyInfo(n: number, binding: RequestBinding): Uint8Array<A
     .finish();
 }
 
-/** The request and response keys of request n (steps 4 and 5). */
-function requestKeys(secret: Uint8Array, n: number, binding: RequestBinding): { requestKey: Buffer; responseKey: Uint8Array } {
-  const keys = Buffer.from(hkdfSync("sha256", secret, ZERO_SALT, requestKeyInfo(n, binding), 64));
+/**
+ * The HMAC input of chain step n (layout in the file header).
+ * @throws InvalidInputError unless n is an integer in 1..2^53 - 1.
+ */
+export function ratchetInfo(n: number): Uint8Array<ArrayBuffer> {
+  if (n === 0) throw new InvalidInputError("n must be at least 1");
+  return CanonicalBytes.tagged(SESSION_RATCHET_TAG).u64("n", n).finish();
+}
+
+/** chain_n from chain_(n-1) (step 4). */
+function ratchet(chain: Uint8Array, n: number): Uint8Array {
+  return new Uint8Array(new Bun.CryptoHasher("sha256", chain).update(ratchetInfo(n)).digest());
+}
+
+/** The request and response keys of request n from chain_n (steps 5 and 6). */
+function requestKeys(chain: Uint8Array, n: number, binding: RequestBinding): { requestKey: Buffer; responseKey: Uint8Array } {
+  const keys = Buffer.from(hkdfSync("sha256", chain, ZERO_SALT, requestKeyInfo(n, binding), 64));
   return { requestKey: keys.subarray(0, 32), responseKey: new Uint8Array(keys.subarray(32, 32 + RESPONSE_KEY_BYTES)) };
 }
 
-/** What both halves of a session hold: the secret and the last request counter used. */
+/** What both halves of a session hold: the newest chain value and the request counter it belongs to. */
 abstract class SessionHalf {
   protected last = 0;
+  /** chain_last (chain_0 = the session secret); earlier values are gone. */
+  protected chain: Uint8Array;
 
-  /** @param secret the 32-byte session secret (openSenderSession / openRecipientSession). */
-  constructor(protected readonly secret: Uint8Array) {
+  /** @param secret the 32-byte session secret (openSenderSession / openRecipientSession); copied. */
+  constructor(secret: Uint8Array) {
     if (!(secret instanceof Uint8Array) || secret.byteLength !== SESSION_SECRET_BYTES) {
       throw new InvalidKeyError(`session secret must be ${SESSION_SECRET_BYTES} bytes`);
     }
+    this.chain = secret.slice();
   }
 
   /** The last n sealed (sender) or opened (recipient); 0 before the first. */
@@ -136,7 +161,10 @@ export class SessionSealer extends SessionHalf {
     if (!(plaintext instanceof Uint8Array)) throw new InvalidInputError("plaintext must be bytes");
     if (this.last >= MAX_SESSION_COUNTER) throw new InvalidInputError("session request counter exhausted");
     const n = this.last + 1;
-    const { requestKey, responseKey } = requestKeys(this.secret, n, binding);
+    const chain = ratchet(this.chain, n);
+    const { requestKey, responseKey } = requestKeys(chain, n, binding);
+    this.chain.fill(0);
+    this.chain = chain;
     this.last = n;
     const cipher = createCipheriv("aes-256-gcm", requestKey, ZERO_NONCE);
     const body = cipher.update(plaintext);
@@ -164,7 +192,16 @@ export class SessionOpener extends SessionHalf {
       throw new InvalidInputError(`ciphertext must be at least ${AEAD_TAG_BYTES} bytes`);
     }
     if (n <= this.last) throw new RequestOpenError(`sealed request ${n} is not above the last one opened (${this.last})`);
-    const { requestKey, responseKey } = requestKeys(this.secret, n, binding);
+    if (n - this.last > MAX_RATCHET_STEPS) {
+      throw new RequestOpenError(`sealed request ${n} is more than ${MAX_RATCHET_STEPS} above the last one opened (${this.last})`);
+    }
+    let chain = this.chain;
+    for (let k = this.last + 1; k <= n; k++) {
+      const next = ratchet(chain, k);
+      if (chain !== this.chain) chain.fill(0); // an intermediate step of a gap
+      chain = next;
+    }
+    const { requestKey, responseKey } = requestKeys(chain, n, binding);
     const split = ciphertext.byteLength - AEAD_TAG_BYTES;
     let plaintext: Buffer;
     try {
@@ -174,6 +211,8 @@ export class SessionOpener extends SessionHalf {
     } catch {
       throw new RequestOpenError("sealed request did not open");
     }
+    this.chain.fill(0);
+    this.chain = chain;
     this.last = n;
     return { plaintext: new Uint8Array(plaintext.buffer, plaintext.byteOffset, plaintext.byteLength), responseKey };
   }
@@ -192,7 +231,9 @@ export async function openSenderSession(
 ): Promise<{ readonly enc: Uint8Array; readonly sealer: SessionSealer }> {
   const ctx = await senderContext(recipientPublicKey, sessionInfo(binding), options);
   const secret = new Uint8Array(await ctx.export(EXPORT_CONTEXT, SESSION_SECRET_BYTES));
-  return { enc: new Uint8Array(ctx.enc), sealer: new SessionSealer(secret) };
+  const sealer = new SessionSealer(secret);
+  secret.fill(0);
+  return { enc: new Uint8Array(ctx.enc), sealer };
 }
 
 /**
@@ -208,5 +249,8 @@ export async function openRecipientSession(
   options: KemOptions = {},
 ): Promise<SessionOpener> {
   const ctx = await recipientContext(recipientPrivateKey, enc, sessionInfo(binding), options);
-  return new SessionOpener(new Uint8Array(await ctx.export(EXPORT_CONTEXT, SESSION_SECRET_BYTES)));
+  const secret = new Uint8Array(await ctx.export(EXPORT_CONTEXT, SESSION_SECRET_BYTES));
+  const opener = new SessionOpener(secret);
+  secret.fill(0);
+  return opener;
 }

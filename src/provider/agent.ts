@@ -135,7 +135,7 @@ class ProviderAgent implements Agent {
   private readonly attempts: Attempts;
 
   private ws: WebSocket | undefined;
-  /** This connection's X25519 private key (sealed requests). */
+  /** This connection's X25519 private key (sealed requests); wiped once the session keys are set up. */
   private privateKey: Uint8Array | undefined;
   /** This connection's session keys, once the welcome set them up (pending while the setup runs). */
   private session: Promise<SessionOpener> | undefined;
@@ -479,11 +479,19 @@ class ProviderAgent implements Agent {
         }))();
       // Requests that arrive while the setup runs wait for it in order (attempts.ts).
       this.session = session;
-      session.catch(() => {
-        if (this.ws !== ws) return;
-        this.logger.warn("malformed coordinator frame", { reason: "session key setup failed" });
-        this.drop(ws, CLOSE.protocolError, "session key setup failed");
-      });
+      session.then(
+        () => {
+          // The session's chain is all this connection needs now: wipe the private key, so that this
+          // process's memory cannot re-derive the keys of requests already opened (docs/security.md).
+          privateKey.fill(0);
+          if (this.privateKey === privateKey) this.privateKey = undefined;
+        },
+        () => {
+          if (this.ws !== ws) return;
+          this.logger.warn("malformed coordinator frame", { reason: "session key setup failed" });
+          this.drop(ws, CLOSE.protocolError, "session key setup failed");
+        },
+      );
     }
     this.failures = 0;
     this.sessions++;
@@ -527,13 +535,7 @@ class ProviderAgent implements Agent {
     }
     const send = (f: ProviderFrame) => this.send(ws, f);
     if (frame.type === "inference") this.attempts.start(frame, send);
-    else
-      void this.attempts.startSealed(
-        frame,
-        { privateKey: this.privateKey as Uint8Array, session: this.session },
-        send,
-        this.options.identity,
-      );
+    else void this.attempts.startSealed(frame, { privateKey: this.privateKey, session: this.session }, send, this.options.identity);
   }
 
   private changed(): void {

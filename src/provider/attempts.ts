@@ -71,6 +71,12 @@ export interface ReceiptSigner {
   sign(message: Uint8Array): Uint8Array | Promise<Uint8Array>;
 }
 
+/** The connection's private key; gone once session keys replaced it (an `enc` request then does not open). */
+function privateKeyOf(key: Uint8Array | undefined): Uint8Array {
+  if (key === undefined) throw new Error("no private key on this connection");
+  return key;
+}
+
 function openInSession(
   session: SessionOpener | undefined,
   n: number,
@@ -107,7 +113,7 @@ export class Attempts {
    */
   async startSealed(
     frame: SealedInference,
-    keys: { readonly privateKey: Uint8Array; readonly session: Promise<SessionOpener> | undefined },
+    keys: { readonly privateKey: Uint8Array | undefined; readonly session: Promise<SessionOpener> | undefined },
     send: SendFrame,
     signer?: ReceiptSigner,
   ): Promise<void> {
@@ -120,7 +126,7 @@ export class Attempts {
       const opened =
         frame.n !== undefined
           ? openInSession(await keys.session, frame.n, ciphertext, binding)
-          : await openRequest(keys.privateKey, fromBase64url(frame.enc ?? "", "enc"), ciphertext, binding);
+          : await openRequest(privateKeyOf(keys.privateKey), fromBase64url(frame.enc ?? "", "enc"), ciphertext, binding);
       request = parseEngineRequest(JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(opened.plaintext)));
       requestSha256 = sha256(opened.plaintext);
       sealer = new ChunkSealer({ responseKey: opened.responseKey, requestId: frame.request_id, attempt: frame.attempt });

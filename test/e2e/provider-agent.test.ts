@@ -6,6 +6,7 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { ChunkOpener } from "../../src/crypto/chunks.ts";
 import { fromBase64url, toBase64url } from "../../src/crypto/encoding.ts";
+import { sealRequest } from "../../src/crypto/seal.ts";
 import type { SessionSealer } from "../../src/crypto/session.ts";
 import { createLogger } from "../../src/observability/logger.ts";
 import { CLOSE, type Inference, PROTOCOL_VERSION, type ProviderFrame } from "../../src/protocol/messages.ts";
@@ -542,6 +543,45 @@ describe("session keys", () => {
       expect(answerOf(fake, id, openers.get(id) as ChunkOpener)).toBe("one two three");
     }
     expect(fake.ofType("accepted").map((f) => f.request_id)).toEqual(["req_w1", "req_w2", "req_w3"]);
+  });
+
+  /** Seals `request` with its own HPKE setup to the connection's hello key and sends it (older coordinators). */
+  async function sendHpkeSealed(fake: FakeCoordinator, requestId: string) {
+    const hello = fake.ofType("hello").at(-1);
+    if (!hello?.encryption_key) throw new Error("no hello key");
+    const binding = { protocolVersion: PROTOCOL_VERSION, requestId, attempt: 0 };
+    const sealed = await sealRequest(fromBase64url(hello.encryption_key), new TextEncoder().encode(JSON.stringify(request)), binding);
+    fake.send({
+      type: "sealed_inference",
+      request_id: requestId,
+      attempt: 0,
+      model: "org/echo",
+      first_content_deadline_ms: 30_000,
+      enc: toBase64url(sealed.enc),
+      ciphertext: toBase64url(sealed.ciphertext),
+    });
+    return new ChunkOpener({ responseKey: sealed.responseKey, requestId, attempt: 0 });
+  }
+
+  test("without session keys (an older coordinator), a request with its own HPKE setup is opened and answered", async () => {
+    await using fake = new FakeCoordinator();
+    const agent = agentFor(fake);
+    await waitFor(() => agent.state().connected, "welcome");
+    const opener = await sendHpkeSealed(fake, "req_h1");
+    await waitFor(() => fake.framesFor("req_h1").some((f) => f.type === "sealed_complete"), "answer");
+    expect(answerOf(fake, "req_h1", opener)).toBe("one two three");
+  });
+
+  test("once the session is set up the connection's private key is gone: a request with its own HPKE setup is refused", async () => {
+    await using fake = new FakeCoordinator({ sessionKeys: true });
+    const agent = agentFor(fake);
+    await waitFor(() => agent.state().connected, "welcome");
+    const first = sendSealed(fake, "req_s0"); // the session works
+    await waitFor(() => fake.framesFor("req_s0").some((f) => f.type === "sealed_complete"), "session answer");
+    expect(answerOf(fake, "req_s0", first.opener)).toBe("one two three");
+    await sendHpkeSealed(fake, "req_h2");
+    await waitFor(() => terminal(fake, "req_h2"), "refusal");
+    expect(terminal(fake, "req_h2")).toMatchObject({ type: "error", code: "invalid_request" });
   });
 
   test("a replayed request (n not above the last opened) is refused with invalid_request and not run", async () => {

@@ -1,15 +1,18 @@
 /**
  * Session keys (src/crypto/session.ts): the independent vector (test/fixtures/crypto/session.json, Python
- * `cryptography`), round trips between a sender and a recipient session, the request counter (replay and
- * reorder refused, a failed open does not move it), and every binding field.
+ * `cryptography`: the session secret, the one-way chain, the request keys), round trips between a sender
+ * and a recipient session, the request counter (replay and reorder refused, gaps stepped over up to a
+ * bound, a failed open moves nothing), and every binding field.
  */
 import { describe, expect, test } from "bun:test";
 import { randomBytes } from "node:crypto";
 import { InvalidInputError, InvalidKeyError, RequestOpenError } from "../../../src/crypto/errors.ts";
 import { generateX25519KeyPair } from "../../../src/crypto/seal.ts";
 import {
+  MAX_RATCHET_STEPS,
   openRecipientSession,
   openSenderSession,
+  ratchetInfo,
   requestKeyInfo,
   SessionOpener,
   SessionSealer,
@@ -31,12 +34,15 @@ async function pair() {
 }
 
 describe("session keys: independent vector", () => {
-  test("session info and request key info bytes", () => {
+  test("session info, ratchet info and request key info bytes", () => {
     expect(toHex(sessionInfo(vector.binding))).toBe(vector.info);
-    for (const r of vector.requests) expect(toHex(requestKeyInfo(r.n, r.binding))).toBe(r.requestKeyInfo);
+    for (const r of [...vector.requests, ...vector.edges]) {
+      expect(toHex(ratchetInfo(r.n))).toBe(r.ratchetInfo);
+      expect(toHex(requestKeyInfo(r.n, r.binding))).toBe(r.requestKeyInfo);
+    }
   });
 
-  test("the recipient opens the vector's session and every request, with the vector's response keys", async () => {
+  test("the recipient opens the vector's session and every request (stepping over 3 and 4), with its response keys", async () => {
     const opener = await openRecipientSession(fromHex(vector.recipientPrivateKey), fromHex(vector.enc), vector.binding);
     for (const r of vector.requests) {
       const opened = opener.open(r.n, fromHex(r.ciphertext), r.binding);
@@ -75,6 +81,22 @@ describe("session keys: round trips and the counter", () => {
     const b = sender.sealer.seal(text("same"), binding());
     expect(toHex(a.ciphertext)).not.toBe(toHex(b.ciphertext));
     expect(toHex(a.responseKey)).not.toBe(toHex(b.responseKey));
+  });
+
+  test("an opener that skipped requests opens later ones like one that saw them all", async () => {
+    const { keys, sender, opener } = await pair();
+    const skipping = await openRecipientSession(keys.privateKey, sender.enc, SESSION);
+    const sealed = [1, 2, 3, 4].map((i) => sender.sealer.seal(text(`r${i}`), binding(`req_${i}`)));
+    for (const [i, x] of sealed.entries()) opener.open(x.n, x.ciphertext, binding(`req_${i + 1}`));
+    const last = sealed[3] as (typeof sealed)[number];
+    expect(skipping.open(last.n, last.ciphertext, binding("req_4")).responseKey).toEqual(last.responseKey);
+    expect([opener.counter, skipping.counter]).toEqual([4, 4]);
+  });
+
+  test(`a request more than ${MAX_RATCHET_STEPS} steps ahead is refused and moves nothing`, async () => {
+    const { opener } = await pair();
+    expect(() => opener.open(MAX_RATCHET_STEPS + 1, new Uint8Array(32), binding())).toThrow(RequestOpenError);
+    expect(opener.counter).toBe(0);
   });
 
   test("a replayed or reordered n is refused; gaps are allowed", async () => {
@@ -123,6 +145,7 @@ describe("session keys: round trips and the counter", () => {
     expect(() => new SessionSealer(new Uint8Array(31))).toThrow(InvalidKeyError);
     expect(() => new SessionOpener(new Uint8Array(33))).toThrow(InvalidKeyError);
     expect(() => requestKeyInfo(0, binding())).toThrow(InvalidInputError);
+    expect(() => ratchetInfo(0)).toThrow(InvalidInputError);
     await expect(openSenderSession(new Uint8Array(31), SESSION)).rejects.toBeInstanceOf(InvalidKeyError);
     // A low-order recipient key (all zeros) gives an all-zero shared secret: refused.
     await expect(openSenderSession(new Uint8Array(32), SESSION)).rejects.toBeInstanceOf(InvalidKeyError);
