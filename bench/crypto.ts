@@ -47,11 +47,14 @@ const keys = await generateX25519KeyPair();
 const identity = SoftwareIdentity.generate();
 const verifyKey = parseIdentityKey(identity.publicKey());
 const sealedOnce = await sealRequest(keys.publicKey, request, binding);
-// Session keys (src/crypto/session.ts): one HPKE setup for the connection, then HKDF + AES-256-GCM per request.
+// Session keys (src/crypto/session.ts): one HPKE setup for the connection, then per request one chain step
+// (HMAC), HKDF and AES-256-GCM.
+// Two sessions: one only seals (the coordinator's cost), one seals and opens in step (both sides).
 const session = await openSenderSession(keys.publicKey, { protocolVersion: 1, providerId: "prov_bench" });
-const sessionOpener = await openRecipientSession(keys.privateKey, session.enc, { protocolVersion: 1, providerId: "prov_bench" });
+const pairSession = await openSenderSession(keys.publicKey, { protocolVersion: 1, providerId: "prov_bench" });
+const sessionOpener = await openRecipientSession(keys.privateKey, pairSession.enc, { protocolVersion: 1, providerId: "prov_bench" });
 function sessionSealAndOpen(): void {
-  const sealed = session.sealer.seal(request, binding);
+  const sealed = pairSession.sealer.seal(request, binding);
   sessionOpener.open(sealed.n, sealed.ciphertext, binding);
 }
 const stream = { responseKey: sealedOnce.responseKey, requestId: binding.requestId, attempt: binding.attempt };
@@ -144,7 +147,7 @@ const cases: Case[] = [
     { name: WHOLE, kem, inFlight: concurrency, op: () => wholeRequest(kem) },
   ]),
   {
-    name: `seal ${REQUEST_BYTES} B request (HKDF + AES-256-GCM)`,
+    name: `seal ${REQUEST_BYTES} B request (HMAC + HKDF + AES-256-GCM)`,
     kem: "session keys",
     inFlight: 1,
     op: () => session.sealer.seal(request, binding),
