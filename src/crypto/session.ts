@@ -16,8 +16,10 @@
  *   6. requestKey = keys[0..32), responseKey = keys[32..64)
  *   7. ciphertext = AES-256-GCM(requestKey, nonce = 12 zero bytes, aad = "", plaintext) || 16-byte tag
  * The response chunks use responseKey exactly as with per-request HPKE (chunks.ts). Each side keeps only
- * the newest chain value: whoever reads a process's memory later cannot derive the keys of requests it
- * already sealed or opened (with one HPKE setup per request, the provider's private key could).
+ * the newest chain value (older ones are overwritten with zeros): whoever reads a process's memory later
+ * cannot derive the keys of requests it already sealed or opened from what it keeps (with one HPKE setup
+ * per request, the provider's private key could). JavaScript does not wipe freed memory, so the keys of
+ * recent requests may linger in garbage until it is reused.
  *
  * Wire format (all integers unsigned big-endian; lp(x) = u32(len(x)) || x; canonical.ts):
  *   sessionInfo    = lp("umbra-session-v1") || u32(protocolVersion) || lp(UTF-8(providerId))
@@ -209,6 +211,7 @@ export class SessionOpener extends SessionHalf {
       decipher.setAuthTag(ciphertext.subarray(split));
       plaintext = Buffer.concat([decipher.update(ciphertext.subarray(0, split)), decipher.final()]);
     } catch {
+      chain.fill(0); // a candidate that did not open (this.chain is untouched)
       throw new RequestOpenError("sealed request did not open");
     }
     this.chain.fill(0);
