@@ -12,7 +12,7 @@
 import { ChunkSealer } from "../crypto/chunks.ts";
 import { fromBase64url, toBase64url } from "../crypto/encoding.ts";
 import { receiptBytes, sha256 } from "../crypto/receipts.ts";
-import { openRequest } from "../crypto/seal.ts";
+import { type OpenedRequest, openRequest, type RequestBinding } from "../crypto/seal.ts";
 import type { SessionOpener } from "../crypto/session.ts";
 import type { Logger } from "../observability/logger.ts";
 import {
@@ -71,20 +71,24 @@ export interface ReceiptSigner {
   sign(message: Uint8Array): Uint8Array | Promise<Uint8Array>;
 }
 
-/** The connection's private key; gone once session keys replaced it (an `enc` request then does not open). */
-function privateKeyOf(key: Uint8Array | undefined): Uint8Array {
-  if (key === undefined) throw new Error("no private key on this connection");
-  return key;
+/** What a connection opens sealed requests with. */
+interface SealKeys {
+  /** The connection's X25519 private key; gone once session keys replaced it. */
+  readonly privateKey: Uint8Array | undefined;
+  /** The session's opener (pending while its set-up runs); undefined without session keys. */
+  readonly session: Promise<SessionOpener> | undefined;
 }
 
-function openInSession(
-  session: SessionOpener | undefined,
-  n: number,
-  ciphertext: Uint8Array,
-  binding: { protocolVersion: number; requestId: string; attempt: number },
-): { plaintext: Uint8Array; responseKey: Uint8Array } {
-  if (session === undefined) throw new Error("no session keys on this connection");
-  return session.open(n, ciphertext, binding);
+/** Opens a sealed request: under the session's keys when it carries `n`, else with its own HPKE setup (`enc`). */
+async function openSealed(frame: SealedInference, keys: SealKeys, binding: RequestBinding): Promise<OpenedRequest> {
+  const ciphertext = fromBase64url(frame.ciphertext, "ciphertext");
+  if (frame.n !== undefined) {
+    const session = await keys.session;
+    if (session === undefined) throw new Error("no session keys on this connection");
+    return session.open(frame.n, ciphertext, binding);
+  }
+  if (keys.privateKey === undefined) throw new Error("no private key on this connection");
+  return openRequest(keys.privateKey, fromBase64url(frame.enc ?? "", "enc"), ciphertext, binding);
 }
 
 export class Attempts {
@@ -111,22 +115,13 @@ export class Attempts {
    * with this connection's X25519 private key (HPKE, binding protocol version, request id and attempt). A
    * request that does not open (including a replayed `n`) is refused with `invalid_request` (nothing is run).
    */
-  async startSealed(
-    frame: SealedInference,
-    keys: { readonly privateKey: Uint8Array | undefined; readonly session: Promise<SessionOpener> | undefined },
-    send: SendFrame,
-    signer?: ReceiptSigner,
-  ): Promise<void> {
+  async startSealed(frame: SealedInference, keys: SealKeys, send: SendFrame, signer?: ReceiptSigner): Promise<void> {
     let request: EngineRequestBody;
     let sealer: ChunkSealer;
     let requestSha256: Uint8Array;
     try {
       const binding = { protocolVersion: PROTOCOL_VERSION, requestId: frame.request_id, attempt: frame.attempt };
-      const ciphertext = fromBase64url(frame.ciphertext, "ciphertext");
-      const opened =
-        frame.n !== undefined
-          ? openInSession(await keys.session, frame.n, ciphertext, binding)
-          : await openRequest(privateKeyOf(keys.privateKey), fromBase64url(frame.enc ?? "", "enc"), ciphertext, binding);
+      const opened = await openSealed(frame, keys, binding);
       request = parseEngineRequest(JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(opened.plaintext)));
       requestSha256 = sha256(opened.plaintext);
       sealer = new ChunkSealer({ responseKey: opened.responseKey, requestId: frame.request_id, attempt: frame.attempt });
