@@ -57,9 +57,10 @@ export function sqliteMoney(
      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
      ON CONFLICT DO NOTHING`,
   );
-  const insertEntry = client.prepare(
+  // Positional parameters: named ones cost an object and a name lookup per row.
+  const insertEntry = client.prepare<unknown, [string, string, number, number, string | null, number]>(
     `INSERT INTO ledger_entries (account_id, kind, amount_micro_usd, balance_after_micro_usd, request_id, created_at)
-     VALUES ($accountId, $kind, $amount, $balanceAfter, $requestId, $createdAt)`,
+     VALUES (?, ?, ?, ?, ?, ?)`,
   );
   const setSpent = client.prepare<unknown, [number, string]>("UPDATE api_keys SET spent_micro_usd = ? WHERE id = ?");
 
@@ -90,7 +91,7 @@ export function sqliteMoney(
       // must not cover an overdraft, or the ledger would keep a negative balanceAfter.
       if (after < 0) throw new Error("settlement would drive a balance below zero");
       running.set(accountId, after);
-      insertEntry.run({ accountId, kind, amount, balanceAfter: after, requestId, createdAt: at });
+      insertEntry.run(accountId, kind, amount, after, requestId, at);
     };
     const credit = (accountId: string, kind: "earning" | "fee", amount: number, at: number) => {
       const c = credits.get(accountId);
