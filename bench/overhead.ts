@@ -10,13 +10,15 @@
  * Before measuring, every side answers once per case and is checked, and Umbra's governance features are
  * proven on (bench/overhead-check.ts: answers, 401s, a 429, the ledger charge, the verified receipt).
  *
- * For non-streaming and streaming requests (streams ask for usage: stream_options.include_usage):
- * - throughput: closed loop at BENCH_CONCURRENCY (128) in BENCH_ROUNDS (3) rounds, the sides' order
- *   rotated each round, after one unmeasured warm-up run per side; the figures are the medians of the
+ * BENCH_ROUNDS (3) rounds, each on a fresh set of processes (mock, coordinator + provider, Portkey: two
+ * identical process sets differ by up to ~10% here, bench/README.md), checked before it is measured.
+ * In each round, for non-streaming and streaming requests (streams ask for usage: stream_options.include_usage):
+ * - throughput: closed loop at BENCH_CONCURRENCY (128), the sides' order rotated each round, after one
+ *   unmeasured warm-up run per side; the figures are the medians of the
  *   per-round ratios umbra/direct and umbra/portkey. 128 in flight, not 32: Portkey waits 25 ms before
  *   relaying a stream's first event (a fixed sleep in its stream reader), so at 32 in flight its
  *   streaming throughput is bounded by that sleep (about 1.2k req/s here), not by its CPU;
- * - latency: open loop at each of BENCH_RATES (200,500 req/s), the same rotated rounds; p50 and p99 of
+ * - latency: open loop at each of BENCH_RATES (200,500 req/s), the same rotation; p50 and p99 of
  *   all the rounds' samples pooled per side, and what each gateway adds over direct.
  * Every run also records CPU time per request of each process involved (/proc, utime + stime) and of the
  * load generator, the steadier figure on a shared machine.
@@ -140,11 +142,23 @@ async function load(side: Side, options: Record<string, unknown>): Promise<LoadR
 
 // ---- measurement ----
 
-async function throughput(sides: Side[], stream: boolean): Promise<Record<string, unknown>> {
+type Runs = Record<SideName, LoadResult[]>;
+const noRuns = (): Runs => ({ direct: [], umbra: [], portkey: [] });
+
+/** One round of a closed-loop case on one set of processes: an unmeasured warm-up per side, then one run each. */
+async function throughputRound(sides: Side[], stream: boolean, r: number, runs: Runs): Promise<void> {
   const common = { stream, mode: "closed", concurrency, seconds };
   for (const side of sides) await load(side, { ...common, seconds: warmupSeconds });
-  const runs: Record<SideName, LoadResult[]> = { direct: [], umbra: [], portkey: [] };
-  for (let r = 0; r < rounds; r++) for (const side of rotate(sides, r)) runs[side.name].push(await load(side, common));
+  for (const side of rotate(sides, r)) runs[side.name].push(await load(side, common));
+}
+
+/** One round of an open-loop case on one set of processes. */
+async function latencyRound(sides: Side[], stream: boolean, rate: number, r: number, runs: Runs): Promise<void> {
+  const common = { stream, mode: "open", rate, seconds, samples: true };
+  for (const side of rotate(sides, r)) runs[side.name].push(await load(side, common));
+}
+
+function throughput(runs: Runs, stream: boolean): Record<string, unknown> {
   const rps = (n: SideName) => runs[n].map((x) => x.rps);
   const ratio = (a: SideName, b: SideName) => rps(a).map((x, i) => x / (rps(b)[i] as number));
   const cpu = cpuMedians(runs);
@@ -172,7 +186,7 @@ async function throughput(sides: Side[], stream: boolean): Promise<Record<string
   };
 }
 
-function cpuMedians(runs: Record<SideName, LoadResult[]>): Record<string, Record<string, number>> {
+function cpuMedians(runs: Runs): Record<string, Record<string, number>> {
   const out: Record<string, Record<string, number>> = {};
   for (const [name, xs] of Object.entries(runs)) {
     const keys = Object.keys(xs[0]?.cpu_us ?? {});
@@ -181,10 +195,7 @@ function cpuMedians(runs: Record<SideName, LoadResult[]>): Record<string, Record
   return out;
 }
 
-async function latency(sides: Side[], stream: boolean, rate: number): Promise<Record<string, unknown>> {
-  const common = { stream, mode: "open", rate, seconds, samples: true };
-  const runs: Record<SideName, LoadResult[]> = { direct: [], umbra: [], portkey: [] };
-  for (let r = 0; r < rounds; r++) for (const side of rotate(sides, r)) runs[side.name].push(await load(side, common));
+function latency(runs: Runs, stream: boolean, rate: number): Record<string, unknown> {
   const pooled = (n: SideName) => runs[n].flatMap((x) => x.samples_ms ?? []).sort((a, b) => a - b);
   const stats = Object.fromEntries(
     (["direct", "umbra", "portkey"] as const).map((n) => {
@@ -244,61 +255,90 @@ const changed = Bun.spawnSync(["git", "status", "--porcelain", "--untracked-file
   .split("\n")
   .map((line) => line.slice(3))
   .filter((path) => path.length > 0);
-await using mock = await startJsonServer("bench/mock-upstream.ts");
-children.push(mock.proc);
-await using coordinator = await startCoordinator();
-children.push(coordinator.proc);
-const { apiKey, accountId: payer } = await coordinator.seed([MODEL], LIMITS, 1_000_000_000_000);
-// The provider earns on its own account, as in production (the payer's account only pays).
-const earner = await coordinator.admin<{ id: string }>("POST", "/accounts", { name: "bench provider" });
-const { token } = await coordinator.admin<{ token: string }>("POST", "/provider-tokens", { account_id: earner.id });
-await using provider = startProvider([
-  "--coordinator",
-  coordinator.url,
-  "--token",
-  token,
-  "--engine",
-  "openai",
-  "--upstream",
-  `${mock.url}/v1`,
-  "--model",
-  MODEL,
-  "--max-concurrency",
-  "1024",
-  // A (development) device chain for the identity key: trust level hardware, so every answer is signed.
-  "--dev-attestation",
-  "on",
-]);
-children.push(provider.proc);
-await provider.connected;
-await using portkey = await startPortkey();
-children.push(portkey.proc);
-
-const sides: Side[] = [
-  { name: "direct", url: mock.url, pids: { mock: mock.proc.pid } },
-  {
-    name: "umbra",
-    url: coordinator.url,
-    key: apiKey,
-    pids: { coordinator: coordinator.proc.pid, provider: provider.proc.pid, mock: mock.proc.pid },
-  },
-  {
-    name: "portkey",
-    url: portkey.url,
-    // Portkey forwards the bearer token to the upstream as its API key; the mock ignores it.
-    key: "sk-bench-upstream",
-    headers: { "x-portkey-provider": "openai", "x-portkey-custom-host": `${mock.url}/v1` },
-    pids: { portkey: portkey.proc.pid, mock: mock.proc.pid },
-  },
-];
-
-const governance = await check(sides, coordinator, payer);
-const closed: Record<string, unknown>[] = [];
-const open: Record<string, unknown>[] = [];
-for (const stream of cases) {
-  closed.push(await throughput(sides, stream));
-  for (const rate of rates) open.push(await latency(sides, stream, rate));
+/**
+ * One set of processes: the mock, Umbra (coordinator + provider) and Portkey. A fresh set serves each
+ * round: two identical process pairs differ by up to ~10% in throughput on this machine (bench/README.md,
+ * "The method, corrected"), so one set kept over every round would measure that set as much as the
+ * gateways.
+ */
+async function startSides() {
+  const started: AsyncDisposable[] = [];
+  const stop = async () => {
+    for (const x of started.reverse()) await x[Symbol.asyncDispose]();
+  };
+  try {
+    const mock = await startJsonServer("bench/mock-upstream.ts");
+    started.push(mock);
+    children.push(mock.proc);
+    const coordinator = await startCoordinator();
+    started.push(coordinator);
+    children.push(coordinator.proc);
+    const { apiKey, accountId: payer } = await coordinator.seed([MODEL], LIMITS, 1_000_000_000_000);
+    // The provider earns on its own account, as in production (the payer's account only pays).
+    const earner = await coordinator.admin<{ id: string }>("POST", "/accounts", { name: "bench provider" });
+    const { token } = await coordinator.admin<{ token: string }>("POST", "/provider-tokens", { account_id: earner.id });
+    const provider = startProvider([
+      "--coordinator",
+      coordinator.url,
+      "--token",
+      token,
+      "--engine",
+      "openai",
+      "--upstream",
+      `${mock.url}/v1`,
+      "--model",
+      MODEL,
+      "--max-concurrency",
+      "1024",
+      // A (development) device chain for the identity key: trust level hardware, so every answer is signed.
+      "--dev-attestation",
+      "on",
+    ]);
+    started.push(provider);
+    children.push(provider.proc);
+    await provider.connected;
+    const portkey = await startPortkey();
+    started.push(portkey);
+    children.push(portkey.proc);
+    const sides: Side[] = [
+      { name: "direct", url: mock.url, pids: { mock: mock.proc.pid } },
+      {
+        name: "umbra",
+        url: coordinator.url,
+        key: apiKey,
+        pids: { coordinator: coordinator.proc.pid, provider: provider.proc.pid, mock: mock.proc.pid },
+      },
+      {
+        name: "portkey",
+        url: portkey.url,
+        // Portkey forwards the bearer token to the upstream as its API key; the mock ignores it.
+        key: "sk-bench-upstream",
+        headers: { "x-portkey-provider": "openai", "x-portkey-custom-host": `${mock.url}/v1` },
+        pids: { portkey: portkey.proc.pid, mock: mock.proc.pid },
+      },
+    ];
+    return { sides, coordinator, payer, [Symbol.asyncDispose]: stop };
+  } catch (e) {
+    await stop();
+    throw e;
+  }
 }
+
+let governance: Record<string, unknown> = {};
+const closedRuns = cases.map(noRuns);
+const openRuns = cases.map(() => rates.map(noRuns));
+for (let r = 0; r < rounds; r++) {
+  await using set = await startSides();
+  // Every set is checked before it is measured; the first set's findings are recorded.
+  const found = await check(set.sides, set.coordinator, set.payer);
+  if (r === 0) governance = found;
+  for (const [c, stream] of cases.entries()) {
+    await throughputRound(set.sides, stream, r, closedRuns[c] as Runs);
+    for (const [i, rate] of rates.entries()) await latencyRound(set.sides, stream, rate, r, openRuns[c]?.[i] as Runs);
+  }
+}
+const closed = cases.map((stream, c) => throughput(closedRuns[c] as Runs, stream));
+const open = cases.flatMap((stream, c) => rates.map((rate, i) => latency(openRuns[c]?.[i] as Runs, stream, rate)));
 
 const at500 = open.filter((x) => x.rate === 500);
 const targets = [
