@@ -472,24 +472,31 @@ describe("drain and stop", () => {
 describe("session keys", () => {
   const request = { messages: [{ role: "user", content: "one two three" }], max_tokens: 100 };
 
-  /** Seals `request` under the connection's session and sends it; returns what opens the answer. */
-  function sendSealed(fake: FakeCoordinator, requestId: string, replay?: { n: number; ciphertext: Uint8Array }) {
-    const sealer = fake.sealers.get(fake.current);
-    if (!sealer) throw new Error("no session on the connection");
-    const binding = { protocolVersion: PROTOCOL_VERSION, requestId, attempt: 0 };
-    const sealed = replay
-      ? { ...replay, responseKey: new Uint8Array(32) }
-      : sealer.seal(new TextEncoder().encode(JSON.stringify(request)), binding);
-    fake.send({
-      type: "sealed_inference",
+  const binding = (requestId: string) => ({ protocolVersion: PROTOCOL_VERSION, requestId, attempt: 0 });
+  const opening = (requestId: string, responseKey: Uint8Array) => new ChunkOpener({ responseKey, requestId, attempt: 0 });
+
+  /** A sealed_inference frame for attempt 0 of `requestId`, keyed by a session counter (`n`) or its own HPKE setup (`enc`). */
+  function sealedFrame(requestId: string, keying: { n: number } | { enc: string }, ciphertext: Uint8Array) {
+    return {
+      type: "sealed_inference" as const,
       request_id: requestId,
       attempt: 0,
       model: "org/echo",
       first_content_deadline_ms: 30_000,
-      n: sealed.n,
-      ciphertext: toBase64url(sealed.ciphertext),
-    });
-    return { ...sealed, opener: new ChunkOpener({ responseKey: sealed.responseKey, requestId, attempt: 0 }) };
+      ...keying,
+      ciphertext: toBase64url(ciphertext),
+    };
+  }
+
+  /** Seals `request` under the connection's session and sends it; returns what opens the answer. */
+  function sendSealed(fake: FakeCoordinator, requestId: string, replay?: { n: number; ciphertext: Uint8Array }) {
+    const sealer = fake.sealers.get(fake.current);
+    if (!sealer) throw new Error("no session on the connection");
+    const sealed = replay
+      ? { ...replay, responseKey: new Uint8Array(32) }
+      : sealer.seal(new TextEncoder().encode(JSON.stringify(request)), binding(requestId));
+    fake.send(sealedFrame(requestId, { n: sealed.n }, sealed.ciphertext));
+    return { ...sealed, opener: opening(requestId, sealed.responseKey) };
   }
 
   function answerOf(fake: FakeCoordinator, requestId: string, opener: ChunkOpener): string {
@@ -518,23 +525,14 @@ describe("session keys", () => {
   });
 
   test("requests sent right behind the welcome (queued before the provider connected) are opened and answered in order", async () => {
-    const binding = (requestId: string) => ({ protocolVersion: PROTOCOL_VERSION, requestId, attempt: 0 });
     const openers = new Map<string, ChunkOpener>();
     await using fake = new FakeCoordinator({
       sessionKeys: true,
       afterWelcome: (_conn, sealer) =>
         ["req_w1", "req_w2", "req_w3"].map((requestId) => {
           const sealed = (sealer as SessionSealer).seal(new TextEncoder().encode(JSON.stringify(request)), binding(requestId));
-          openers.set(requestId, new ChunkOpener({ responseKey: sealed.responseKey, requestId, attempt: 0 }));
-          return {
-            type: "sealed_inference" as const,
-            request_id: requestId,
-            attempt: 0,
-            model: "org/echo",
-            first_content_deadline_ms: 30_000,
-            n: sealed.n,
-            ciphertext: toBase64url(sealed.ciphertext),
-          };
+          openers.set(requestId, opening(requestId, sealed.responseKey));
+          return sealedFrame(requestId, { n: sealed.n }, sealed.ciphertext);
         }),
     });
     agentFor(fake);
@@ -549,18 +547,13 @@ describe("session keys", () => {
   async function sendHpkeSealed(fake: FakeCoordinator, requestId: string) {
     const hello = fake.ofType("hello").at(-1);
     if (!hello?.encryption_key) throw new Error("no hello key");
-    const binding = { protocolVersion: PROTOCOL_VERSION, requestId, attempt: 0 };
-    const sealed = await sealRequest(fromBase64url(hello.encryption_key), new TextEncoder().encode(JSON.stringify(request)), binding);
-    fake.send({
-      type: "sealed_inference",
-      request_id: requestId,
-      attempt: 0,
-      model: "org/echo",
-      first_content_deadline_ms: 30_000,
-      enc: toBase64url(sealed.enc),
-      ciphertext: toBase64url(sealed.ciphertext),
-    });
-    return new ChunkOpener({ responseKey: sealed.responseKey, requestId, attempt: 0 });
+    const sealed = await sealRequest(
+      fromBase64url(hello.encryption_key),
+      new TextEncoder().encode(JSON.stringify(request)),
+      binding(requestId),
+    );
+    fake.send(sealedFrame(requestId, { enc: toBase64url(sealed.enc) }, sealed.ciphertext));
+    return opening(requestId, sealed.responseKey);
   }
 
   test("without session keys (an older coordinator), a request with its own HPKE setup is opened and answered", async () => {
@@ -613,15 +606,7 @@ describe("session keys", () => {
     await using fake = new FakeCoordinator();
     const agent = agentFor(fake);
     await waitFor(() => agent.state().connected, "welcome");
-    fake.send({
-      type: "sealed_inference",
-      request_id: "req_nosession",
-      attempt: 0,
-      model: "org/echo",
-      first_content_deadline_ms: 30_000,
-      n: 1,
-      ciphertext: toBase64url(new Uint8Array(64)),
-    });
+    fake.send(sealedFrame("req_nosession", { n: 1 }, new Uint8Array(64)));
     await waitFor(() => terminal(fake, "req_nosession"), "refusal");
     expect(terminal(fake, "req_nosession")).toMatchObject({ type: "error", code: "invalid_request" });
     expect(fake.framesFor("req_nosession").some((f) => f.type === "accepted")).toBe(false);
