@@ -22,28 +22,25 @@
  *                      provider is only self_signed: a self-reported posture proves nothing)
  */
 import { ChallengeSession } from "./challenge.ts";
-import { type AttestationCheck, AttestationError } from "./errors.ts";
-import type { IdentityKey } from "./identity-key.ts";
+import { AttestationError } from "./errors.ts";
+import { meetsTrustFloor, NO_EVIDENCE, type ProviderAttestation, type TrustLevel } from "./levels.ts";
 import { DEFAULT_MAX_CERTIFICATE_AGE_MS, verifyMdaChain } from "./mda-chain.ts";
 import { checkAppleDeviceClaims } from "./oids.ts";
-import { FULL_SECURITY, type Posture, samePosture } from "./posture.ts";
+import { samePosture } from "./posture.ts";
 import { assertAnchorAllowed, type TrustAnchor, type TrustMode } from "./roots.ts";
 import { MAX_EVIDENCE_SKEW_MS, parseEvidenceEnvelope, verifySecureEnclaveEvidence } from "./secure-enclave.ts";
 
-export const TRUST_LEVELS = ["none", "self_signed", "hardware"] as const;
-export type TrustLevel = (typeof TRUST_LEVELS)[number];
-
-export function trustRank(level: TrustLevel): number {
-  return TRUST_LEVELS.indexOf(level);
-}
-
-export function meetsTrustFloor(level: TrustLevel, floor: TrustLevel): boolean {
-  return trustRank(level) >= trustRank(floor);
-}
-
-export function isTrustLevel(value: unknown): value is TrustLevel {
-  return typeof value === "string" && (TRUST_LEVELS as readonly string[]).includes(value);
-}
+export {
+  type AttestationSummary,
+  isTrustLevel,
+  meetsTrustFloor,
+  type ProviderAttestation,
+  summarizeAttestation,
+  TRUST_LEVELS,
+  type TrustLevel,
+  trustRank,
+  withdrawTrust,
+} from "./levels.ts";
 
 export interface TrustPolicy {
   readonly mode: TrustMode;
@@ -72,23 +69,6 @@ export function createTrustPolicy(options: TrustPolicyOptions): TrustPolicy {
     floor: options.floor ?? (options.mode === "production" ? "hardware" : "none"),
   });
 }
-
-/** The verified facts about one provider connection. */
-export interface ProviderAttestation {
-  readonly level: TrustLevel;
-  /** Secure Enclave evidence verified. */
-  readonly secureEnclave: boolean;
-  /** An MDA chain verified to the anchor and bound to the identity key. */
-  readonly mdaVerified: boolean;
-  readonly identityKey?: IdentityKey;
-  readonly encryptionKey?: Uint8Array;
-  /** The accepted posture (self-reported, and for hardware also proven by the chain). */
-  readonly posture?: Posture;
-  /** Why the level is none, when evidence was presented and refused (or trust was withdrawn). */
-  readonly failure?: { readonly check: AttestationCheck; readonly message: string };
-}
-
-const NO_EVIDENCE: ProviderAttestation = Object.freeze({ level: "none", secureEnclave: false, mdaVerified: false });
 
 export interface AssessOptions {
   /** The X25519 key from the same hello frame, raw 32 bytes. */
@@ -133,17 +113,6 @@ export async function assessProviderEvidence(evidence: unknown, options: AssessO
   }
 }
 
-/** The same provider after a failed challenge: level none, nothing verified, the failure recorded. */
-export function withdrawTrust(attestation: ProviderAttestation, error: AttestationError): ProviderAttestation {
-  const { identityKey, encryptionKey } = attestation;
-  return {
-    ...NO_EVIDENCE,
-    ...(identityKey ? { identityKey } : {}),
-    ...(encryptionKey ? { encryptionKey } : {}),
-    failure: { check: error.check, message: error.message },
-  };
-}
-
 export function isRoutable(attestation: ProviderAttestation, policy: TrustPolicy): boolean {
   return meetsTrustFloor(attestation.level, policy.floor);
 }
@@ -168,28 +137,4 @@ export function startChallenges(
     ...(policy.challengeTimeoutMs === undefined ? {} : { timeoutMs: policy.challengeTimeoutMs }),
     ...(randomBytes ? { randomBytes } : {}),
   });
-}
-
-/** The attestation part of /v1/models metadata (field names as in the fleet's ModelCapacity). */
-export interface AttestationSummary {
-  readonly attestedProviders: number;
-  readonly trustLevel: TrustLevel;
-  readonly attestation?: { readonly secureEnclave: boolean; readonly sipEnabled: boolean; readonly secureBoot: boolean };
-}
-
-/** Summarizes the current attestations of one model's providers (see the file header). */
-export function summarizeAttestation(providers: readonly ProviderAttestation[]): AttestationSummary {
-  const attested = providers.filter((p) => p.level !== "none");
-  if (attested.length === 0) return { attestedProviders: 0, trustLevel: "none" };
-  const trustLevel = attested.reduce<TrustLevel>((best, p) => (trustRank(p.level) > trustRank(best) ? p.level : best), "none");
-  const proven = (p: ProviderAttestation) => p.level === "hardware" && p.mdaVerified && p.posture !== undefined;
-  return {
-    attestedProviders: attested.length,
-    trustLevel,
-    attestation: {
-      secureEnclave: attested.every((p) => p.secureEnclave),
-      sipEnabled: attested.every((p) => proven(p) && p.posture!.sipEnabled),
-      secureBoot: attested.every((p) => proven(p) && p.posture!.secureBoot === FULL_SECURITY),
-    },
-  };
 }

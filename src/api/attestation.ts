@@ -11,7 +11,8 @@
  * provider (`umbra-provider start --dev-attestation`) earns `hardware` through the same checks as a Mac.
  */
 import { Elysia } from "elysia";
-import { type Posture, parseIdentityKey, parsePosture } from "../../attestation/src/index.ts";
+import { parseIdentityKey } from "../../attestation/src/identity-key.ts";
+import { type Posture, parsePosture } from "../../attestation/src/posture.ts";
 import type { CoordinatorAttestation } from "../attestation/coordinator-attestation.ts";
 import { Errors } from "../errors/api-error.ts";
 import type { Fleet } from "../fleet/fleet.ts";

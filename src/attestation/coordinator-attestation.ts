@@ -24,18 +24,14 @@
  * createCoordinatorAttestation).
  */
 import { sha256 } from "@noble/hashes/sha2.js";
-import {
-  type AttestationDocument,
-  buildReportData,
-  CvmAttestationError,
-  createConfigfsTsmSource,
-  createDevSource,
-  describeReportData,
-  type EvidenceSource,
-  REPORT_DATA_LAYOUT,
-  REPORT_DATA_LENGTH,
-  type SnpRoot,
-} from "../../attestation/cvm/index.ts";
+// Leaf modules, not attestation/cvm/index.ts: the development source (dev-source.ts) and chain checks need
+// @peculiar/x509, whose import costs 15-20 ms of start-up; it is loaded only when the dev source is opened.
+import type { SnpRoot } from "../../attestation/cvm/amd-roots.ts";
+import { type AttestationDocument, REPORT_DATA_LAYOUT } from "../../attestation/cvm/attestation-document.ts";
+import { createConfigfsTsmSource } from "../../attestation/cvm/configfs-tsm.ts";
+import { CvmAttestationError } from "../../attestation/cvm/errors.ts";
+import { type EvidenceSource, REPORT_DATA_LENGTH } from "../../attestation/cvm/evidence-source.ts";
+import { buildReportData, describeReportData } from "../../attestation/cvm/report-data.ts";
 import type { AttestationPlatform, AttestationSource, Mode } from "../config/config.ts";
 import { ConfigError } from "../config/settings.ts";
 import { toBase64url } from "../crypto/encoding.ts";
@@ -110,6 +106,7 @@ export function createCoordinatorAttestation(options: CoordinatorAttestationOpti
   const openSource = (): Promise<Source> => {
     source ??= (async (): Promise<Source> => {
       if (options.source === "dev") {
+        const { createDevSource } = await import("../../attestation/cvm/dev-source.ts");
         const dev = await createDevSource({ measurement: expectedMeasurement ?? new Uint8Array(48) });
         return { source: dev, developmentRoot: dev.roots[0] ?? null };
       }

@@ -2,15 +2,8 @@
  * createApp: wires every service from its dependencies and nothing else. Tests build the app the same
  * way, with a temporary store, a fixed clock or a fake fleet.
  */
-import {
-  assessProviderEvidence,
-  createTrustPolicy,
-  DevelopmentRoot,
-  type ProviderAttestation,
-  startChallenges,
-  TrustAnchor,
-  type TrustPolicy,
-} from "../../attestation/src/index.ts";
+import type { DevelopmentRoot, TrustPolicy } from "../../attestation/src/index.ts";
+import type { ProviderAttestation } from "../../attestation/src/levels.ts";
 import { AdminService } from "../admin/admin-service.ts";
 import { createHttpApp, type HttpApp } from "../api/http.ts";
 import { type CoordinatorAttestation, createCoordinatorAttestation } from "../attestation/coordinator-attestation.ts";
@@ -81,8 +74,15 @@ export interface ProviderTrust {
   readonly devRoot?: DevelopmentRoot;
 }
 
+/**
+ * The evidence checks (certificate chains, @peculiar/x509): loaded when the first provider presents
+ * evidence, not at start, where their import would cost 15-20 ms.
+ */
+const evidenceChecks = () => import("../../attestation/src/index.ts");
+
 /** The trust policy: the pinned Apple root, or a development root generated for this process. */
 async function providerTrust(config: Config, now: () => number): Promise<ProviderTrust> {
+  const { createTrustPolicy, DevelopmentRoot, TrustAnchor } = await evidenceChecks();
   const mode = config.mode;
   const schedule = {
     floor: config.minTrust,
@@ -119,7 +119,7 @@ export function createApp(deps: AppDeps): App {
     assess: async (evidence, encryptionKey) => {
       if (encryptionKey === undefined || evidence === undefined) return NO_ATTESTATION;
       try {
-        const { policy } = await trust();
+        const [{ policy }, { assessProviderEvidence }] = await Promise.all([trust(), evidenceChecks()]);
         return await assessProviderEvidence(evidence, { policy, now, helloEncryptionKey: encryptionKey });
       } catch {
         return NO_ATTESTATION;
@@ -127,7 +127,8 @@ export function createApp(deps: AppDeps): App {
     },
     challenge: async (attestation) => {
       try {
-        return startChallenges(attestation, (await trust()).policy, now);
+        const [{ policy }, { startChallenges }] = await Promise.all([trust(), evidenceChecks()]);
+        return startChallenges(attestation, policy, now);
       } catch {
         return undefined;
       }

@@ -4,7 +4,9 @@
  * echo engine, in this process, over a real WebSocket to the listening port), and prints
  * ready-to-paste examples.
  */
-import { answerChallenge, buildEvidence, FULL_SECURITY, parseChallenge, SoftwareIdentity } from "../../attestation/src/index.ts";
+import { parseChallenge } from "../../attestation/src/challenge.ts";
+import { FULL_SECURITY } from "../../attestation/src/posture.ts";
+import { answerChallenge, buildEvidence, SoftwareIdentity } from "../../attestation/src/software-identity.ts";
 import { type Agent, startAgent } from "../provider/agent.ts";
 import { createEchoEngine } from "../provider/engines/echo.ts";
 import type { App } from "./app.ts";

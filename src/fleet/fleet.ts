@@ -8,7 +8,8 @@
  * timeout is ended (its attempts fail over).
  */
 import { randomBytes } from "node:crypto";
-import { type ProviderAttestation, postureJson, summarizeAttestation } from "../../attestation/src/index.ts";
+import { type ProviderAttestation, summarizeAttestation } from "../../attestation/src/levels.ts";
+import { postureJson } from "../../attestation/src/posture.ts";
 import type { TrustLevel } from "../config/config.ts";
 import { TRUST_LEVELS } from "../config/config.ts";
 import { toBase64url } from "../crypto/encoding.ts";

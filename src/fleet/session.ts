@@ -13,14 +13,10 @@
  * attempt.ts) is invalid output, like a frame that fails verification.
  */
 
-import type { ProviderAttestation } from "../../attestation/src/index.ts";
-import {
-  AttestationError,
-  type ChallengeSession,
-  challengeFields,
-  verifyIdentitySignature,
-  withdrawTrust,
-} from "../../attestation/src/index.ts";
+import { type ChallengeSession, challengeFields } from "../../attestation/src/challenge.ts";
+import { AttestationError } from "../../attestation/src/errors.ts";
+import { verifyIdentitySignature } from "../../attestation/src/identity-key.ts";
+import { type ProviderAttestation, withdrawTrust } from "../../attestation/src/levels.ts";
 import type { TrustLevel } from "../config/config.ts";
 import { ChunkOpener } from "../crypto/chunks.ts";
 import { fromBase64url, toBase64url, toHex } from "../crypto/encoding.ts";

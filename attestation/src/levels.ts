@@ -1,0 +1,77 @@
+/**
+ * Trust levels and what the rest of the coordinator reads from verified attestations: the routing
+ * floor comparison, the /v1/models summary and a withdrawn trust. Nothing here parses certificates, so
+ * the coordinator loads this at start and the chain checks (trust.ts, mda-chain.ts, @peculiar/x509)
+ * only when the first provider presents evidence. Levels and the summary's rules: trust.ts's header.
+ */
+import type { AttestationCheck, AttestationError } from "./errors.ts";
+import type { IdentityKey } from "./identity-key.ts";
+import { FULL_SECURITY, type Posture } from "./posture.ts";
+
+export const TRUST_LEVELS = ["none", "self_signed", "hardware"] as const;
+export type TrustLevel = (typeof TRUST_LEVELS)[number];
+
+export function trustRank(level: TrustLevel): number {
+  return TRUST_LEVELS.indexOf(level);
+}
+
+export function meetsTrustFloor(level: TrustLevel, floor: TrustLevel): boolean {
+  return trustRank(level) >= trustRank(floor);
+}
+
+export function isTrustLevel(value: unknown): value is TrustLevel {
+  return typeof value === "string" && (TRUST_LEVELS as readonly string[]).includes(value);
+}
+
+/** The verified facts about one provider connection. */
+export interface ProviderAttestation {
+  readonly level: TrustLevel;
+  /** Secure Enclave evidence verified. */
+  readonly secureEnclave: boolean;
+  /** An MDA chain verified to the anchor and bound to the identity key. */
+  readonly mdaVerified: boolean;
+  readonly identityKey?: IdentityKey;
+  readonly encryptionKey?: Uint8Array;
+  /** The accepted posture (self-reported, and for hardware also proven by the chain). */
+  readonly posture?: Posture;
+  /** Why the level is none, when evidence was presented and refused (or trust was withdrawn). */
+  readonly failure?: { readonly check: AttestationCheck; readonly message: string };
+}
+
+/** What a provider without (accepted) evidence earns. */
+export const NO_EVIDENCE: ProviderAttestation = Object.freeze({ level: "none", secureEnclave: false, mdaVerified: false });
+
+/** The same provider after a failed challenge: level none, nothing verified, the failure recorded. */
+export function withdrawTrust(attestation: ProviderAttestation, error: AttestationError): ProviderAttestation {
+  const { identityKey, encryptionKey } = attestation;
+  return {
+    ...NO_EVIDENCE,
+    ...(identityKey ? { identityKey } : {}),
+    ...(encryptionKey ? { encryptionKey } : {}),
+    failure: { check: error.check, message: error.message },
+  };
+}
+
+/** The attestation part of /v1/models metadata (field names as in the fleet's ModelCapacity). */
+export interface AttestationSummary {
+  readonly attestedProviders: number;
+  readonly trustLevel: TrustLevel;
+  readonly attestation?: { readonly secureEnclave: boolean; readonly sipEnabled: boolean; readonly secureBoot: boolean };
+}
+
+/** Summarizes the current attestations of one model's providers (see the file header). */
+export function summarizeAttestation(providers: readonly ProviderAttestation[]): AttestationSummary {
+  const attested = providers.filter((p) => p.level !== "none");
+  if (attested.length === 0) return { attestedProviders: 0, trustLevel: "none" };
+  const trustLevel = attested.reduce<TrustLevel>((best, p) => (trustRank(p.level) > trustRank(best) ? p.level : best), "none");
+  const proven = (p: ProviderAttestation) => p.level === "hardware" && p.mdaVerified && p.posture !== undefined;
+  return {
+    attestedProviders: attested.length,
+    trustLevel,
+    attestation: {
+      secureEnclave: attested.every((p) => p.secureEnclave),
+      sipEnabled: attested.every((p) => proven(p) && p.posture!.sipEnabled),
+      secureBoot: attested.every((p) => proven(p) && p.posture!.secureBoot === FULL_SECURITY),
+    },
+  };
+}
