@@ -38,11 +38,12 @@ const named = (value: string | null | undefined, param: string): string => {
   if (typeof value !== "string" || value === "") throw Errors.invalidValue(`the path does not hold a valid '${param}'`, param);
   return value;
 };
-const body = (request: Request) => readJsonBody(request, ADMIN_BODY_LIMIT);
 const noParse = { parse: "none" } as const;
 
-export function adminRoutes(deps: { admin: AdminService; adminToken: string | undefined }) {
+export function adminRoutes(deps: { admin: AdminService; adminToken: string | undefined; bodyTimeoutMs: number }) {
   const { admin } = deps;
+  const limits = { maxBytes: ADMIN_BODY_LIMIT, timeoutMs: deps.bodyTimeoutMs };
+  const body = (request: Request) => readJsonBody(request, limits);
   return new Elysia({ name: "admin", prefix: "/admin/v1" })
     .use(adminGuard(deps.adminToken))
     .post("/accounts", async ({ request }) => admin.createAccount(await body(request)), noParse)

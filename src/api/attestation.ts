@@ -26,7 +26,7 @@ export interface DevChainDeps {
   readonly authenticateProvider: (authorization: string | null) => Promise<unknown>;
 }
 
-export function attestationRoutes(deps: { attestation: CoordinatorAttestation; fleet: Fleet } & DevChainDeps) {
+export function attestationRoutes(deps: { attestation: CoordinatorAttestation; fleet: Fleet; bodyTimeoutMs: number } & DevChainDeps) {
   return new Elysia({ name: "attestation" })
     .get("/v1/attestation", () => deps.attestation.document())
     .get("/v1/providers/attestation", () => ({ object: "list", data: deps.fleet.publicAttestations() }))
@@ -34,7 +34,10 @@ export function attestationRoutes(deps: { attestation: CoordinatorAttestation; f
       "/v1/provider/dev-chain",
       async ({ request }) => {
         await deps.authenticateProvider(request.headers.get("authorization"));
-        const body = objectBody(await readJsonBody(request, 16 * 1024), ["identity_key", "posture"]);
+        const body = objectBody(await readJsonBody(request, { maxBytes: 16 * 1024, timeoutMs: deps.bodyTimeoutMs }), [
+          "identity_key",
+          "posture",
+        ]);
         let identityKey: Uint8Array;
         let posture: Posture;
         try {

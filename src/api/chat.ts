@@ -26,15 +26,17 @@ interface ChatDeps {
   readonly authenticate: Authenticator;
   readonly attestation: Pick<CoordinatorAttestation, "sealingKey">;
   readonly maxBodyBytes: number;
+  readonly bodyTimeoutMs: number;
   /** Called once the request body was read (the server then lifts the idle timeout for the answer). */
   readonly bodyRead?: (request: Request) => void;
 }
 
 export function chatRoutes(deps: ChatDeps) {
+  const limits = { maxBytes: deps.maxBodyBytes, timeoutMs: deps.bodyTimeoutMs };
   return new Elysia({ name: "chat" }).use(consumerAuth(deps.authenticate)).post(
     PATH,
     async ({ request, principal }) => {
-      const bytes = await readBody(request, deps.maxBodyBytes);
+      const bytes = await readBody(request, limits);
       deps.bodyRead?.(request);
       if (!isSealed(request)) return answer(deps, parseJson(bytes), principal, request);
       const { plaintext, sealer } = await openSealed(deps, bytes);

@@ -52,6 +52,7 @@ export interface DeviceDeps {
   readonly now: () => number;
   /** The peer address of a request; undefined for in-process calls. */
   readonly clientAddress: (request: Request) => string | undefined;
+  readonly bodyTimeoutMs: number;
 }
 
 /** RFC 6749 section 5.2 and RFC 8628 section 3.5 error codes. */
@@ -74,8 +75,8 @@ function oauthError(error: OAuthError, description: string): Response {
  * A JSON object or an application/x-www-form-urlencoded body (RFC 8628 section 3.1), as fields. Throws
  * 413 request_too_large, 400 invalid_json, or 400 invalid_value for a form field given twice.
  */
-async function readFields(request: Request): Promise<JsonObject> {
-  const bytes = await readBody(request, BODY_LIMIT);
+async function readFields(deps: DeviceDeps, request: Request): Promise<JsonObject> {
+  const bytes = await readBody(request, { maxBytes: BODY_LIMIT, timeoutMs: deps.bodyTimeoutMs });
   const type = request.headers.get("content-type")?.split(";")[0]?.trim().toLowerCase();
   if (type !== "application/x-www-form-urlencoded") return objectBody(parseJson(bytes));
   const fields = new Map<string, string>();
@@ -102,7 +103,7 @@ function requireClient(fields: JsonObject, required: boolean): boolean {
 async function token(deps: DeviceDeps, request: Request): Promise<Response> {
   let deviceCode: string;
   try {
-    const fields = await readFields(request);
+    const fields = await readFields(deps, request);
     const grantType = requiredString(fields, "grant_type", { max: 128 });
     if (grantType !== DEVICE_GRANT_TYPE) return oauthError("unsupported_grant_type", `grant_type must be ${DEVICE_GRANT_TYPE}`);
     if (!requireClient(fields, false)) return oauthError("invalid_client", `unknown client_id: this endpoint serves ${CLIENT_ID}`);
@@ -236,7 +237,7 @@ export function deviceRoutes(deps: DeviceDeps) {
     .post(
       "/v1/provider/device/code",
       async ({ request }) => {
-        const fields = await readFields(request);
+        const fields = await readFields(deps, request);
         if (!requireClient(fields, true)) throw Errors.invalidValue(`unknown 'client_id': this endpoint serves ${CLIENT_ID}`, "client_id");
         const started = deps.deviceFlow.start({ address: deps.clientAddress(request), machineName: machineName(fields) });
         const uri = `${publicBase(request)}/device`;
@@ -259,7 +260,10 @@ export function deviceRoutes(deps: DeviceDeps) {
       "/v1/provider/device/approve",
       async ({ request }) => {
         const principal = await deps.authenticate(request.headers.get("authorization"));
-        const body = objectBody(parseJson(await readBody(request, BODY_LIMIT)), ["user_code", "decision"]);
+        const body = objectBody(parseJson(await readBody(request, { maxBytes: BODY_LIMIT, timeoutMs: deps.bodyTimeoutMs })), [
+          "user_code",
+          "decision",
+        ]);
         const userCode = requiredString(body, "user_code", { max: 32 });
         const decision = requiredString(body, "decision", { max: 16 });
         if (decision !== "approve" && decision !== "deny") throw Errors.invalidValue("'decision' must be 'approve' or 'deny'", "decision");

@@ -32,21 +32,35 @@ export function errorHandling(logger: Logger) {
   });
 }
 
-/**
- * Reads a JSON body of at most `maxBytes` (readBody), then parses it (parseJson). Throws 413
- * request_too_large or 400 invalid_json.
- */
-export async function readJsonBody(request: Request, maxBytes: number): Promise<unknown> {
-  return parseJson(await readBody(request, maxBytes));
+/** How much of a request body a route accepts, and how long its client may take to send it. */
+export interface BodyLimits {
+  readonly maxBytes: number;
+  /**
+   * The whole body must arrive within this many ms of the route starting to read it. The server's idle
+   * timeout closes a body that stalls; this closes one trickled a byte at a time, which the idle timeout
+   * never sees idle (a connection held for as long as the client likes).
+   */
+  readonly timeoutMs: number;
 }
 
 /**
- * Reads a body of at most `maxBytes` without holding more than that in memory: a declared length over the
- * limit is refused before reading, and a stream that grows past it is cancelled. No body reads as empty.
- * Throws 413 request_too_large, or 400 invalid_json when the body breaks off (the client went away or
- * its framing broke before the end).
+ * Reads a JSON body within `limits` (readBody), then parses it (parseJson). Throws 413
+ * request_too_large, 400 invalid_json or 504 timeout.
  */
-export async function readBody(request: Request, maxBytes: number): Promise<Uint8Array> {
+export async function readJsonBody(request: Request, limits: BodyLimits): Promise<unknown> {
+  return parseJson(await readBody(request, limits));
+}
+
+/**
+ * Reads a body of at most `limits.maxBytes` without holding more than that in memory: a declared length
+ * over the limit is refused before reading, and a stream that grows past it is cancelled. No body reads
+ * as empty. Throws 413 request_too_large, 400 invalid_json when the body breaks off (the client went away
+ * or its framing broke before the end), or 504 timeout when it is not all there within
+ * `limits.timeoutMs`; that answer carries `connection: close`, so the server closes the connection
+ * after it instead of reading the rest.
+ */
+export async function readBody(request: Request, limits: BodyLimits): Promise<Uint8Array> {
+  const { maxBytes, timeoutMs } = limits;
   const declared = request.headers.get("content-length");
   if (declared !== null && Number(declared) > maxBytes) {
     throw Errors.requestTooLarge(`the request body exceeds ${maxBytes} bytes`);
@@ -54,8 +68,31 @@ export async function readBody(request: Request, maxBytes: number): Promise<Uint
   if (!request.body) return new Uint8Array(0);
   // A declared length within the limit is read in one call (the server reads exactly that many bytes);
   // only a body of unknown length is counted as it streams.
-  if (declared !== null) return new Uint8Array(await intact(request.arrayBuffer()));
-  const reader = request.body.getReader();
+  const reader = declared === null ? request.body.getReader() : undefined;
+  const read = reader ? readCounted(reader, maxBytes) : intact(request.arrayBuffer()).then((b) => new Uint8Array(b));
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      read.catch(() => {}); // settles after the answer, if ever: nobody waits for it any more
+      void reader?.cancel().catch(() => {});
+      reject(Errors.timeout(`the request body did not arrive within ${timeoutMs} ms`, undefined, { connection: "close" }));
+    }, timeoutMs);
+  });
+  try {
+    return await Promise.race([read, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** What readCounted needs of a body stream's reader. */
+interface BodyReader {
+  read(): Promise<{ done: true; value?: undefined } | { done: false; value: Uint8Array }>;
+  cancel(): Promise<void>;
+}
+
+/** Reads a body of unknown length, cancelling it once it grows past `maxBytes` (413). */
+async function readCounted(reader: BodyReader, maxBytes: number): Promise<Uint8Array> {
   const chunks: Uint8Array[] = [];
   let size = 0;
   for (;;) {

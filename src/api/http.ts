@@ -58,6 +58,8 @@ export interface HttpDeps {
   readonly now: () => number;
   readonly adminToken: string | undefined;
   readonly maxBodyBytes: number;
+  /** The time a client has to send a whole request body (BodyLimits.timeoutMs). */
+  readonly bodyTimeoutMs: number;
   readonly logger: Logger;
   readonly metrics: Metrics;
 }

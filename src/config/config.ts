@@ -41,6 +41,8 @@ export interface Config {
   readonly trustRoot: TrustRoot;
   readonly logLevel: LogLevel;
   readonly maxBodyBytes: number;
+  /** The time a client has to send a whole request body (then 504 and the connection closed). */
+  readonly bodyTimeoutMs: number;
   /** Micro-USD per million tokens, for models without a stored price. */
   readonly fallbackInputPrice: number;
   readonly fallbackOutputPrice: number;
@@ -111,6 +113,12 @@ export const SETTINGS = {
   },
   logLevel: { flag: "log-level", env: "UMBRA_LOG_LEVEL", kind: "enum", values: LOG_LEVELS, help: "error, warn, info or debug" },
   maxBodyBytes: { flag: "max-body-bytes", env: "UMBRA_MAX_BODY_BYTES", kind: "int", help: "largest accepted request body" },
+  bodyTimeoutMs: {
+    flag: "body-timeout-ms",
+    env: "UMBRA_BODY_TIMEOUT_MS",
+    kind: "int",
+    help: "time a client has to send a whole request body",
+  },
   fallbackInputPrice: {
     flag: "fallback-input-price",
     env: "UMBRA_FALLBACK_INPUT_PRICE",
@@ -245,6 +253,7 @@ const DEFAULTS = {
   db: "./data/umbra.db",
   logLevel: "info",
   maxBodyBytes: 4 * 1024 * 1024,
+  bodyTimeoutMs: 60_000,
   fallbackInputPrice: 500_000,
   fallbackOutputPrice: 1_500_000,
   cacheReadDiscountPercent: 50,
@@ -376,6 +385,7 @@ export function loadConfig(flags: FlagValues, env: Env, defaultMode: Mode = "pro
     trustRoot,
     logLevel: enumOf<LogLevel>("logLevel", raw("logLevel", flags, env), DEFAULTS.logLevel),
     maxBodyBytes: intOf("maxBodyBytes", raw("maxBodyBytes", flags, env), DEFAULTS.maxBodyBytes, 1024, 1 << 30),
+    bodyTimeoutMs: intOf("bodyTimeoutMs", raw("bodyTimeoutMs", flags, env), DEFAULTS.bodyTimeoutMs, 100, 3_600_000),
     fallbackInputPrice: intOf("fallbackInputPrice", raw("fallbackInputPrice", flags, env), DEFAULTS.fallbackInputPrice, 0, 1e12),
     fallbackOutputPrice: intOf("fallbackOutputPrice", raw("fallbackOutputPrice", flags, env), DEFAULTS.fallbackOutputPrice, 0, 1e12),
     cacheReadDiscountPercent: intOf(

@@ -188,6 +188,7 @@ export function createApp(deps: AppDeps): App {
         : undefined,
     authenticateProvider: (authorization) => authenticateProvider(store, authorization),
     maxBodyBytes: config.maxBodyBytes,
+    bodyTimeoutMs: config.bodyTimeoutMs,
     logger,
     metrics,
   });

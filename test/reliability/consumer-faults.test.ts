@@ -6,14 +6,15 @@
  * cancelled, what was generated is settled (nothing before content), no reservation is left, memory
  * stays bounded (coordinator RSS from /proc), and the coordinator keeps serving.
  *
- * One coordinator process for the file (every case its own account, build and providers), and one
- * in-process server with a 2 s idle timeout for what the idle timeout does to stalled connections.
+ * One coordinator process for the file (every case its own account, build and providers), and
+ * in-process servers with a 2 s idle timeout for what the idle timeout does to stalled connections and
+ * what the body deadline does to bodies trickled under it.
  */
 import { afterAll, beforeAll, expect } from "bun:test";
 import { listen } from "../../src/coordinator/server.ts";
 import type { Inference } from "../../src/protocol/messages.ts";
 import { connectFakeProvider, echo, type FakeProvider, type Step } from "../support/fake-provider.ts";
-import { seedAccount, seedCatalog, testApp } from "../support/harness.ts";
+import { ADMIN_TOKEN, seedAccount, seedCatalog, testApp } from "../support/harness.ts";
 import { chatBody, postChat, providerToken, sseReader } from "../support/server.ts";
 import { waitFor } from "../support/wait.ts";
 import { reliabilityCase } from "./report.ts";
@@ -28,6 +29,7 @@ import {
   isCancel,
   isInference,
   messages,
+  parseHttp,
   type RawConnection,
   rawConnection,
   servesNormally,
@@ -384,6 +386,75 @@ reliabilityCase(
       expect([response.status, streamed(await sseReader(response).rest())]).toEqual([200, { content: "quiet", last: "[DONE]", done: 1 }]);
       r.held("the stream that waited longer than the idle timeout for its first content was not cut and ended with [DONE]");
     } finally {
+      app.app.close();
+      await server.stop();
+    }
+  },
+  30_000,
+);
+
+reliabilityCase(
+  GROUP,
+  "trickles its body under the idle timeout",
+  async (r) => {
+    r.tried(
+      "an in-process coordinator with a 2 s idle timeout and a 1 s body deadline: chat bodies (declared length, and chunked) and an admin and a device-login body sent one byte every 150 ms, never idle long enough for the idle timeout",
+    );
+    await using app = await testApp({ env: { UMBRA_BODY_TIMEOUT_MS: "1000" } });
+    await seedCatalog(app);
+    const { accountId, apiKey } = await seedAccount(app);
+    const server = listen(app.app, "127.0.0.1", 0, { idleTimeoutSeconds: 2 });
+    const trickles: RawConnection[] = [];
+    const timer = setInterval(() => {
+      for (const conn of trickles) if (!conn.isClosed()) conn.write(" ");
+    }, 150);
+    try {
+      await using p = await connectFakeProvider({
+        url: server.url,
+        token: await providerToken(app, accountId),
+        models: ["org/base-build-4bit"],
+        behave: echo,
+      });
+      const { host } = new URL(server.url);
+      const head = (path: string, auth: string, framing: string) =>
+        `POST ${path} HTTP/1.1\r\nhost: ${host}\r\nauthorization: Bearer ${auth}\r\ncontent-type: application/json\r\n${framing}\r\n\r\n`;
+      const sent = [
+        { what: "chat, declared length", text: `${head("/v1/chat/completions", apiKey, "content-length: 100000")}{"model":` },
+        { what: "chat, chunked", text: `${head("/v1/chat/completions", apiKey, "transfer-encoding: chunked")}1\r\n{\r\n` },
+        { what: "admin", text: `${head("/admin/v1/accounts", ADMIN_TOKEN, "content-length: 100000")}{` },
+        { what: "device login", text: `${head("/v1/provider/device/code", "-", "content-length: 4000")}{` },
+      ];
+      const started = performance.now();
+      for (const { text } of sent) {
+        const conn = await rawConnection(server.url);
+        conn.write(text);
+        trickles.push(conn);
+      }
+      // A chunked body's bytes must stay valid chunks: one byte each.
+      const chunked = trickles[1] as RawConnection;
+      trickles[1] = { ...chunked, write: () => chunked.write("1\r\n \r\n") };
+      await waitFor(() => trickles.every((conn) => conn.isClosed()), "every trickled connection closed", 15_000);
+      const elapsed = performance.now() - started;
+      for (const [i, conn] of trickles.entries()) {
+        const answer = parseHttp(conn.received());
+        expect([sent[i]?.what, answer?.status, answer?.headers.get("connection")]).toEqual([sent[i]?.what, 504, "close"]);
+        expect(JSON.parse(answer?.body ?? "")).toEqual({
+          error: { message: "the request body did not arrive within 1000 ms", type: "timeout", code: "timeout" },
+        });
+      }
+      expect(elapsed).toBeLessThan(10_000);
+      r.held(
+        `each got 504 timeout in the spec's envelope and its connection closed (all within ${Math.round(elapsed)} ms), though none was ever idle`,
+      );
+      expect(p.received.filter(isInference)).toHaveLength(0);
+      expect(app.app.wallets.reservedFor(accountId)).toBe(0);
+      const ok = await postChat(server.url, apiKey, chatBody("after the trickles"));
+      expect(ok.status).toBe(200);
+      await ok.arrayBuffer();
+      r.held("nothing reached the provider, nothing is reserved, and the next chat request is served");
+    } finally {
+      clearInterval(timer);
+      for (const conn of trickles) conn.close();
       app.app.close();
       await server.stop();
     }

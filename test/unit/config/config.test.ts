@@ -20,6 +20,7 @@ describe("loadConfig", () => {
       trustRoot: "development",
       logLevel: "info",
       maxBodyBytes: 4 * 1024 * 1024,
+      bodyTimeoutMs: 60_000,
       fallbackInputPrice: 500_000,
       fallbackOutputPrice: 1_500_000,
       cacheReadDiscountPercent: 50,
@@ -63,9 +64,9 @@ describe("loadConfig", () => {
   });
 
   test("a flag beats the environment, which beats the default", () => {
-    const env = { UMBRA_LISTEN: "0.0.0.0:9000", UMBRA_LOG_LEVEL: "debug" };
-    const c = loadConfig({ listen: "127.0.0.1:7000" }, env, "development");
-    expect([c.host, c.port, c.logLevel]).toEqual(["127.0.0.1", 7000, "debug"]);
+    const env = { UMBRA_LISTEN: "0.0.0.0:9000", UMBRA_LOG_LEVEL: "debug", UMBRA_BODY_TIMEOUT_MS: "5000" };
+    const c = loadConfig({ listen: "127.0.0.1:7000", "body-timeout-ms": "2500" }, env, "development");
+    expect([c.host, c.port, c.logLevel, c.bodyTimeoutMs]).toEqual(["127.0.0.1", 7000, "debug", 2500]);
   });
 
   test("secrets come from *_FILE", () => {
@@ -110,6 +111,8 @@ describe("loadConfig", () => {
       [{ UMBRA_MODE: "staging" }, "--mode"],
       [{ UMBRA_MAX_BODY_BYTES: "-5" }, "--max-body-bytes"],
       [{ UMBRA_MAX_BODY_BYTES: "12" }, "--max-body-bytes"],
+      [{ UMBRA_BODY_TIMEOUT_MS: "50" }, "--body-timeout-ms"],
+      [{ UMBRA_BODY_TIMEOUT_MS: "soon" }, "--body-timeout-ms"],
       [{ UMBRA_CACHE_READ_DISCOUNT: "101" }, "--cache-read-discount"],
       [{ UMBRA_MAX_ATTEMPTS: "0" }, "--max-attempts"],
       [{ UMBRA_PLATFORM_FEE: "101" }, "--platform-fee"],
