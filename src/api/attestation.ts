@@ -27,6 +27,7 @@ export interface DevChainDeps {
 }
 
 export function attestationRoutes(deps: { attestation: CoordinatorAttestation; fleet: Fleet; bodyTimeoutMs: number } & DevChainDeps) {
+  const limits = { maxBytes: 16 * 1024, timeoutMs: deps.bodyTimeoutMs };
   return new Elysia({ name: "attestation" })
     .get("/v1/attestation", () => deps.attestation.document())
     .get("/v1/providers/attestation", () => ({ object: "list", data: deps.fleet.publicAttestations() }))
@@ -34,10 +35,7 @@ export function attestationRoutes(deps: { attestation: CoordinatorAttestation; f
       "/v1/provider/dev-chain",
       async ({ request }) => {
         await deps.authenticateProvider(request.headers.get("authorization"));
-        const body = objectBody(await readJsonBody(request, { maxBytes: 16 * 1024, timeoutMs: deps.bodyTimeoutMs }), [
-          "identity_key",
-          "posture",
-        ]);
+        const body = objectBody(await readJsonBody(request, limits), ["identity_key", "posture"]);
         let identityKey: Uint8Array;
         let posture: Posture;
         try {
