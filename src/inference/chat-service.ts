@@ -260,7 +260,7 @@ export class ChatService {
         signal.removeEventListener("abort", onAbort);
       }
     }
-    return { kind: "stream", stream: streamCompletion(committed, ctx, onEnd, deadline.signal), headers };
+    return { kind: "stream", stream: await streamCompletion(committed, ctx, onEnd, deadline.signal), headers };
   }
 
   /** A self-routing account must have linked a machine: a live (unrevoked) provider device token. */

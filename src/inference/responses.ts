@@ -130,83 +130,123 @@ const encoder = new TextEncoder();
 /**
  * The event stream of a committed attempt; the caller sends it with status 200. `deadline` (the request
  * timeout) ends an answer still open then, even one whose consumer stopped reading.
+ *
+ * Resolves once the first write is ready: the content already received, or, when the answer's end came
+ * with it (a short answer in one provider batch), the whole answer once its charge is durable. The
+ * response's head then leaves in the same write as its first bytes, and a short answer in one write.
  */
-export function streamCompletion(
+export async function streamCompletion(
   committed: Committed,
   ctx: ResponseContext,
   onEnd: OnEnd,
   deadline?: AbortSignal,
-): ReadableStream<Uint8Array> {
+): Promise<ReadableStream<Uint8Array>> {
   const { attempt } = committed;
   const head = `{"id":"${ctx.id}","object":"chat.completion.chunk","created":${ctx.created},"model":${JSON.stringify(ctx.model)},`;
   const chunk = (rest: string) => `data: ${head}${rest}}\n\n`;
-  const frame = (rest: string) => encoder.encode(chunk(rest));
-  const errorEvent = (error: ApiError) => encoder.encode(`data: ${JSON.stringify(error.toEnvelope())}\n\n`);
+  /** An in-band error event, after `before` (content gathered for the same write). */
+  const errorEvent = (error: ApiError, before = "") => encoder.encode(`${before}data: ${JSON.stringify(error.toEnvelope())}\n\n`);
   let pending: AttemptEvent | undefined = committed.first;
   let chars = 0;
   let finished = false;
+  /** The answer's last bytes are written (or are `early`): close after them. */
+  let closing = false;
   let controller: ReadableStreamDefaultController<Uint8Array> | undefined;
+  /** Last bytes of an answer ended from outside before the stream existed. */
+  let early: Uint8Array | undefined;
   const end = (o: Outcome): Promise<void> => {
     if (finished) return Promise.resolve();
     finished = true;
     return onEnd(o);
   };
-  /** Settles once (what was relayed so far), then queues the answer's last bytes and closes. */
-  const finish = async (o: Omit<Outcome, "completionChars">, last: Uint8Array): Promise<void> => {
+  /** Ends the answer from outside the writer (deadline, backlog dropped): settles, then the last bytes. */
+  const stop = async (o: Omit<Outcome, "completionChars">, last: Uint8Array): Promise<void> => {
     if (finished) return;
     await end({ ...o, completionChars: chars });
+    closing = true;
+    if (!controller) {
+      early = last;
+      return;
+    }
     try {
-      controller?.enqueue(last);
-      controller?.close();
+      controller.enqueue(last);
+      controller.close();
     } catch {
       // the consumer went away meanwhile
     }
   };
   const stopped = { usage: undefined, finishReason: undefined };
-  attempt.onBacklogDropped = () => void finish({ status: "cancelled", ...stopped }, errorEvent(notRead()));
-  const expire = () => void finish({ status: "failed", ...stopped }, errorEvent(Errors.timeout("the request timed out")));
+  attempt.onBacklogDropped = () => void stop({ status: "cancelled", ...stopped }, errorEvent(notRead()));
+  const expire = () => void stop({ status: "failed", ...stopped }, errorEvent(Errors.timeout("the request timed out")));
   deadline?.addEventListener("abort", expire, { once: true });
 
+  /**
+   * The next write: content of every event already received in one piece, waiting for the next event
+   * only when none is; at the end, that content with the tail (or error event) once the outcome is
+   * settled, and `closing` set. Undefined when the answer was ended from outside meanwhile.
+   */
+  const produce = async (): Promise<Uint8Array | undefined> => {
+    let out = "";
+    for (;;) {
+      if (out !== "" && pending === undefined && attempt.backlog === 0) return encoder.encode(out);
+      const event = pending ?? (await attempt.next());
+      pending = undefined;
+      if (finished) return undefined;
+      switch (event.type) {
+        case "accepted":
+          continue;
+        case "chunk": {
+          const delta = event.delta;
+          if (!delta.content && !delta.reasoning_content) continue;
+          chars += delta.content?.length ?? 0;
+          out += chunk(`"choices":[{"index":0,"delta":${JSON.stringify(delta)},"finish_reason":null}]`);
+          continue;
+        }
+        case "complete": {
+          const reason = finishReason(event.finishReason, event.usage, ctx.maxTokens);
+          const receipt = event.receipt ? `,${JSON.stringify(receiptJson(event.receipt)).slice(1, -1)}` : "";
+          // Content gathered so far, the usage chunk, the finish chunk and [DONE] leave together once
+          // the charge is durable: one write instead of two (the settlement wait would otherwise split them).
+          const tail = encoder.encode(
+            out +
+              chunk(`"choices":[],"usage":${JSON.stringify(usageJson(event.usage))}`) +
+              chunk(`"choices":[{"index":0,"delta":{},"finish_reason":${JSON.stringify(reason)}}]${receipt}`) +
+              "data: [DONE]\n\n",
+          );
+          await end({ status: "completed", usage: event.usage, finishReason: reason, completionChars: chars });
+          closing = true;
+          return tail;
+        }
+        default: {
+          const status = event.type === "lost" && event.reason === SLOW_CONSUMER ? "cancelled" : "failed";
+          const last = errorEvent(failureOf(event), out);
+          await end({ status, ...stopped, completionChars: chars });
+          closing = true;
+          return last;
+        }
+      }
+    }
+  };
+
+  const first = await produce();
   return new ReadableStream<Uint8Array>({
     start(c) {
       controller = c;
+      const bytes = first ?? early;
+      if (bytes) c.enqueue(bytes);
+      if (closing) c.close();
     },
     async pull(c) {
-      // Loop until something is enqueued or the stream ends: a pull that resolves having enqueued
-      // nothing is not called again, and the reader would wait forever (unless `finish` runs).
-      for (;;) {
-        const event = pending ?? (await attempt.next());
-        pending = undefined;
-        if (finished) return;
-        switch (event.type) {
-          case "accepted":
-            continue;
-          case "chunk": {
-            const delta = event.delta;
-            if (!delta.content && !delta.reasoning_content) continue;
-            chars += delta.content?.length ?? 0;
-            c.enqueue(frame(`"choices":[{"index":0,"delta":${JSON.stringify(delta)},"finish_reason":null}]`));
-            return;
-          }
-          case "complete": {
-            const reason = finishReason(event.finishReason, event.usage, ctx.maxTokens);
-            const receipt = event.receipt ? `,${JSON.stringify(receiptJson(event.receipt)).slice(1, -1)}` : "";
-            // The usage chunk, the finish chunk and [DONE] leave together, once the charge is durable:
-            // one write instead of two (the settlement wait would otherwise split them).
-            const tail = encoder.encode(
-              chunk(`"choices":[],"usage":${JSON.stringify(usageJson(event.usage))}`) +
-                chunk(`"choices":[{"index":0,"delta":{},"finish_reason":${JSON.stringify(reason)}}]${receipt}`) +
-                "data: [DONE]\n\n",
-            );
-            await finish({ status: "completed", usage: event.usage, finishReason: reason }, tail);
-            return;
-          }
-          default: {
-            const status = event.type === "lost" && event.reason === SLOW_CONSUMER ? "cancelled" : "failed";
-            await finish({ status, ...stopped }, errorEvent(failureOf(event)));
-            return;
-          }
-        }
+      // A pull that resolves having enqueued nothing is not called again: produce waits for bytes, and
+      // an answer ended from outside meanwhile has been written and closed by `stop`.
+      if (closing) return;
+      const bytes = await produce();
+      if (bytes === undefined) return;
+      try {
+        c.enqueue(bytes);
+        if (closing) c.close();
+      } catch {
+        // the consumer went away meanwhile
       }
     },
     cancel() {

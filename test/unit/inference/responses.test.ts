@@ -33,7 +33,7 @@ describe("streamCompletion", () => {
     a.push({ type: "chunk", delta: {} });
     a.push({ type: "chunk", delta: { content: ' "quoted"\n' } });
     a.push({ type: "complete", finishReason: "stop", usage: { prompt_tokens: 3, completion_tokens: 2 } });
-    const text = await readAll(streamCompletion(committed(a, "Hi"), CTX, async (o) => void outcomes.push(o)));
+    const text = await readAll(await streamCompletion(committed(a, "Hi"), CTX, async (o) => void outcomes.push(o)));
     expect(text).toBe(
       [
         `data: ${HEAD}"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}\n\n`,
@@ -49,10 +49,54 @@ describe("streamCompletion", () => {
     expect(released).toEqual([undefined]);
   });
 
+  test("events already received leave in one write; a short answer in one batch is one write, once its charge is settled", async () => {
+    const { attempt: a } = attempt();
+    let settle: () => void = () => {};
+    const settled = new Promise<void>((resolve) => {
+      settle = resolve;
+    });
+    a.push({ type: "chunk", delta: { content: " there" } });
+    a.push({ type: "complete", finishReason: "stop", usage: { prompt_tokens: 3, completion_tokens: 2 } });
+    const ready = streamCompletion(committed(a, "Hi"), CTX, () => settled);
+    const early = await Promise.race([ready.then(() => "ready"), Bun.sleep(20).then(() => "waiting")]);
+    expect(early).toBe("waiting");
+    settle();
+    const reader = (await ready).getReader();
+    const text = new TextDecoder().decode((await reader.read()).value);
+    expect(text.split("\n\n").filter(Boolean)).toEqual([
+      `data: ${HEAD}"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}`,
+      `data: ${HEAD}"choices":[{"index":0,"delta":{"content":" there"},"finish_reason":null}]}`,
+      `data: ${HEAD}"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}`,
+      `data: ${HEAD}"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`,
+      "data: [DONE]",
+    ]);
+    expect((await reader.read()).done).toBe(true);
+  });
+
+  test("content is written as soon as nothing more is waiting behind it", async () => {
+    const { attempt: a } = attempt();
+    const reader = (await streamCompletion(committed(a, "Hi"), CTX, async () => {})).getReader();
+    expect(new TextDecoder().decode((await reader.read()).value)).toBe(
+      `data: ${HEAD}"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}\n\n`,
+    );
+    const next = reader.read();
+    a.push({ type: "chunk", delta: { content: "!" } });
+    expect(new TextDecoder().decode((await next).value)).toContain(`"content":"!"`);
+    a.push({ type: "chunk", delta: { content: "a" } });
+    a.push({ type: "chunk", delta: { content: "b" } });
+    a.push({ type: "error", code: "engine_error" });
+    const last = new TextDecoder()
+      .decode((await reader.read()).value)
+      .split("\n\n")
+      .filter(Boolean);
+    expect(last.map((e) => (JSON.parse(e.slice("data: ".length)) as { error?: unknown }).error === undefined)).toEqual([true, true, false]);
+    expect((await reader.read()).done).toBe(true);
+  });
+
   test("an alias with characters needing escapes is JSON-encoded in every chunk", async () => {
     const { attempt: a } = attempt();
     a.push({ type: "complete", finishReason: "stop", usage: { prompt_tokens: 1, completion_tokens: 1 } });
-    const text = await readAll(streamCompletion(committed(a, "x"), { ...CTX, model: 'org/"odd"' }, async () => {}));
+    const text = await readAll(await streamCompletion(committed(a, "x"), { ...CTX, model: 'org/"odd"' }, async () => {}));
     for (const line of text.split("\n\n").filter((l) => l && l !== "data: [DONE]")) {
       expect((JSON.parse(line.slice(6)) as { model: string }).model).toBe('org/"odd"');
     }
@@ -66,7 +110,7 @@ describe("streamCompletion", () => {
     const { attempt: a } = attempt();
     const outcomes: Outcome[] = [];
     a.push(failure);
-    const text = await readAll(streamCompletion(committed(a, "Hi"), CTX, async (o) => void outcomes.push(o)));
+    const text = await readAll(await streamCompletion(committed(a, "Hi"), CTX, async (o) => void outcomes.push(o)));
     const events = text.split("\n\n").filter(Boolean);
     expect(events).toHaveLength(2);
     expect(JSON.parse(events[1]?.slice("data: ".length) ?? "")).toEqual({ error: { message: expect.any(String), ...expected } });
@@ -76,7 +120,7 @@ describe("streamCompletion", () => {
 
   test("the request deadline (cancel with reason deadline) ends the stream with a timeout error", async () => {
     const { attempt: a, released } = attempt();
-    const stream = streamCompletion(committed(a, "Hi"), CTX, async () => {});
+    const stream = await streamCompletion(committed(a, "Hi"), CTX, async () => {});
     const reader = stream.getReader();
     await reader.read();
     const pending = reader.read();
@@ -92,7 +136,7 @@ describe("streamCompletion", () => {
   test("a reader that goes away cancels the attempt (client_gone) once", async () => {
     const { attempt: a, released } = attempt();
     const outcomes: Outcome[] = [];
-    const stream = streamCompletion(committed(a, "Hi"), CTX, async (o) => void outcomes.push(o));
+    const stream = await streamCompletion(committed(a, "Hi"), CTX, async (o) => void outcomes.push(o));
     const reader = stream.getReader();
     await reader.read();
     await reader.cancel();
