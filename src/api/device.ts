@@ -21,7 +21,7 @@ import type { Fleet } from "../fleet/fleet.ts";
 import type { Logger } from "../observability/logger.ts";
 import type { Store } from "../store/types.ts";
 import { type JsonObject, objectBody, optionalString, requiredString } from "../validation/fields.ts";
-import { parseJson, readBody } from "./errors.ts";
+import { type BodyLimits, parseJson, readBody } from "./errors.ts";
 
 export const CLIENT_ID = "umbra-provider";
 export const DEVICE_GRANT_TYPE = "urn:ietf:params:oauth:grant-type:device_code";
@@ -75,8 +75,8 @@ function oauthError(error: OAuthError, description: string): Response {
  * A JSON object or an application/x-www-form-urlencoded body (RFC 8628 section 3.1), as fields. Throws
  * 413 request_too_large, 400 invalid_json, or 400 invalid_value for a form field given twice.
  */
-async function readFields(deps: DeviceDeps, request: Request): Promise<JsonObject> {
-  const bytes = await readBody(request, { maxBytes: BODY_LIMIT, timeoutMs: deps.bodyTimeoutMs });
+async function readFields(request: Request, limits: BodyLimits): Promise<JsonObject> {
+  const bytes = await readBody(request, limits);
   const type = request.headers.get("content-type")?.split(";")[0]?.trim().toLowerCase();
   if (type !== "application/x-www-form-urlencoded") return objectBody(parseJson(bytes));
   const fields = new Map<string, string>();
@@ -100,10 +100,10 @@ function requireClient(fields: JsonObject, required: boolean): boolean {
   return given === undefined || given === CLIENT_ID;
 }
 
-async function token(deps: DeviceDeps, request: Request): Promise<Response> {
+async function token(deps: DeviceDeps, limits: BodyLimits, request: Request): Promise<Response> {
   let deviceCode: string;
   try {
-    const fields = await readFields(deps, request);
+    const fields = await readFields(request, limits);
     const grantType = requiredString(fields, "grant_type", { max: 128 });
     if (grantType !== DEVICE_GRANT_TYPE) return oauthError("unsupported_grant_type", `grant_type must be ${DEVICE_GRANT_TYPE}`);
     if (!requireClient(fields, false)) return oauthError("invalid_client", `unknown client_id: this endpoint serves ${CLIENT_ID}`);
@@ -233,11 +233,12 @@ const PAGE_HEADERS = {
 } as const;
 
 export function deviceRoutes(deps: DeviceDeps) {
+  const limits: BodyLimits = { maxBytes: BODY_LIMIT, timeoutMs: deps.bodyTimeoutMs };
   return new Elysia({ name: "device" })
     .post(
       "/v1/provider/device/code",
       async ({ request }) => {
-        const fields = await readFields(deps, request);
+        const fields = await readFields(request, limits);
         if (!requireClient(fields, true)) throw Errors.invalidValue(`unknown 'client_id': this endpoint serves ${CLIENT_ID}`, "client_id");
         const started = deps.deviceFlow.start({ address: deps.clientAddress(request), machineName: machineName(fields) });
         const uri = `${publicBase(request)}/device`;
@@ -255,15 +256,12 @@ export function deviceRoutes(deps: DeviceDeps) {
       },
       { parse: "none" },
     )
-    .post("/v1/provider/device/token", ({ request }) => token(deps, request), { parse: "none" })
+    .post("/v1/provider/device/token", ({ request }) => token(deps, limits, request), { parse: "none" })
     .post(
       "/v1/provider/device/approve",
       async ({ request }) => {
         const principal = await deps.authenticate(request.headers.get("authorization"));
-        const body = objectBody(parseJson(await readBody(request, { maxBytes: BODY_LIMIT, timeoutMs: deps.bodyTimeoutMs })), [
-          "user_code",
-          "decision",
-        ]);
+        const body = objectBody(parseJson(await readBody(request, limits)), ["user_code", "decision"]);
         const userCode = requiredString(body, "user_code", { max: 32 });
         const decision = requiredString(body, "decision", { max: 16 });
         if (decision !== "approve" && decision !== "deny") throw Errors.invalidValue("'decision' must be 'approve' or 'deny'", "decision");

@@ -60,6 +60,31 @@ function holding(content: string, after: (inf: Inference) => readonly Step[]) {
     inf.request.messages.at(-1)?.content === content ? [{ do: "accept" }, ...after(inf)] : echo(inf);
 }
 
+/** The head of a POST sent by hand over a raw connection; `framing` is its length or chunked header. */
+function postHead(url: string, path: string, auth: string, framing: string): string {
+  const { host } = new URL(url);
+  return `POST ${path} HTTP/1.1\r\nhost: ${host}\r\nauthorization: Bearer ${auth}\r\ncontent-type: application/json\r\n${framing}\r\n\r\n`;
+}
+
+/** An in-process coordinator (seeded catalog and account) listening with a 2 s idle timeout. */
+async function shortIdleCoordinator(env: Record<string, string>) {
+  const app = await testApp({ env });
+  await seedCatalog(app);
+  const { accountId, apiKey } = await seedAccount(app);
+  const server = listen(app.app, "127.0.0.1", 0, { idleTimeoutSeconds: 2 });
+  return {
+    app,
+    accountId,
+    apiKey,
+    server,
+    async [Symbol.asyncDispose]() {
+      app.app.close();
+      await server.stop();
+      await app[Symbol.asyncDispose]();
+    },
+  };
+}
+
 reliabilityCase(
   GROUP,
   "disconnects before the body is sent completely",
@@ -347,48 +372,37 @@ reliabilityCase(
     r.tried(
       "an in-process coordinator with a 2 s idle timeout: a chat request with half its body, another route with half its body, and a stream whose provider stays silent for longer than the timeout",
     );
-    await using app = await testApp({ env: { UMBRA_FIRST_CONTENT_TIMEOUT_MS: "30000" } });
-    await seedCatalog(app);
-    const { accountId, apiKey } = await seedAccount(app);
-    const server = listen(app.app, "127.0.0.1", 0, { idleTimeoutSeconds: 2 });
-    try {
-      let open: () => void = () => {};
-      const gate = new Promise<void>((resolve) => {
-        open = resolve;
-      });
-      await using p = await connectFakeProvider({
-        url: server.url,
-        token: await providerToken(app, accountId),
-        models: ["org/base-build-4bit"],
-        behave: (inf) =>
-          inf.request.messages[0]?.content === "quiet"
-            ? [{ do: "accept" }, { do: "until", ready: gate }, ...echo(inf).slice(1)]
-            : echo(inf),
-      });
-      const quiet = postChat(server.url, apiKey, chatBody("quiet", { stream: true }));
-      const body = JSON.stringify(chatBody("half"));
-      const { host } = new URL(server.url);
-      const head = (path: string) =>
-        `POST ${path} HTTP/1.1\r\nhost: ${host}\r\nauthorization: Bearer ${apiKey}\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n`;
-      const chatConn = await rawConnection(server.url);
-      chatConn.write(head("/v1/chat/completions") + body.slice(0, 20));
-      const otherConn = await rawConnection(server.url);
-      otherConn.write(head("/v1/provider/device/code") + body.slice(0, 20));
-      await waitFor(() => chatConn.isClosed() && otherConn.isClosed(), "the stalled requests closed", 15_000);
-      r.held("a stalled chat body is closed by the idle timeout like any other route's (it is exempt only once its body is in)");
-      // One more idle period for the quiet stream, measured by another stalled request being closed.
-      const clock = await rawConnection(server.url);
-      clock.write(head("/v1/provider/device/code"));
-      await waitFor(() => clock.isClosed(), "one more idle timeout", 15_000);
-      expect(p.received.filter(isInference)).toHaveLength(1);
-      open();
-      const response = await quiet;
-      expect([response.status, streamed(await sseReader(response).rest())]).toEqual([200, { content: "quiet", last: "[DONE]", done: 1 }]);
-      r.held("the stream that waited longer than the idle timeout for its first content was not cut and ended with [DONE]");
-    } finally {
-      app.app.close();
-      await server.stop();
-    }
+    await using c = await shortIdleCoordinator({ UMBRA_FIRST_CONTENT_TIMEOUT_MS: "30000" });
+    const { app, accountId, apiKey, server } = c;
+    let open: () => void = () => {};
+    const gate = new Promise<void>((resolve) => {
+      open = resolve;
+    });
+    await using p = await connectFakeProvider({
+      url: server.url,
+      token: await providerToken(app, accountId),
+      models: ["org/base-build-4bit"],
+      behave: (inf) =>
+        inf.request.messages[0]?.content === "quiet" ? [{ do: "accept" }, { do: "until", ready: gate }, ...echo(inf).slice(1)] : echo(inf),
+    });
+    const quiet = postChat(server.url, apiKey, chatBody("quiet", { stream: true }));
+    const body = JSON.stringify(chatBody("half"));
+    const head = (path: string) => postHead(server.url, path, apiKey, `content-length: ${body.length}`);
+    const chatConn = await rawConnection(server.url);
+    chatConn.write(head("/v1/chat/completions") + body.slice(0, 20));
+    const otherConn = await rawConnection(server.url);
+    otherConn.write(head("/v1/provider/device/code") + body.slice(0, 20));
+    await waitFor(() => chatConn.isClosed() && otherConn.isClosed(), "the stalled requests closed", 15_000);
+    r.held("a stalled chat body is closed by the idle timeout like any other route's (it is exempt only once its body is in)");
+    // One more idle period for the quiet stream, measured by another stalled request being closed.
+    const clock = await rawConnection(server.url);
+    clock.write(head("/v1/provider/device/code"));
+    await waitFor(() => clock.isClosed(), "one more idle timeout", 15_000);
+    expect(p.received.filter(isInference)).toHaveLength(1);
+    open();
+    const response = await quiet;
+    expect([response.status, streamed(await sseReader(response).rest())]).toEqual([200, { content: "quiet", last: "[DONE]", done: 1 }]);
+    r.held("the stream that waited longer than the idle timeout for its first content was not cut and ended with [DONE]");
   },
   30_000,
 );
@@ -400,13 +414,12 @@ reliabilityCase(
     r.tried(
       "an in-process coordinator with a 2 s idle timeout and a 1 s body deadline: chat bodies (declared length, and chunked) and an admin and a device-login body sent one byte every 150 ms, never idle long enough for the idle timeout",
     );
-    await using app = await testApp({ env: { UMBRA_BODY_TIMEOUT_MS: "1000" } });
-    await seedCatalog(app);
-    const { accountId, apiKey } = await seedAccount(app);
-    const server = listen(app.app, "127.0.0.1", 0, { idleTimeoutSeconds: 2 });
-    const trickles: RawConnection[] = [];
+    await using c = await shortIdleCoordinator({ UMBRA_BODY_TIMEOUT_MS: "1000" });
+    const { app, accountId, apiKey, server } = c;
+    // Each request with the byte it sends every 150 ms (a chunked body's bytes must stay valid chunks).
+    const trickles: { conn: RawConnection; unit: string }[] = [];
     const timer = setInterval(() => {
-      for (const conn of trickles) if (!conn.isClosed()) conn.write(" ");
+      for (const { conn, unit } of trickles) if (!conn.isClosed()) conn.write(unit);
     }, 150);
     try {
       await using p = await connectFakeProvider({
@@ -415,27 +428,26 @@ reliabilityCase(
         models: ["org/base-build-4bit"],
         behave: echo,
       });
-      const { host } = new URL(server.url);
-      const head = (path: string, auth: string, framing: string) =>
-        `POST ${path} HTTP/1.1\r\nhost: ${host}\r\nauthorization: Bearer ${auth}\r\ncontent-type: application/json\r\n${framing}\r\n\r\n`;
+      const head = (path: string, auth: string, framing: string) => postHead(server.url, path, auth, framing);
       const sent = [
-        { what: "chat, declared length", text: `${head("/v1/chat/completions", apiKey, "content-length: 100000")}{"model":` },
-        { what: "chat, chunked", text: `${head("/v1/chat/completions", apiKey, "transfer-encoding: chunked")}1\r\n{\r\n` },
-        { what: "admin", text: `${head("/admin/v1/accounts", ADMIN_TOKEN, "content-length: 100000")}{` },
-        { what: "device login", text: `${head("/v1/provider/device/code", "-", "content-length: 4000")}{` },
+        { what: "chat, declared length", text: `${head("/v1/chat/completions", apiKey, "content-length: 100000")}{"model":`, unit: " " },
+        {
+          what: "chat, chunked",
+          text: `${head("/v1/chat/completions", apiKey, "transfer-encoding: chunked")}1\r\n{\r\n`,
+          unit: "1\r\n \r\n",
+        },
+        { what: "admin", text: `${head("/admin/v1/accounts", ADMIN_TOKEN, "content-length: 100000")}{`, unit: " " },
+        { what: "device login", text: `${head("/v1/provider/device/code", "-", "content-length: 4000")}{`, unit: " " },
       ];
       const started = performance.now();
-      for (const { text } of sent) {
+      for (const { text, unit } of sent) {
         const conn = await rawConnection(server.url);
         conn.write(text);
-        trickles.push(conn);
+        trickles.push({ conn, unit });
       }
-      // A chunked body's bytes must stay valid chunks: one byte each.
-      const chunked = trickles[1] as RawConnection;
-      trickles[1] = { ...chunked, write: () => chunked.write("1\r\n \r\n") };
-      await waitFor(() => trickles.every((conn) => conn.isClosed()), "every trickled connection closed", 15_000);
+      await waitFor(() => trickles.every(({ conn }) => conn.isClosed()), "every trickled connection closed", 15_000);
       const elapsed = performance.now() - started;
-      for (const [i, conn] of trickles.entries()) {
+      for (const [i, { conn }] of trickles.entries()) {
         const answer = parseHttp(conn.received());
         expect([sent[i]?.what, answer?.status, answer?.headers.get("connection")]).toEqual([sent[i]?.what, 504, "close"]);
         expect(JSON.parse(answer?.body ?? "")).toEqual({
@@ -454,9 +466,7 @@ reliabilityCase(
       r.held("nothing reached the provider, nothing is reserved, and the next chat request is served");
     } finally {
       clearInterval(timer);
-      for (const conn of trickles) conn.close();
-      app.app.close();
-      await server.stop();
+      for (const { conn } of trickles) conn.close();
     }
   },
   30_000,
