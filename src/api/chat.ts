@@ -16,6 +16,7 @@ import type { ChatService } from "../inference/chat-service.ts";
 import { ClientGone } from "../inference/dispatch.ts";
 import { consumerAuth } from "./auth.ts";
 import { errorResponse, parseJson, readBody } from "./errors.ts";
+import type { Connection } from "./http.ts";
 
 const CLIENT_CLOSED = 499;
 const PATH = "/v1/chat/completions";
@@ -27,8 +28,8 @@ interface ChatDeps {
   readonly attestation: Pick<CoordinatorAttestation, "sealingKey">;
   readonly maxBodyBytes: number;
   readonly bodyTimeoutMs: number;
-  /** Called once the request body was read (the server then lifts the idle timeout for the answer). */
-  readonly bodyRead?: (request: Request) => void;
+  /** The request's connection: told when the body was read and when the answer ended (idle timeout). */
+  readonly connection?: (request: Request) => Pick<Connection, "bodyRead" | "answered"> | undefined;
 }
 
 export function chatRoutes(deps: ChatDeps) {
@@ -37,25 +38,44 @@ export function chatRoutes(deps: ChatDeps) {
     PATH,
     async ({ request, principal }) => {
       const bytes = await readBody(request, limits);
-      deps.bodyRead?.(request);
-      if (!isSealed(request)) return answer(deps, parseJson(bytes), principal, request);
-      const { plaintext, sealer } = await openSealed(deps, bytes);
-      let response: Response;
+      const connection = deps.connection?.(request);
+      connection?.bodyRead?.();
+      // The idle timeout is lifted from here until the answer has ended: a stream tells the connection
+      // itself when its last bytes are queued; any other answer, errors included, has ended on return.
+      let streaming = false;
       try {
-        response = await answer(deps, parseJson(plaintext), principal, request);
-      } catch (error) {
-        response = errorResponse(toApiError(error));
+        if (!isSealed(request)) {
+          const response = await answer(deps, parseJson(bytes), principal, request, connection?.answered);
+          streaming = response.headers.get("content-type") === SSE_HEADERS["content-type"];
+          return response;
+        }
+        const { plaintext, sealer } = await openSealed(deps, bytes);
+        let response: Response;
+        try {
+          response = await answer(deps, parseJson(plaintext), principal, request, connection?.answered);
+        } catch (error) {
+          response = errorResponse(toApiError(error));
+        }
+        streaming = response.headers.get("content-type") === SSE_HEADERS["content-type"];
+        return sealResponse(response, sealer);
+      } finally {
+        if (!streaming) connection?.answered?.();
       }
-      return sealResponse(response, sealer);
     },
     { parse: "none" },
   );
 }
 
-async function answer(deps: ChatDeps, body: unknown, principal: Parameters<ChatService["complete"]>[1], request: Request) {
+async function answer(
+  deps: ChatDeps,
+  body: unknown,
+  principal: Parameters<ChatService["complete"]>[1],
+  request: Request,
+  streamEnded: (() => void) | undefined,
+) {
   let result: Awaited<ReturnType<ChatService["complete"]>>;
   try {
-    result = await deps.chat.complete(body, principal, request.signal);
+    result = await deps.chat.complete(body, principal, request.signal, streamEnded);
   } catch (e) {
     if (e instanceof ClientGone) return new Response(null, { status: CLIENT_CLOSED });
     throw e;

@@ -73,6 +73,12 @@ export interface Connection {
    * answer then, not while the body may still stall.
    */
   readonly bodyRead?: () => void;
+  /**
+   * Called once that answer has ended (a JSON or error body built, or a stream's last bytes queued): the
+   * server restores the idle timeout, so a consumer that stops reading, or keeps the connection idle
+   * afterwards, is disconnected like any other. May be called more than once.
+   */
+  readonly answered?: () => void;
 }
 
 export interface HttpApp {
@@ -96,7 +102,7 @@ export function createHttpApp(deps: HttpDeps): HttpApp {
     .use(pricingRoutes(deps))
     .use(attestationRoutes(deps))
     .use(modelRoutes(deps))
-    .use(chatRoutes({ ...deps, bodyRead: (request) => connections.get(request)?.bodyRead?.() }))
+    .use(chatRoutes({ ...deps, connection: (request) => connections.get(request) }))
     .use(deviceRoutes({ ...deps, clientAddress: (request) => connections.get(request)?.address() }))
     .use(adminRoutes(deps));
 

@@ -37,10 +37,11 @@ const IDLE_TIMEOUT_SECONDS = 120;
 
 export function listen(app: App, host = app.config.host, port = app.config.port, options: ListenOptions = {}): RunningServer {
   const socket = providerSocket({ store: app.store, fleet: app.fleet, logger: app.logger });
+  const idleTimeout = options.idleTimeoutSeconds ?? IDLE_TIMEOUT_SECONDS;
   const server = Bun.serve<SocketData>({
     hostname: host,
     port,
-    idleTimeout: options.idleTimeoutSeconds ?? IDLE_TIMEOUT_SECONDS,
+    idleTimeout,
     // Bun's own limit (128 MiB by default) answers 413 with an empty body, outside the error envelope.
     // Every route reads its body through readBody (src/api/errors.ts) with its own bound, refusing a
     // declared length over it before reading and cancelling a stream that grows past it.
@@ -49,7 +50,15 @@ export function listen(app: App, host = app.config.host, port = app.config.port,
       const path = pathOf(request.url);
       if (path === PROVIDER_CONNECT_PATH) return socket.upgrade(request, srv);
       const address = () => srv.requestIP(request)?.address;
-      if (path === CHAT_PATH) return app.http.handle(request, { address, bodyRead: () => srv.timeout(request, 0) });
+      // A chat answer may wait for its provider longer than the idle timeout: lifted while it is made,
+      // restored once it ended (Bun keeps a connection's timeout for its next requests too).
+      if (path === CHAT_PATH) {
+        return app.http.handle(request, {
+          address,
+          bodyRead: () => srv.timeout(request, 0),
+          answered: () => srv.timeout(request, idleTimeout),
+        });
+      }
       return app.http.handle(request, { address });
     },
     websocket: socket.websocket,

@@ -82,7 +82,8 @@ export class ChatService {
     return new Promise((resolve) => this.idleWaiters.push(resolve));
   }
 
-  async complete(body: unknown, principal: Principal, signal: AbortSignal): Promise<ChatResult> {
+  /** `streamEnded`: called once a streamed answer has ended (outcome settled, last bytes queued). */
+  async complete(body: unknown, principal: Principal, signal: AbortSignal, streamEnded?: () => void): Promise<ChatResult> {
     if (this.draining) throw Errors.serviceUnavailable("the coordinator is shutting down; retry the request");
     this.inFlight++;
     let ended = false;
@@ -96,7 +97,7 @@ export class ChatService {
       }
     };
     try {
-      const result = await this.run(body, principal, signal, end);
+      const result = await this.run(body, principal, signal, end, streamEnded);
       // A JSON answer has ended (and settled) by now; a stream ends when its last event is written.
       if (result.kind === "json") end();
       return result;
@@ -106,7 +107,13 @@ export class ChatService {
     }
   }
 
-  private async run(body: unknown, principal: Principal, signal: AbortSignal, end: () => void): Promise<ChatResult> {
+  private async run(
+    body: unknown,
+    principal: Principal,
+    signal: AbortSignal,
+    end: () => void,
+    streamEnded: (() => void) | undefined,
+  ): Promise<ChatResult> {
     const { catalog, pricing, fleet, billing, limiter, settings, logger, metrics, now } = this.deps;
     const started = now();
     const request = parseChatRequest(body);
@@ -260,7 +267,14 @@ export class ChatService {
         signal.removeEventListener("abort", onAbort);
       }
     }
-    return { kind: "stream", stream: await streamCompletion(committed, ctx, onEnd, deadline.signal), headers };
+    const onStreamEnd = async (o: Outcome): Promise<void> => {
+      try {
+        await onEnd(o);
+      } finally {
+        streamEnded?.();
+      }
+    };
+    return { kind: "stream", stream: await streamCompletion(committed, ctx, onStreamEnd, deadline.signal), headers };
   }
 
   /** A self-routing account must have linked a machine: a live (unrevoked) provider device token. */

@@ -7,8 +7,9 @@
  * stays bounded (coordinator RSS from /proc), and the coordinator keeps serving.
  *
  * One coordinator process for the file (every case its own account, build and providers), and
- * in-process servers with a 2 s idle timeout for what the idle timeout does to stalled connections and
- * what the body deadline does to bodies trickled under it.
+ * in-process servers with a 2 s idle timeout for what the idle timeout does to stalled connections and to
+ * connections kept (idle, or unread) after their answer, and what the body deadline does to bodies
+ * trickled under it.
  */
 import { afterAll, beforeAll, expect } from "bun:test";
 import { listen } from "../../src/coordinator/server.ts";
@@ -405,6 +406,71 @@ reliabilityCase(
     r.held("the stream that waited longer than the idle timeout for its first content was not cut and ended with [DONE]");
   },
   30_000,
+);
+
+reliabilityCase(
+  GROUP,
+  "keeps its connection after the answer",
+  async (r) => {
+    r.tried(
+      "an in-process coordinator with a 2 s idle timeout: consumers that keep their connection open, idle, after a JSON answer, a streamed answer and an error answer, and one that never reads a stream far larger than the socket buffers",
+    );
+    await using c = await shortIdleCoordinator({});
+    const { app, accountId, apiKey, server } = c;
+    // The flooding provider answers other requests with their message; only "flood" floods. Its build
+    // has no output bound (the seeded alias's would end a flood as output past the budget).
+    const PLAIN = "other/plain";
+    const tenant = {
+      accountId,
+      apiKey,
+      providerToken: await providerToken(app, accountId),
+      providerAccountId: accountId,
+      build: PLAIN,
+    };
+    await using p = await connectFlooder(server.url, tenant);
+    const send = (conn: RawConnection, body: Record<string, unknown>) => {
+      const json = JSON.stringify(body);
+      conn.write(postHead(server.url, "/v1/chat/completions", apiKey, `content-length: ${Buffer.byteLength(json)}`) + json);
+    };
+    const cases = [
+      { label: "JSON", body: chatBody("kept open", { model: PLAIN }), status: 200, ends: '"object":"chat.completion"' },
+      { label: "stream", body: chatBody("kept open", { model: PLAIN, stream: true }), status: 200, ends: "data: [DONE]\n\n" },
+      { label: "error", body: chatBody("kept open", { model: "org/not-in-the-catalog" }), status: 404, ends: '"code":"model_not_found"' },
+    ];
+    const open = await Promise.all(
+      cases.map(async (k) => {
+        const conn = await rawConnection(server.url);
+        send(conn, k.body);
+        return conn;
+      }),
+    );
+    await waitFor(() => open.every((conn) => parseHttp(conn.received())?.complete), "the three answers", 10_000);
+    const answers = open.map((conn) => parseHttp(conn.received()));
+    expect(answers.map((a) => a?.status)).toEqual(cases.map((k) => k.status));
+    expect(cases.every((k, i) => answers[i]?.body.includes(k.ends))).toBe(true);
+    r.held("each got its answer whole (200 JSON, 200 stream ending with [DONE], 404 envelope) on a kept-alive connection");
+    await waitFor(() => open.every((conn) => conn.isClosed()), "the idle connections closed", 15_000);
+    r.held("each connection was then closed by the idle timeout (the timeout lifted for the answer is restored once it ended)");
+
+    const stalled = await rawConnection(server.url, { paused: true });
+    send(stalled, chatBody("flood", { model: PLAIN, stream: true, max_tokens: 1_000_000 }));
+    const inf = await waitFor(() => p.inferences.find((i) => i.request.messages.at(-1)?.content === "flood"), "the flood's inference");
+    await p.flood(inf, { frameChars: 32_768, maxChars: 64 * MiB, until: () => p.cancels.length > 0 });
+    expect(p.cancels.map((x) => x.reason)).toEqual(["client_gone"]);
+    await waitFor(async () => (await app.app.admin.getAccount(accountId)).reserved_micro_usd === 0, "the stopped answer settled");
+    expect(await stalled.serverEnd()).toBe("established");
+    r.held("the consumer that never reads: its answer was stopped at the backlog bound and settled, the connection still open");
+    await waitFor(async () => (await stalled.serverEnd()) !== "established", "the server closing the stalled connection", 15_000);
+    r.held("an idle timeout later the coordinator closed its end of the connection, though the consumer still had not read a byte");
+    stalled.resume();
+    await stalled.closed;
+    const rest = parseHttp(stalled.received());
+    expect([rest?.status, rest?.complete]).toEqual([200, false]);
+    r.held(
+      `reading afterwards, it gets what was already in its socket (${Math.round(stalled.received().length / MiB)} MiB), then the end of a cut connection: no [DONE], an error for its client, never a hang`,
+    );
+  },
+  60_000,
 );
 
 reliabilityCase(

@@ -320,6 +320,12 @@ export interface RawConnection {
   readonly closed: Promise<void>;
   readonly isClosed: () => boolean;
   close(): void;
+  /**
+   * The state of the server's end of this connection as the kernel reports it (/proc/net/tcp, IPv4):
+   * "established", "closing" once the server closed it (whether or not its unsent bytes reached us yet),
+   * or "gone".
+   */
+  serverEnd(): Promise<"established" | "closing" | "gone">;
 }
 
 /** Opens a TCP connection to the host of `url`. `paused`: do not read anything until `resume()`. */
@@ -366,8 +372,20 @@ export async function rawConnection(url: string, options: { paused?: boolean } =
     close() {
       socket.end();
     },
+    async serverEnd() {
+      // Rows are "sl local rem st ...", addresses as hex IP:hex port; the server's end is local=server.
+      const hexPort = (n: number) => n.toString(16).toUpperCase().padStart(4, "0");
+      const local = `:${hexPort(Number(port))}`;
+      const remote = `:${hexPort(socket.localPort)}`;
+      const rows = (await Bun.file("/proc/net/tcp").text()).split("\n").map((line) => line.trim().split(/\s+/));
+      const row = rows.find((f) => f[1]?.endsWith(local) && f[2]?.endsWith(remote));
+      if (row === undefined) return "gone";
+      return row[3] === TCP_ESTABLISHED ? "established" : "closing";
+    },
   };
 }
+
+const TCP_ESTABLISHED = "01";
 
 export interface ParsedHttp {
   readonly status: number;
