@@ -33,11 +33,18 @@ export interface ChatRequest {
 const CONSUMED = new Set(["model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens", "n", "self_route"]);
 const IDENTITY = new Set(["user", "safety_identifier", "metadata", "store"]);
 
+/**
+ * The largest int64 as a JSON number reads: 2^63 - 1 is not a double and parses as 2^63, so this is the
+ * bound; a larger budget is not an int64 (spec budget rule 3: malformed).
+ */
+const INT64_MAX = 2 ** 63;
+
 function budget(o: JsonObject, name: string): number | undefined {
   const v = o[name];
   if (v === undefined || v === null) return undefined;
   if (typeof v !== "number" || !Number.isInteger(v)) throw Errors.invalidValue(`'${name}' must be an integer`, name);
   if (v < 0) throw Errors.invalidValue(`'${name}' must be at least 0`, name);
+  if (v > INT64_MAX) throw Errors.invalidValue(`'${name}' must be an int64 (at most 9223372036854775807)`, name);
   return v === 0 ? undefined : v;
 }
 

@@ -118,8 +118,11 @@ export type Expected =
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
 const absent = (v: unknown) => v === undefined || v === null;
-/** int64 with minimum 0 (a JSON number that is an integer; null or absent allowed). */
-const validBudget = (v: unknown) => absent(v) || (typeof v === "number" && Number.isInteger(v) && v >= 0);
+/**
+ * int64 with minimum 0: a JSON number that is an integer from 0 to 2^63 - 1 (which reads as the double
+ * 2^63); null or absent allowed.
+ */
+const validBudget = (v: unknown) => absent(v) || (typeof v === "number" && Number.isInteger(v) && v >= 0 && v <= 2 ** 63);
 
 /**
  * The expected outcome of POST /v1/chat/completions with this parsed body, for a funded key without
@@ -314,7 +317,7 @@ const message: fc.Arbitrary<unknown> = fc.oneof(
 const budgetField = fc.oneof(
   {
     weight: 4,
-    arbitrary: fc.oneof(fc.integer({ min: 0, max: 5000 }), fc.constantFrom(null, 0, 2 ** 53 - 1, 1e20, PROTOCOL_MAX_TOKENS + 1)),
+    arbitrary: fc.oneof(fc.integer({ min: 0, max: 5000 }), fc.constantFrom(null, 0, 2 ** 53 - 1, 2 ** 63, PROTOCOL_MAX_TOKENS + 1)),
   },
   { weight: 1, arbitrary: budgetValue },
 );

@@ -49,6 +49,8 @@ describe("output budget", () => {
       ["boolean", true],
       ["object", {}],
       ["NaN-like string", "NaN"],
+      ["beyond int64", 2 ** 64],
+      ["far beyond int64", 1e300],
     ])("%s -> 400 invalid_value with param", (_name, value) => {
       expect(rejection(base({ [field]: value }))).toEqual({
         status: 400,
