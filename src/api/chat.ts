@@ -41,12 +41,12 @@ export function chatRoutes(deps: ChatDeps) {
       const connection = deps.connection?.(request);
       connection?.bodyRead?.();
       // The idle timeout is lifted from here until the answer has ended: a stream tells the connection
-      // itself when its last bytes are queued; any other answer, errors included, has ended on return.
+      // itself when it ends; any other answer, errors included, has ended on return.
       let streaming = false;
       try {
         if (!isSealed(request)) {
           const response = await answer(deps, parseJson(bytes), principal, request, connection?.answered);
-          streaming = response.headers.get("content-type") === SSE_HEADERS["content-type"];
+          streaming = isEventStream(response);
           return response;
         }
         const { plaintext, sealer } = await openSealed(deps, bytes);
@@ -56,7 +56,7 @@ export function chatRoutes(deps: ChatDeps) {
         } catch (error) {
           response = errorResponse(toApiError(error));
         }
-        streaming = response.headers.get("content-type") === SSE_HEADERS["content-type"];
+        streaming = isEventStream(response);
         return sealResponse(response, sealer);
       } finally {
         if (!streaming) connection?.answered?.();
@@ -83,6 +83,8 @@ async function answer(
   if (result.kind === "stream") return new Response(result.stream, { status: 200, headers: { ...SSE_HEADERS, ...result.headers } });
   return new Response(JSON.stringify(result.body), { status: 200, headers: { "content-type": "application/json", ...result.headers } });
 }
+
+const isEventStream = (response: Response) => response.headers.get("content-type") === SSE_HEADERS["content-type"];
 
 function isSealed(request: Request): boolean {
   const type = request.headers.get("content-type");

@@ -74,7 +74,7 @@ export interface Connection {
    */
   readonly bodyRead?: () => void;
   /**
-   * Called once that answer has ended (a JSON or error body built, or a stream's last bytes queued): the
+   * Called once that answer has ended (a JSON or error body built, or a stream's outcome settled): the
    * server restores the idle timeout, so a consumer that stops reading, or keeps the connection idle
    * afterwards, is disconnected like any other. May be called more than once.
    */

@@ -82,7 +82,7 @@ export class ChatService {
     return new Promise((resolve) => this.idleWaiters.push(resolve));
   }
 
-  /** `streamEnded`: called once a streamed answer has ended (outcome settled, last bytes queued). */
+  /** `streamEnded`: called once a streamed answer has ended (its outcome settled; its last bytes follow at once). */
   async complete(body: unknown, principal: Principal, signal: AbortSignal, streamEnded?: () => void): Promise<ChatResult> {
     if (this.draining) throw Errors.serviceUnavailable("the coordinator is shutting down; retry the request");
     this.inFlight++;
