@@ -1,6 +1,7 @@
 /**
  * A sealed chat request, as a consumer would send it: the body is sealed with HPKE to the coordinator's
- * sealing key from GET /v1/attestation, and the answer (JSON or event stream) is opened on this side.
+ * sealing key from GET /v1/attestation, bound to the API key it is sent with and to the current time, and
+ * the answer (JSON or event stream) is opened on this side with the key its x-umbra-response-nonce names.
  *
  *   node_modules/.bin/bun docs/examples/sealed-chat.ts http://127.0.0.1:8080 sk-umbra-... meta-llama/llama-3.2-3b-instruct [--stream]
  *
@@ -9,7 +10,7 @@
  * src/crypto/consumer-seal.ts.
  */
 import { createParser } from "eventsource-parser";
-import { SEALED_CONTENT_TYPE, sealConsumerRequest } from "../../src/crypto/consumer-seal.ts";
+import { RESPONSE_NONCE_HEADER, SEALED_CONTENT_TYPE, sealConsumerRequest } from "../../src/crypto/consumer-seal.ts";
 import { fromBase64url } from "../../src/crypto/encoding.ts";
 
 export interface SealedAnswer {
@@ -22,22 +23,30 @@ export interface SealedAnswer {
   readonly events?: readonly string[];
 }
 
-/** Fetches the sealing key, seals `body`, posts it and opens the answer. Throws if the answer does not open. */
+/**
+ * Fetches the sealing key, seals `body` for `apiKey` and this second, posts it and opens the answer.
+ * Throws if the answer does not open. Each call seals afresh: an envelope is accepted once.
+ */
 export async function sealedChat(baseUrl: string, apiKey: string, body: unknown): Promise<SealedAnswer> {
   const attestation = (await (await fetch(`${baseUrl}/v1/attestation`)).json()) as { sealing_public_key: string };
   const key = fromBase64url(attestation.sealing_public_key, "sealing_public_key");
-  const { envelope, opener } = await sealConsumerRequest(key, new TextEncoder().encode(JSON.stringify(body)), "/v1/chat/completions");
+  const binding = { path: "/v1/chat/completions", credential: apiKey, timestamp: Math.floor(Date.now() / 1000) };
+  const { envelope, answers } = await sealConsumerRequest(key, new TextEncoder().encode(JSON.stringify(body)), binding);
   const response = await fetch(`${baseUrl}/v1/chat/completions`, {
     method: "POST",
     headers: { authorization: `Bearer ${apiKey}`, "content-type": SEALED_CONTENT_TYPE },
     body: JSON.stringify(envelope),
   });
   const type = response.headers.get("content-type") ?? "";
+  if (!type.startsWith(SEALED_CONTENT_TYPE) && !type.startsWith("text/event-stream")) {
+    return { status: response.status, sealed: false, json: await response.json() };
+  }
+  // Each answer is sealed under its own key, derived from the request's secret and this nonce.
+  const opener = answers.opener(response.headers.get(RESPONSE_NONCE_HEADER));
   if (type.startsWith(SEALED_CONTENT_TYPE)) {
     const plaintext = opener.body(await response.json());
     return { status: response.status, sealed: true, json: JSON.parse(new TextDecoder().decode(plaintext)) };
   }
-  if (!type.startsWith("text/event-stream")) return { status: response.status, sealed: false, json: await response.json() };
 
   // Two parsers: the outer one reads sealed events, the inner one the opened bytes of the ordinary stream.
   const events: string[] = [];

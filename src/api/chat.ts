@@ -4,14 +4,25 @@
  * metrics is 499, the customary "client closed request", not an error of ours.
  *
  * Sealed transport (optional, src/crypto/consumer-seal.ts): a body sent as application/vnd.umbra.sealed+json
- * is opened in memory with the coordinator's sealing key; a bad envelope or one that does not open is a
- * plain 400, and once it opened every answer (errors included) is sealed back to the consumer.
+ * is opened in memory with the coordinator's sealing key, bound to the bearer that authenticated, the path
+ * and the envelope's timestamp. Before opening, a stale or future timestamp or an `enc` already accepted is
+ * refused (src/crypto/consumer-replay.ts; a full replay cache is a 429); after, the `enc` is recorded. Every
+ * refusal up to there, and an envelope that is malformed or does not open, is a plain 400; once accepted,
+ * every answer (errors included) is sealed back under a key of its own (x-umbra-response-nonce).
  */
 import { Elysia } from "elysia";
 import type { CoordinatorAttestation } from "../attestation/coordinator-attestation.ts";
-import type { Authenticator } from "../auth/authenticator.ts";
-import { type ConsumerResponseSealer, openConsumerRequest, readSealedEnvelope, SEALED_CONTENT_TYPE } from "../crypto/consumer-seal.ts";
-import { Errors, toApiError } from "../errors/api-error.ts";
+import { type Authenticator, bearer } from "../auth/authenticator.ts";
+import type { Admission, SealedReplayCache } from "../crypto/consumer-replay.ts";
+import {
+  type ConsumerResponseSealer,
+  type EnvelopeRead,
+  openConsumerRequest,
+  RESPONSE_NONCE_HEADER,
+  readSealedEnvelope,
+  SEALED_CONTENT_TYPE,
+} from "../crypto/consumer-seal.ts";
+import { type ApiError, Errors, toApiError } from "../errors/api-error.ts";
 import type { ChatService } from "../inference/chat-service.ts";
 import { ClientGone } from "../inference/dispatch.ts";
 import { consumerAuth } from "./auth.ts";
@@ -26,6 +37,8 @@ interface ChatDeps {
   readonly chat: ChatService;
   readonly authenticate: Authenticator;
   readonly attestation: Pick<CoordinatorAttestation, "sealingKey">;
+  /** Freshness and single use of sealed envelopes. */
+  readonly sealedReplay: SealedReplayCache;
   readonly maxBodyBytes: number;
   readonly bodyTimeoutMs: number;
   /** The request's connection: told when the body was read and when the answer ended (idle timeout). */
@@ -49,7 +62,7 @@ export function chatRoutes(deps: ChatDeps) {
           streaming = isEventStream(response);
           return response;
         }
-        const { plaintext, sealer } = await openSealed(deps, bytes);
+        const { plaintext, sealer } = await openSealed(deps, bytes, bearer(request.headers.get("authorization")) ?? "");
         let response: Response;
         try {
           response = await answer(deps, parseJson(plaintext), principal, request, connection?.answered);
@@ -91,18 +104,51 @@ function isSealed(request: Request): boolean {
   return type !== null && type.split(";")[0]?.trim().toLowerCase() === SEALED_CONTENT_TYPE;
 }
 
-/** Reads and opens a sealed envelope; every failure is a plain 400 (there is no key to seal it with). */
-async function openSealed(deps: ChatDeps, bytes: Uint8Array) {
+/**
+ * Reads, admits and opens a sealed envelope, then records its `enc`; every failure is a plain error (there
+ * is no key to seal it with). `credential` is the bearer that authenticated (the guard ran first).
+ */
+async function openSealed(deps: ChatDeps, bytes: Uint8Array, credential: string) {
   const read = readSealedEnvelope(parseJson(bytes));
-  if (!read.ok) throw read.missing ? Errors.missingField(read.param) : Errors.invalidValue(read.message, read.param);
+  if (!read.ok) throw envelopeError(read);
+  const admission = deps.sealedReplay.check(read.encText, read.timestamp);
+  if (!admission.ok) throw refusal(admission, deps.sealedReplay.windowSeconds);
   const key = await deps.attestation.sealingKey();
+  let opened: Awaited<ReturnType<typeof openConsumerRequest>>;
   try {
-    return await openConsumerRequest(key.privateKey, read.enc, read.ciphertext, PATH);
+    opened = await openConsumerRequest(key.privateKey, read.enc, read.ciphertext, { path: PATH, credential, timestamp: read.timestamp });
   } catch {
     throw Errors.invalidValue(
-      "the sealed body does not open with the coordinator's sealing key (fetch GET /v1/attestation again: the key changes on restart)",
+      "the sealed body does not open: it was sealed to another key (fetch GET /v1/attestation again: the key changes on restart) or for another credential, path or timestamp",
       "ciphertext",
     );
+  }
+  const recorded = deps.sealedReplay.record(read.encText, read.timestamp);
+  if (!recorded.ok) throw refusal(recorded, deps.sealedReplay.windowSeconds);
+  return opened;
+}
+
+function envelopeError(read: Extract<EnvelopeRead, { ok: false }>): ApiError {
+  if (read.problem === "missing") return Errors.missingField(read.param);
+  if (read.problem === "retired") return Errors.unsupportedValue(read.message, read.param);
+  return Errors.invalidValue(read.message, read.param);
+}
+
+function refusal(admission: Exclude<Admission, { ok: true }>, window: number): ApiError {
+  switch (admission.reason) {
+    case "stale":
+    case "future":
+      return Errors.invalidValue(
+        `'timestamp' is more than ${window} s ${admission.reason === "stale" ? "behind" : "ahead of"} the coordinator's clock (${admission.nowSeconds}): seal each request just before sending it`,
+        "timestamp",
+      );
+    case "replayed":
+      return Errors.invalidValue(
+        "this sealed request was already received: seal every request afresh (each 'enc' is accepted once)",
+        "enc",
+      );
+    case "full":
+      return Errors.rateLimited("too many sealed requests in the replay window; retry later", admission.retryAfterSeconds);
   }
 }
 
@@ -110,6 +156,7 @@ async function openSealed(deps: ChatDeps, bytes: Uint8Array) {
 async function sealResponse(response: Response, sealer: ConsumerResponseSealer): Promise<Response> {
   if (response.body === null) return response;
   const headers = new Headers(response.headers);
+  headers.set(RESPONSE_NONCE_HEADER, sealer.responseNonce);
   if (headers.get("content-type") !== "text/event-stream") {
     const plaintext = new Uint8Array(await response.arrayBuffer());
     headers.set("content-type", SEALED_CONTENT_TYPE);

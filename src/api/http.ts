@@ -28,6 +28,7 @@ import type { Authenticator } from "../auth/authenticator.ts";
 import type { DeviceFlow } from "../auth/device-flow.ts";
 import type { PricingService } from "../billing/pricing.ts";
 import type { CatalogService } from "../catalog/catalog.ts";
+import type { SealedReplayCache } from "../crypto/consumer-replay.ts";
 import type { Fleet } from "../fleet/fleet.ts";
 import type { ChatService } from "../inference/chat-service.ts";
 import type { Logger } from "../observability/logger.ts";
@@ -51,6 +52,8 @@ export interface HttpDeps {
   readonly issueDevChain: DevChainDeps["issueDevChain"];
   readonly authenticateProvider: DevChainDeps["authenticateProvider"];
   readonly chat: ChatService;
+  /** Freshness and single use of sealed consumer envelopes (the chat route). */
+  readonly sealedReplay: SealedReplayCache;
   readonly fleet: Fleet;
   readonly authenticate: Authenticator;
   readonly deviceFlow: DeviceFlow;

@@ -15,6 +15,7 @@ import { PricingService } from "../billing/pricing.ts";
 import { Wallets } from "../billing/wallets.ts";
 import { CatalogService } from "../catalog/catalog.ts";
 import type { Config } from "../config/config.ts";
+import { SealedReplayCache } from "../crypto/consumer-replay.ts";
 import { Fleet } from "../fleet/fleet.ts";
 import type { FleetView } from "../fleet/fleet-view.ts";
 import { ChatService } from "../inference/chat-service.ts";
@@ -37,6 +38,8 @@ export interface AppDeps {
   readonly logger?: Logger;
   /** Replaces the fleet as the catalog's capacity source (tests of /v1/models metadata). */
   readonly fleet?: FleetView;
+  /** Bound of the sealed-envelope replay cache (default SEALED_REPLAY_MAX_ENTRIES; tests fill a small one). */
+  readonly sealedReplayEntries?: number;
 }
 
 export interface App {
@@ -174,6 +177,7 @@ export function createApp(deps: AppDeps): App {
     admin,
     attestation,
     chat,
+    sealedReplay: new SealedReplayCache({ now, ...(deps.sealedReplayEntries ? { maxEntries: deps.sealedReplayEntries } : {}) }),
     fleet,
     authenticate,
     deviceFlow: new DeviceFlow({ now }),

@@ -26,7 +26,8 @@
  *
  * Invariants:
  * - The response key is unique per attempt (a fresh request counter under the session's secret, or a fresh
- *   HPKE ephemeral key), and seq strictly increases under it,
+ *   HPKE ephemeral key) and, on the consumer transport, per answer (a fresh random response nonce in its
+ *   derivation, consumer-seal.ts), and seq strictly increases under it,
  *   so no (key, nonce) pair is ever used twice. seq is at most 2^53 - 1.
  * - seq and final are authenticated twice over (nonce and AAD); request id and attempt through the AAD.
  * - A chunk's plaintext is at most MAX_CHUNK_PLAINTEXT_BYTES; the final chunk may be empty.

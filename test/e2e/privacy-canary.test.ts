@@ -256,7 +256,7 @@ describe("privacy canary", () => {
         headers: { authorization: `Bearer ${apiKey}`, "content-type": SEALED_CONTENT_TYPE },
         body,
       });
-    await keep("sealed, bad envelope", await sealedPost(JSON.stringify({ version: 1, enc: CANARY, ciphertext: CANARY })));
+    await keep("sealed, bad envelope", await sealedPost(JSON.stringify({ version: 2, timestamp: 0, enc: CANARY, ciphertext: CANARY })));
     await keep("sealed, plain body", await sealedPost(JSON.stringify(canaryBody(BUILD.echo))));
 
     // Malformed requests: broken JSON, wrong types, unknown models, all carrying the canary.

@@ -54,6 +54,8 @@ export interface TestAppOptions {
   readonly clock?: Clock;
   readonly fleet?: FleetView;
   readonly logger?: Logger;
+  /** The sealed-envelope replay cache's bound (AppDeps.sealedReplayEntries). */
+  readonly sealedReplayEntries?: number;
 }
 
 export async function call(app: App, method: string, path: string, options: CallOptions = {}): Promise<CallResult> {
@@ -93,6 +95,7 @@ export async function testApp(options: TestAppOptions = {}): Promise<TestApp> {
     logger: options.logger ?? createLogger("debug", (line) => logs.push(line)),
     ...(options.clock ? { clock: options.clock } : {}),
     ...(options.fleet ? { fleet: options.fleet } : {}),
+    ...(options.sealedReplayEntries ? { sealedReplayEntries: options.sealedReplayEntries } : {}),
   });
   return {
     app,
