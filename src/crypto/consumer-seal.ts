@@ -42,7 +42,6 @@
  * and frames of one answer cannot be spliced into another; frames are opened strictly in order (chunks.ts
  * fails closed on reorder, replay, tampering and truncation).
  */
-
 import { hkdf } from "@noble/hashes/hkdf.js";
 import { sha256 } from "@noble/hashes/sha2.js";
 import { randomBytes } from "@noble/hashes/utils.js";
