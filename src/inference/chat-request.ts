@@ -7,10 +7,11 @@
  *   5. (sending only one is preferred: both are accepted).
  * `n` > 1 is 400. temperature, top_p and stop are type-checked; other fields pass through to the
  * runtime, except identity fields, which are dropped. Error messages name fields, never their content.
+ * Nesting is bounded first (MAX_JSON_DEPTH), before anything else walks the body.
  */
 import { Errors } from "../errors/api-error.ts";
 import { type EngineRequestBody, MAX_TOKENS_LIMIT } from "../protocol/messages.ts";
-import { isObject, type JsonObject } from "../validation/fields.ts";
+import { isObject, type JsonObject, MAX_JSON_DEPTH, tooDeep } from "../validation/fields.ts";
 
 export interface ChatMessage {
   readonly role: string;
@@ -58,6 +59,8 @@ function finiteNumber(o: JsonObject, name: string): void {
 export function parseChatRequest(body: unknown): ChatRequest {
   if (body === undefined) throw Errors.invalidJson("a JSON request body is required");
   if (!isObject(body)) throw Errors.invalidJson("the request body must be a JSON object");
+  const deep = tooDeep(body);
+  if (deep !== undefined) throw Errors.invalidValue(`a field nests deeper than ${MAX_JSON_DEPTH} levels`, deep.slice(0, 64));
 
   const model = body.model;
   if (model === undefined || model === null) throw Errors.missingField("model");

@@ -10,6 +10,38 @@ export function isObject(value: unknown): value is JsonObject {
   return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
+/**
+ * How deep a request body may nest, the body itself being level 1 (docs/api.md, Limits): deeper input
+ * would cost every later walk of it (serializing, sealing) its stack, on either side of the provider hop.
+ */
+export const MAX_JSON_DEPTH = 64;
+
+/**
+ * The top-level field of `body` under which an object or array sits deeper than `max` levels (the body
+ * being level 1), or undefined. Iterative, so input nested 100,000 deep cannot overflow the stack.
+ */
+export function tooDeep(body: JsonObject, max = MAX_JSON_DEPTH): string | undefined {
+  const values: unknown[] = [];
+  const levels: number[] = [];
+  for (const key of Object.keys(body)) {
+    values.push(body[key]);
+    levels.push(2);
+    while (values.length > 0) {
+      const value = values.pop();
+      const level = levels.pop() as number;
+      if (typeof value !== "object" || value === null) continue;
+      if (level > max) return key;
+      for (const child of Array.isArray(value) ? value : Object.values(value)) {
+        if (typeof child === "object" && child !== null) {
+          values.push(child);
+          levels.push(level + 1);
+        }
+      }
+    }
+  }
+  return undefined;
+}
+
 /** The body as an object; `allowed` lists the accepted keys (others are rejected by name). */
 export function objectBody(body: unknown, allowed?: readonly string[]): JsonObject {
   if (body === undefined || body === null || body === "") throw Errors.invalidJson("a JSON object body is required");

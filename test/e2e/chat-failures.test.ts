@@ -543,3 +543,54 @@ describe("client cancellation", () => {
     expect(await contentOf(await postChat(ctx.server.url, ctx.apiKey, chatBody("survived")))).toBe("survived");
   });
 });
+
+describe("a body nested too deep", () => {
+  /** A valid chat body (JSON text) with one extra top-level field `name` holding `value`. */
+  const withField = (name: string, value: string) =>
+    `{"model":"org/model","messages":[{"role":"user","content":"alpha beta"}],${JSON.stringify(name)}:${value}}`;
+  const post = (url: string, apiKey: string, text: string) =>
+    fetch(`${url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
+      body: text,
+    });
+
+  test.each([
+    ["a pass-through field 50,000 arrays deep", "response_format", `${"[".repeat(50_000)}${"]".repeat(50_000)}`],
+    ["a pass-through field 20,000 objects deep", "tools", `${'{"a":'.repeat(20_000)}1${"}".repeat(20_000)}`],
+    ["a field one level over the bound", "extra", `${"[".repeat(64)}${"]".repeat(64)}`],
+  ])("%s -> 400 invalid_value naming the field; no provider asked, nothing counted as a provider failure", async (_, field, value) => {
+    await using ctx = await setup();
+    const first = await ctx.provider(echo);
+    const second = await ctx.provider(echo);
+    const response = await post(ctx.server.url, ctx.apiKey, withField(field, value));
+    expect(await errorOf(response)).toEqual({
+      status: 400,
+      contentType: "application/json",
+      retryAfter: null,
+      body: {
+        error: { message: "a field nests deeper than 64 levels", type: "invalid_request_error", code: "invalid_value", param: field },
+      },
+    });
+    // Messages nested too deep name `messages`.
+    const deepMessage = `{"model":"org/model","messages":[{"role":"user","content":"x","name":${"[".repeat(100)}${"]".repeat(100)}}]}`;
+    expect(((await (await post(ctx.server.url, ctx.apiKey, deepMessage)).json()) as { error: { param: string } }).error.param).toBe(
+      "messages",
+    );
+    expect([inferences(first), inferences(second), first.received.filter((f) => f.type === "cancel")]).toEqual([[], [], []]);
+    const metrics = await ctx.t.app.metrics.render();
+    expect(metrics).toContain('umbra_http_requests_total{method="POST",route="/v1/chat/completions",status="400"} 2');
+    expect(metrics).not.toMatch(/status="5\d\d"/);
+    // The provider tried first is not marked: it serves the next ordinary request.
+    expect(await contentOf(await postChat(ctx.server.url, ctx.apiKey, chatBody("still here")))).toBe("still here");
+    expect(inferences(first).length).toBe(1);
+  });
+
+  test("63 levels under the body (64 with it) pass through", async () => {
+    await using ctx = await setup();
+    const provider = await ctx.provider(echo);
+    const response = await post(ctx.server.url, ctx.apiKey, withField("extra", `${"[".repeat(63)}${"]".repeat(63)}`));
+    expect(await contentOf(response)).toBe("alpha beta");
+    expect(JSON.stringify(firstInference(provider).request.extra)).toBe(`${"[".repeat(63)}${"]".repeat(63)}`);
+  });
+});

@@ -124,6 +124,22 @@ const absent = (v: unknown) => v === undefined || v === null;
  */
 const validBudget = (v: unknown) => absent(v) || (typeof v === "number" && Number.isInteger(v) && v >= 0 && v <= 2 ** 63);
 
+/** How deep a chat body may nest, the body itself being level 1 (docs/api.md, Limits). */
+const MAX_DEPTH = 64;
+
+/** How many levels of objects and arrays `value` holds (0 for a scalar), without recursion. */
+function depthOf(value: unknown): number {
+  let deepest = 0;
+  const stack: [unknown, number][] = [[value, 1]];
+  for (let top = stack.pop(); top !== undefined; top = stack.pop()) {
+    const [v, level] = top;
+    if (typeof v !== "object" || v === null) continue;
+    deepest = Math.max(deepest, level);
+    for (const child of Object.values(v)) stack.push([child, level + 1]);
+  }
+  return deepest;
+}
+
 /**
  * The expected outcome of POST /v1/chat/completions with this parsed body, for a funded key without
  * limits whose account has no provider machine. `body` undefined means the body was not JSON.
@@ -149,6 +165,8 @@ export function expectedChat(body: unknown, parsed: boolean): Expected {
       }
     });
   }
+  // Nesting deeper than 64 levels (the body being level 1) anywhere names its top-level field.
+  for (const [name, value] of Object.entries(body)) if (1 + depthOf(value) > MAX_DEPTH) bad.push(name);
   if (!absent(body.stream) && typeof body.stream !== "boolean") bad.push("stream");
   if (!absent(body.stream_options) && !isObject(body.stream_options)) bad.push("stream_options");
   if (!absent(body.self_route) && typeof body.self_route !== "boolean") bad.push("self_route");
@@ -361,13 +379,16 @@ export const chatBody: fc.Arbitrary<Record<string, unknown>> = fc
           { weight: 1, arbitrary: fc.constant(true) },
           { weight: 1, arbitrary: oddValue },
         ),
-        // Pass-through and identity fields: never validated by the coordinator, never a failure.
+        // Pass-through and identity fields: never validated by the coordinator beyond the nesting bound.
         seed: fc.integer(),
         user: fc.string({ maxLength: 10 }),
         metadata: fc.dictionary(fc.string({ maxLength: 5 }), fc.string({ maxLength: 5 }), { maxKeys: 3 }),
         response_format: fc.constantFrom({ type: "text" }, { type: "json_object" }),
         extra: fc.jsonValue({ maxDepth: 4 }),
-        deep: fc.integer({ min: 1, max: 2000 }).map(nested),
+        // Mostly within the nesting bound (62 arrays and {} under the body are its 64 levels), sometimes far over.
+        deep: fc
+          .oneof({ weight: 4, arbitrary: fc.integer({ min: 1, max: 62 }) }, { weight: 1, arbitrary: fc.integer({ min: 63, max: 2000 }) })
+          .map(nested),
       },
       { requiredKeys: [] },
     ),

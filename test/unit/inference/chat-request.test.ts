@@ -298,3 +298,31 @@ describe("error messages never quote content", () => {
     expect(JSON.stringify(r)).not.toContain(CANARY);
   });
 });
+
+describe("nesting", () => {
+  /** `[[...]]` with `levels` arrays, built without recursion. */
+  const arrays = (levels: number): unknown => {
+    let v: unknown = [];
+    for (let i = 1; i < levels; i++) v = [v];
+    return v;
+  };
+  const deepError = (param: string) => ({
+    status: 400,
+    error: { message: "a field nests deeper than 64 levels", type: "invalid_request_error", code: "invalid_value", param },
+  });
+
+  test.each([
+    ["63 levels under the body", { extra: arrays(63) }, undefined],
+    ["64 levels under the body", { extra: arrays(64) }, deepError("extra")],
+    ["50,000 levels in a pass-through field", { response_format: arrays(50_000) }, deepError("response_format")],
+    ["deep inside an object of objects", { tools: [{ function: { parameters: { properties: arrays(61) } } }] }, deepError("tools")],
+    ["deep inside a message", { messages: [{ role: "user", content: "x", name: arrays(100) }] }, deepError("messages")],
+    ["deep under an identity field (dropped, but still walked)", { metadata: { a: arrays(100) } }, deepError("metadata")],
+  ])("%s", (_name, extra, expected) => {
+    expect(rejection(base(extra))).toEqual(expected);
+  });
+
+  test("the bound is checked before any other field: a deep body with a bad budget names the deep field", () => {
+    expect(rejection(base({ max_tokens: -1, extra: arrays(1000) }))).toEqual(deepError("extra"));
+  });
+});
