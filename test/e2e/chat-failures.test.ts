@@ -6,7 +6,9 @@
  * After each failure the coordinator still serves an ordinary request.
  */
 import { describe, expect, test } from "bun:test";
-import { type CoordinatorFrame, encode, type Inference } from "../../src/protocol/messages.ts";
+import { RequestEncodingError } from "../../src/fleet/session.ts";
+import { dispatch } from "../../src/inference/dispatch.ts";
+import { type CoordinatorFrame, type EngineRequestBody, encode, type Inference } from "../../src/protocol/messages.ts";
 import { connectFakeProvider, echo, type FakeProvider, type Step } from "../support/fake-provider.ts";
 import { seedAccount, seedCatalog, type TestApp, testApp } from "../support/harness.ts";
 import { chatBody, postChat, providerToken, readSse, sseReader, startServer, type TestServer } from "../support/server.ts";
@@ -592,5 +594,51 @@ describe("a body nested too deep", () => {
     const response = await post(ctx.server.url, ctx.apiKey, withField("extra", `${"[".repeat(63)}${"]".repeat(63)}`));
     expect(await contentOf(response)).toBe("alpha beta");
     expect(JSON.stringify(firstInference(provider).request.extra)).toBe(`${"[".repeat(63)}${"]".repeat(63)}`);
+  });
+});
+
+describe("a request the coordinator cannot serialize for its provider", () => {
+  // Validation keeps such requests out (nesting bound); should one get through, it is the coordinator's
+  // failure: thrown as such (500 internal_error at the boundary), not failed over, no provider blamed.
+  const deep = () => {
+    let v: unknown = [];
+    for (let i = 0; i < 100_000; i++) v = [v];
+    return v;
+  };
+  test.each([
+    ["plaintext", {}],
+    ["sealed", { sealed: true }],
+    ["sealed with session keys", { sealed: true, sessionKeys: true }],
+  ])("%s session: RequestEncodingError, no provider asked, the slots are free", async (_, mode) => {
+    await using ctx = await setup();
+    const connect = () => connectFakeProvider({ url: ctx.server.url, token: ctx.token, models: [BUILD], behave: echo, ...mode });
+    await using first = await connect();
+    await using second = await connect();
+    await waitFor(() => ctx.t.app.fleet.candidates(BUILD, () => true).length === 2, "both providers ready");
+    for (const extra of [{ extra: deep() }, { seed: 1n }]) {
+      const body = { messages: [{ role: "user", content: "x" }], max_tokens: 5, ...extra } as unknown as EngineRequestBody;
+      const attempt = dispatch(
+        ctx.t.app.fleet,
+        ctx.t.config,
+        {
+          requestId: `req_${Object.keys(extra)[0]}`,
+          buildId: BUILD,
+          body,
+          signal: new AbortController().signal,
+          requestDeadline: Date.now() + 60_000,
+        },
+        Date.now,
+      );
+      await expect(attempt).rejects.toBeInstanceOf(RequestEncodingError);
+    }
+    const sent = (p: FakeProvider) => p.received.filter((f) => f.type !== "welcome" && f.type !== "challenge");
+    expect([sent(first), sent(second)]).toEqual([[], []]);
+    expect(ctx.t.app.fleet.candidates(BUILD, () => true).map((s) => ({ active: s.active, closed: s.closed }))).toEqual([
+      { active: 0, closed: false },
+      { active: 0, closed: false },
+    ]);
+    // The first provider is not marked: the next ordinary request goes to it.
+    expect(await contentOf(await postChat(ctx.server.url, ctx.apiKey, chatBody("still here")))).toBe("still here");
+    expect(sent(first).length).toBe(1);
   });
 });
