@@ -12,6 +12,7 @@ import type { CoordinatorAttestation } from "../attestation/coordinator-attestat
 import type { Authenticator } from "../auth/authenticator.ts";
 import { type ConsumerResponseSealer, openConsumerRequest, readSealedEnvelope, SEALED_CONTENT_TYPE } from "../crypto/consumer-seal.ts";
 import { Errors, toApiError } from "../errors/api-error.ts";
+import { BUDGET_FIELDS } from "../inference/chat-request.ts";
 import type { ChatService } from "../inference/chat-service.ts";
 import { ClientGone } from "../inference/dispatch.ts";
 import { consumerAuth } from "./auth.ts";
@@ -45,14 +46,14 @@ export function chatRoutes(deps: ChatDeps) {
       let streaming = false;
       try {
         if (!isSealed(request)) {
-          const response = await answer(deps, parseJson(bytes), principal, request, connection?.answered);
+          const response = await answer(deps, parseJson(bytes, BUDGET_FIELDS), principal, request, connection?.answered);
           streaming = isEventStream(response);
           return response;
         }
         const { plaintext, sealer } = await openSealed(deps, bytes);
         let response: Response;
         try {
-          response = await answer(deps, parseJson(plaintext), principal, request, connection?.answered);
+          response = await answer(deps, parseJson(plaintext, BUDGET_FIELDS), principal, request, connection?.answered);
         } catch (error) {
           response = errorResponse(toApiError(error));
         }

@@ -7,6 +7,7 @@
 import { Elysia } from "elysia";
 import { type ApiError, Errors, toApiError } from "../errors/api-error.ts";
 import type { Logger } from "../observability/logger.ts";
+import { parseJsonExact } from "../validation/fields.ts";
 
 export function errorResponse(error: ApiError): Response {
   return new Response(JSON.stringify(error.toEnvelope()), {
@@ -116,11 +117,15 @@ async function intact<T>(read: Promise<T>): Promise<T> {
   }
 }
 
-/** A JSON body's value (undefined when empty). Throws 400 invalid_json. */
-export function parseJson(bytes: Uint8Array): unknown {
+/**
+ * A JSON body's value (undefined when empty); the top-level fields `exact` are read from their digits
+ * where doubles cannot hold them exactly (parseJsonExact). Throws 400 invalid_json.
+ */
+export function parseJson(bytes: Uint8Array, exact: readonly string[] = []): unknown {
   if (bytes.byteLength === 0) return undefined;
   try {
-    return JSON.parse(new TextDecoder().decode(bytes)) as unknown;
+    const text = new TextDecoder().decode(bytes);
+    return exact.length === 0 ? (JSON.parse(text) as unknown) : parseJsonExact(text, exact);
   } catch {
     throw Errors.invalidJson("the body is not valid JSON");
   }

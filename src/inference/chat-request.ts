@@ -35,17 +35,27 @@ const CONSUMED = new Set(["model", "messages", "stream", "stream_options", "max_
 const IDENTITY = new Set(["user", "safety_identifier", "metadata", "store"]);
 
 /**
- * The largest int64 as a JSON number reads: 2^63 - 1 is not a double and parses as 2^63, so this is the
- * bound; a larger budget is not an int64 (spec budget rule 3: malformed).
+ * The budget fields, read from their digits by the route (parseJsonExact) where a double cannot tell
+ * neighbouring integers apart: there they arrive as a bigint (or as their literal when not an integer).
  */
-const INT64_MAX = 2 ** 63;
+export const BUDGET_FIELDS: readonly string[] = ["max_tokens", "max_completion_tokens"];
+
+/** The largest int64; a larger budget is not an int64 (spec budget rule 3: malformed). */
+const INT64_MAX = 9223372036854775807n;
 
 function budget(o: JsonObject, name: string): number | undefined {
   const v = o[name];
   if (v === undefined || v === null) return undefined;
+  const beyond = () => Errors.invalidValue(`'${name}' must be an int64 (at most ${INT64_MAX})`, name);
+  if (typeof v === "bigint") {
+    if (v < 0n) throw Errors.invalidValue(`'${name}' must be at least 0`, name);
+    if (v > INT64_MAX) throw beyond();
+    return v === 0n ? undefined : Number(v);
+  }
   if (typeof v !== "number" || !Number.isInteger(v)) throw Errors.invalidValue(`'${name}' must be an integer`, name);
   if (v < 0) throw Errors.invalidValue(`'${name}' must be at least 0`, name);
-  if (v > INT64_MAX) throw Errors.invalidValue(`'${name}' must be an int64 (at most 9223372036854775807)`, name);
+  // The double 2^63 stands for 2^63 - 1 as well as for 2^63: without its digits it is not provably an int64.
+  if (v >= 2 ** 63) throw beyond();
   return v === 0 ? undefined : v;
 }
 
