@@ -23,6 +23,7 @@ import {
   SEALED_CONTENT_TYPE,
 } from "../crypto/consumer-seal.ts";
 import { type ApiError, Errors, toApiError } from "../errors/api-error.ts";
+import { BUDGET_FIELDS } from "../inference/chat-request.ts";
 import type { ChatService } from "../inference/chat-service.ts";
 import { ClientGone } from "../inference/dispatch.ts";
 import { consumerAuth } from "./auth.ts";
@@ -58,14 +59,14 @@ export function chatRoutes(deps: ChatDeps) {
       let streaming = false;
       try {
         if (!isSealed(request)) {
-          const response = await answer(deps, parseJson(bytes), principal, request, connection?.answered);
+          const response = await answer(deps, parseJson(bytes, BUDGET_FIELDS), principal, request, connection?.answered);
           streaming = isEventStream(response);
           return response;
         }
         const { plaintext, sealer } = await openSealed(deps, bytes, bearer(request.headers.get("authorization")) ?? "");
         let response: Response;
         try {
-          response = await answer(deps, parseJson(plaintext), principal, request, connection?.answered);
+          response = await answer(deps, parseJson(plaintext, BUDGET_FIELDS), principal, request, connection?.answered);
         } catch (error) {
           response = errorResponse(toApiError(error));
         }

@@ -1,11 +1,13 @@
 /**
  * The one place where errors become HTTP responses: ApiError -> its status, headers and envelope;
  * Elysia's own routing, parse and validation errors -> the same envelope; anything else -> 500 without
- * its message (logged by class name only, since a message could quote input).
+ * its message (logged by class name and route template only, since a message or a path could quote
+ * input). The hook itself never throws; an unknown route's 404 does not quote the path.
  */
 import { Elysia } from "elysia";
 import { type ApiError, Errors, toApiError } from "../errors/api-error.ts";
 import type { Logger } from "../observability/logger.ts";
+import { parseJsonExact } from "../validation/fields.ts";
 
 export function errorResponse(error: ApiError): Response {
   return new Response(JSON.stringify(error.toEnvelope()), {
@@ -15,17 +17,15 @@ export function errorResponse(error: ApiError): Response {
 }
 
 export function errorHandling(logger: Logger) {
-  return new Elysia({ name: "errors" }).onError({ as: "global" }, ({ code, error, request }) => {
-    if (code === "NOT_FOUND") {
-      return errorResponse(Errors.notFound(`no route for ${request.method} ${new URL(request.url).pathname.slice(0, 200)}`));
-    }
+  return new Elysia({ name: "errors" }).onError({ as: "global" }, ({ code, error, route }) => {
+    if (code === "NOT_FOUND") return errorResponse(Errors.notFound("no such route"));
     if (code === "PARSE") return errorResponse(Errors.invalidJson("the body is not valid JSON"));
     if (code === "VALIDATION") return errorResponse(Errors.invalidValue("the request does not match the expected shape"));
     const apiError = toApiError(error);
     if (apiError.status === 500) {
       logger.error("unhandled error", {
         error_name: error instanceof Error ? error.name : typeof error,
-        route: new URL(request.url).pathname.slice(0, 100),
+        route: route || "unmatched",
       });
     }
     return errorResponse(apiError);
@@ -117,11 +117,15 @@ async function intact<T>(read: Promise<T>): Promise<T> {
   }
 }
 
-/** A JSON body's value (undefined when empty). Throws 400 invalid_json. */
-export function parseJson(bytes: Uint8Array): unknown {
+/**
+ * A JSON body's value (undefined when empty); the top-level fields `exact` are read from their digits
+ * where doubles cannot hold them exactly (parseJsonExact). Throws 400 invalid_json.
+ */
+export function parseJson(bytes: Uint8Array, exact: readonly string[] = []): unknown {
   if (bytes.byteLength === 0) return undefined;
   try {
-    return JSON.parse(new TextDecoder().decode(bytes)) as unknown;
+    const text = new TextDecoder().decode(bytes);
+    return exact.length === 0 ? (JSON.parse(text) as unknown) : parseJsonExact(text, exact);
   } catch {
     throw Errors.invalidJson("the body is not valid JSON");
   }

@@ -19,7 +19,8 @@
  * model and allowlist, rate limit (429), reservation (402), admission and dispatch (chat-service.ts).
  * `handle` wraps Elysia to time every request under its route template for /metrics, and remembers the
  * connection the server hands in (the peer address for the device login's limits, asked for lazily; the
- * chat route's body-read hook).
+ * chat route's body-read hook). Before any route, a Host header that is not a host name (Bun then hands
+ * over a URL that does not parse) is 400 invalid_value, logged without the header's value.
  */
 import { Elysia } from "elysia";
 import type { AdminService } from "../admin/admin-service.ts";
@@ -29,6 +30,7 @@ import type { DeviceFlow } from "../auth/device-flow.ts";
 import type { PricingService } from "../billing/pricing.ts";
 import type { CatalogService } from "../catalog/catalog.ts";
 import type { SealedReplayCache } from "../crypto/consumer-replay.ts";
+import { Errors } from "../errors/api-error.ts";
 import type { Fleet } from "../fleet/fleet.ts";
 import type { ChatService } from "../inference/chat-service.ts";
 import type { Logger } from "../observability/logger.ts";
@@ -38,7 +40,7 @@ import { adminRoutes } from "./admin.ts";
 import { attestationRoutes, type DevChainDeps } from "./attestation.ts";
 import { chatRoutes } from "./chat.ts";
 import { deviceRoutes } from "./device.ts";
-import { errorHandling } from "./errors.ts";
+import { errorHandling, errorResponse } from "./errors.ts";
 import { healthRoutes } from "./health.ts";
 import { modelRoutes } from "./models.ts";
 import { pricingRoutes } from "./pricing.ts";
@@ -112,6 +114,12 @@ export function createHttpApp(deps: HttpDeps): HttpApp {
   return {
     async handle(request, connection) {
       const started = performance.now();
+      if (!URL.canParse(request.url) && request.headers.get("host") !== null) {
+        // A space, slash, `@` ... in the Host header (HTTP/1.0 without one is fine: Bun gives the path).
+        deps.logger.info("request refused: invalid Host header", { method: request.method, status: 400 });
+        deps.metrics.observeHttp(request.method, "unmatched", 400, (performance.now() - started) / 1000);
+        return errorResponse(Errors.invalidValue("the Host header is not a valid host name"));
+      }
       if (connection !== undefined) connections.set(request, connection);
       try {
         const response = await app.handle(request);

@@ -62,8 +62,11 @@ export function listen(app: App, host = app.config.host, port = app.config.port,
       return app.http.handle(request, { address });
     },
     websocket: socket.websocket,
-    error: () =>
-      new Response(JSON.stringify(Errors.internal().toEnvelope()), { status: 500, headers: { "content-type": "application/json" } }),
+    // Only reached when the app's own error boundary failed: logged (class name only), answered 500.
+    error: (error) => {
+      app.logger.error("unhandled error", { error_name: error instanceof Error ? error.name : typeof error, route: "server" });
+      return new Response(JSON.stringify(Errors.internal().toEnvelope()), { status: 500, headers: { "content-type": "application/json" } });
+    },
   });
   const shownHost = host.includes(":") ? `[${host}]` : host;
   return {

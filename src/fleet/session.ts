@@ -44,6 +44,11 @@ import { Attempt, type AttemptOwner, attemptKey, type CancelReason, deltaChars, 
 
 const encoder = new TextEncoder();
 
+/** A request the coordinator could not serialize for a provider (its own failure: answered 500). */
+export class RequestEncodingError extends Error {
+  override readonly name = "RequestEncodingError";
+}
+
 export interface SessionTransport {
   send(text: string): void;
   close(code: number, reason: string): void;
@@ -418,20 +423,28 @@ export class ProviderSession implements AttemptOwner {
    * Sends one attempt of a request and returns it; the caller checked `freeSlots`. The slot is taken
    * at once. A sealed session seals the request to the provider's key first (HPKE, binding protocol
    * version, request id and attempt) and opens the answer with the exported response key.
+   * Throws RequestEncodingError, before taking the slot, when the request cannot be serialized: the
+   * coordinator's own failure, never counted against the provider (no `lost`, no failover).
    */
   async dispatch(frame: Inference): Promise<Attempt> {
+    const key = this.encryptionKey;
+    let serialized: string;
+    try {
+      serialized = key === undefined ? encode(frame) : JSON.stringify(frame.request);
+    } catch {
+      throw new RequestEncodingError("the request could not be serialized for its provider");
+    }
     const attempt = new Attempt(frame.request_id, frame.attempt, this.id, this.identity.accountId, this.now(), this);
     attempt.maxOutputChars = outputCharLimit(frame.request.max_tokens);
     this.attempts.set(attempt.key, attempt);
     this.active++;
     try {
-      const key = this.encryptionKey;
       if (key === undefined) {
-        this.transport.send(encode(frame));
+        this.transport.send(serialized);
         return attempt;
       }
       const binding = { protocolVersion: PROTOCOL_VERSION, requestId: frame.request_id, attempt: frame.attempt };
-      const plaintext = encoder.encode(JSON.stringify(frame.request));
+      const plaintext = encoder.encode(serialized);
       attempt.requestSha256 = sha256(plaintext);
       attempt.responseHash = new Bun.CryptoHasher("sha256");
       attempt.model = frame.model;

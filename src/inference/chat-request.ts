@@ -7,10 +7,11 @@
  *   5. (sending only one is preferred: both are accepted).
  * `n` > 1 is 400. temperature, top_p and stop are type-checked; other fields pass through to the
  * runtime, except identity fields, which are dropped. Error messages name fields, never their content.
+ * Nesting is bounded first (MAX_JSON_DEPTH), before anything else walks the body.
  */
 import { Errors } from "../errors/api-error.ts";
 import { type EngineRequestBody, MAX_TOKENS_LIMIT } from "../protocol/messages.ts";
-import { isObject, type JsonObject } from "../validation/fields.ts";
+import { isObject, type JsonObject, MAX_JSON_DEPTH, tooDeep } from "../validation/fields.ts";
 
 export interface ChatMessage {
   readonly role: string;
@@ -34,17 +35,27 @@ const CONSUMED = new Set(["model", "messages", "stream", "stream_options", "max_
 const IDENTITY = new Set(["user", "safety_identifier", "metadata", "store"]);
 
 /**
- * The largest int64 as a JSON number reads: 2^63 - 1 is not a double and parses as 2^63, so this is the
- * bound; a larger budget is not an int64 (spec budget rule 3: malformed).
+ * The budget fields, read from their digits by the route (parseJsonExact) where a double cannot tell
+ * neighbouring integers apart: there they arrive as a bigint (or as their literal when not an integer).
  */
-const INT64_MAX = 2 ** 63;
+export const BUDGET_FIELDS: readonly string[] = ["max_tokens", "max_completion_tokens"];
+
+/** The largest int64; a larger budget is not an int64 (spec budget rule 3: malformed). */
+const INT64_MAX = 9223372036854775807n;
 
 function budget(o: JsonObject, name: string): number | undefined {
   const v = o[name];
   if (v === undefined || v === null) return undefined;
+  const beyond = () => Errors.invalidValue(`'${name}' must be an int64 (at most ${INT64_MAX})`, name);
+  if (typeof v === "bigint") {
+    if (v < 0n) throw Errors.invalidValue(`'${name}' must be at least 0`, name);
+    if (v > INT64_MAX) throw beyond();
+    return v === 0n ? undefined : Number(v);
+  }
   if (typeof v !== "number" || !Number.isInteger(v)) throw Errors.invalidValue(`'${name}' must be an integer`, name);
   if (v < 0) throw Errors.invalidValue(`'${name}' must be at least 0`, name);
-  if (v > INT64_MAX) throw Errors.invalidValue(`'${name}' must be an int64 (at most 9223372036854775807)`, name);
+  // The double 2^63 stands for 2^63 - 1 as well as for 2^63: without its digits it is not provably an int64.
+  if (v >= 2 ** 63) throw beyond();
   return v === 0 ? undefined : v;
 }
 
@@ -58,6 +69,8 @@ function finiteNumber(o: JsonObject, name: string): void {
 export function parseChatRequest(body: unknown): ChatRequest {
   if (body === undefined) throw Errors.invalidJson("a JSON request body is required");
   if (!isObject(body)) throw Errors.invalidJson("the request body must be a JSON object");
+  const deep = tooDeep(body);
+  if (deep !== undefined) throw Errors.invalidValue(`a field nests deeper than ${MAX_JSON_DEPTH} levels`, deep.slice(0, 64));
 
   const model = body.model;
   if (model === undefined || model === null) throw Errors.missingField("model");

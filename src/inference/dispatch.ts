@@ -15,7 +15,9 @@
  *   - the runtime refused the request itself (context length, invalid request): 400;
  *   - a sealed frame failed verification (reordered, replayed, tampered, plaintext): 502
  *     invalid_provider_output, without failover (the session ends and the provider is cut off);
- *   - the client went away: ClientGone (nobody reads the answer).
+ *   - the client went away: ClientGone (nobody reads the answer);
+ *   - the coordinator could not serialize the request (RequestEncodingError from the session): thrown
+ *     as it is, a 500 at the error boundary, without failover; no provider is blamed.
  */
 import { Errors } from "../errors/api-error.ts";
 import type { Attempt, AttemptEvent } from "../fleet/attempt.ts";

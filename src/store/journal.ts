@@ -19,7 +19,7 @@
  *
  * The file holds ids, model names, token counts and amounts: never content (docs/security.md).
  */
-import { closeSync, ftruncateSync, openSync, readFileSync, writeSync } from "node:fs";
+import { closeSync, fchmodSync, ftruncateSync, openSync, readFileSync, writeSync } from "node:fs";
 import type { Settlement } from "./money-types.ts";
 import { StoreOpenError } from "./types.ts";
 
@@ -38,7 +38,7 @@ export function journalPath(databasePath: string): string {
   return `${databasePath}-settlements`;
 }
 
-/** Opens (creating, mode 0600) the journal at `path` and reads what a previous process left. */
+/** Opens (creating, or tightening to, mode 0600) the journal at `path` and reads what a previous process left. */
 export function openJournal(path: string): SettlementJournal {
   let text = "";
   try {
@@ -52,6 +52,12 @@ export function openJournal(path: string): SettlementJournal {
     fd = openSync(path, "a", 0o600);
   } catch (e) {
     throw new StoreOpenError(`cannot open settlement journal ${path}: ${reason(e)}`);
+  }
+  try {
+    fchmodSync(fd, 0o600); // a journal left with looser modes is tightened too
+  } catch (e) {
+    closeSync(fd);
+    throw new StoreOpenError(`cannot restrict settlement journal ${path} to mode 0600: ${reason(e)}`);
   }
   let open = true;
   return {

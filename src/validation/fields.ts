@@ -10,6 +10,83 @@ export function isObject(value: unknown): value is JsonObject {
   return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
+/**
+ * How deep a request body may nest, the body itself being level 1 (docs/api.md, Limits): deeper input
+ * would cost every later walk of it (serializing, sealing) its stack, on either side of the provider hop.
+ */
+export const MAX_JSON_DEPTH = 64;
+
+/**
+ * The top-level field of `body` under which an object or array sits deeper than `max` levels (the body
+ * being level 1), or undefined. Iterative, so input nested 100,000 deep cannot overflow the stack.
+ */
+export function tooDeep(body: JsonObject, max = MAX_JSON_DEPTH): string | undefined {
+  const values: unknown[] = [];
+  const levels: number[] = [];
+  for (const key of Object.keys(body)) {
+    values.push(body[key]);
+    levels.push(2);
+    while (values.length > 0) {
+      const value = values.pop();
+      const level = levels.pop() as number;
+      if (typeof value !== "object" || value === null) continue;
+      if (level > max) return key;
+      for (const child of Array.isArray(value) ? value : Object.values(value)) {
+        if (typeof child === "object" && child !== null) {
+          values.push(child);
+          levels.push(level + 1);
+        }
+      }
+    }
+  }
+  return undefined;
+}
+
+/** Where doubles no longer hold every integer, up to uint64: a literal there is read from its digits. */
+const inexact = (v: unknown): v is number => typeof v === "number" && v >= 2 ** 53 && v <= 2 ** 64;
+
+/**
+ * JSON.parse of `text`, except that the top-level fields `exact` of an object, when their number lies
+ * where doubles no longer hold every integer (2^53 to 2^64), are read from their digits: an integer
+ * literal becomes its exact bigint (JSON.parse reads 9223372036854775807 and 9223372036854775808 both as
+ * the double 2^63), any other literal (9007199254740993.5) its source text, so that no reader takes it
+ * for the integer its double is. Throws what JSON.parse throws.
+ */
+export function parseJsonExact(text: string, exact: readonly string[]): unknown {
+  const value: unknown = JSON.parse(text);
+  if (!isObject(value) || !exact.some((name) => inexact(value[name]))) return value;
+  // Rare: parsed again with the numbers' source text (JSON.parse source text access), kept for `exact`.
+  const found: { holder: unknown; key: string; source: string }[] = [];
+  const again: unknown = JSON.parse(text, function (this: unknown, key: string, v: unknown, context?: { source?: string }) {
+    if (inexact(v) && context?.source !== undefined && exact.includes(key)) found.push({ holder: this, key, source: context.source });
+    return v;
+  });
+  if (!isObject(again)) return again;
+  for (const { holder, key, source } of found) {
+    if (holder === again) again[key] = integerLiteral(source) ?? source;
+  }
+  return again;
+}
+
+/** The integer a JSON number literal denotes exactly (`1.0e3` is 1000n), or undefined when it has a fraction. */
+function integerLiteral(literal: string): bigint | undefined {
+  const m = /^(-?)(\d+)(?:\.(\d+))?(?:[eE]([+-]?\d+))?$/.exec(literal);
+  if (m === null) return undefined;
+  const fraction = m[3] ?? "";
+  let digits = `${m[2]}${fraction}`;
+  let scale = Number(m[4] ?? "0") - fraction.length;
+  // Trailing zeros move into the scale (a loop: a regex would backtrack on a long run of them).
+  let end = digits.length;
+  while (end > 0 && digits[end - 1] === "0") end--;
+  scale += digits.length - end;
+  digits = digits.slice(0, end);
+  if (digits === "") return 0n;
+  if (scale < 0) return undefined;
+  // Callers pass literals whose value is below 2^64: the scale is small.
+  const magnitude = BigInt(digits) * 10n ** BigInt(scale);
+  return m[1] === "-" ? -magnitude : magnitude;
+}
+
 /** The body as an object; `allowed` lists the accepted keys (others are rejected by name). */
 export function objectBody(body: unknown, allowed?: readonly string[]): JsonObject {
   if (body === undefined || body === null || body === "") throw Errors.invalidJson("a JSON object body is required");

@@ -86,6 +86,22 @@ describe("invalid JSON", () => {
   });
 });
 
+describe("unknown routes", () => {
+  test.each(["GET", "POST", "DELETE"])("%s on an unknown path -> 404 not_found that does not quote the path", async (method) => {
+    await using t = await testApp();
+    const canary = "canary-9f3e-path";
+    for (const path of [`/${canary}`, `/v1/${canary}?q=${canary}`, `/admin/v2/${canary}`]) {
+      const r = await t.call(method, path);
+      expect({ path, status: r.status, body: r.body }).toEqual({
+        path,
+        status: 404,
+        body: { error: { message: "no such route", type: "not_found_error", code: "not_found" } },
+      });
+    }
+    expect(t.logs.join("\n")).not.toContain(canary);
+  });
+});
+
 describe("errors that are not ApiErrors", () => {
   test("a throwing catalog store -> 500 internal_error; the message is neither in the body nor in the logs", async () => {
     await using t = await testApp();

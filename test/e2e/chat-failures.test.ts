@@ -6,7 +6,9 @@
  * After each failure the coordinator still serves an ordinary request.
  */
 import { describe, expect, test } from "bun:test";
-import { type CoordinatorFrame, encode, type Inference } from "../../src/protocol/messages.ts";
+import { RequestEncodingError } from "../../src/fleet/session.ts";
+import { dispatch } from "../../src/inference/dispatch.ts";
+import { type CoordinatorFrame, type EngineRequestBody, encode, type Inference } from "../../src/protocol/messages.ts";
 import { connectFakeProvider, echo, type FakeProvider, type Step } from "../support/fake-provider.ts";
 import { seedAccount, seedCatalog, type TestApp, testApp } from "../support/harness.ts";
 import { chatBody, postChat, providerToken, readSse, sseReader, startServer, type TestServer } from "../support/server.ts";
@@ -541,5 +543,102 @@ describe("client cancellation", () => {
     p.send(encode({ type: "complete", ...ids, seq: 2, finish_reason: "stop", usage: { prompt_tokens: 1, completion_tokens: 2 } }));
     // Sent after the late frames on the same socket: the session survived them.
     expect(await contentOf(await postChat(ctx.server.url, ctx.apiKey, chatBody("survived")))).toBe("survived");
+  });
+});
+
+describe("a body nested too deep", () => {
+  /** A valid chat body (JSON text) with one extra top-level field `name` holding `value`. */
+  const withField = (name: string, value: string) =>
+    `{"model":"org/model","messages":[{"role":"user","content":"alpha beta"}],${JSON.stringify(name)}:${value}}`;
+  const post = (url: string, apiKey: string, text: string) =>
+    fetch(`${url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
+      body: text,
+    });
+
+  test.each([
+    ["a pass-through field 50,000 arrays deep", "response_format", `${"[".repeat(50_000)}${"]".repeat(50_000)}`],
+    ["a pass-through field 20,000 objects deep", "tools", `${'{"a":'.repeat(20_000)}1${"}".repeat(20_000)}`],
+    ["a field one level over the bound", "extra", `${"[".repeat(64)}${"]".repeat(64)}`],
+  ])("%s -> 400 invalid_value naming the field; no provider asked, nothing counted as a provider failure", async (_, field, value) => {
+    await using ctx = await setup();
+    const first = await ctx.provider(echo);
+    const second = await ctx.provider(echo);
+    const response = await post(ctx.server.url, ctx.apiKey, withField(field, value));
+    expect(await errorOf(response)).toEqual({
+      status: 400,
+      contentType: "application/json",
+      retryAfter: null,
+      body: {
+        error: { message: "a field nests deeper than 64 levels", type: "invalid_request_error", code: "invalid_value", param: field },
+      },
+    });
+    // Messages nested too deep name `messages`.
+    const deepMessage = `{"model":"org/model","messages":[{"role":"user","content":"x","name":${"[".repeat(100)}${"]".repeat(100)}}]}`;
+    expect(((await (await post(ctx.server.url, ctx.apiKey, deepMessage)).json()) as { error: { param: string } }).error.param).toBe(
+      "messages",
+    );
+    expect([inferences(first), inferences(second), first.received.filter((f) => f.type === "cancel")]).toEqual([[], [], []]);
+    const metrics = await ctx.t.app.metrics.render();
+    expect(metrics).toContain('umbra_http_requests_total{method="POST",route="/v1/chat/completions",status="400"} 2');
+    expect(metrics).not.toMatch(/status="5\d\d"/);
+    // The provider tried first is not marked: it serves the next ordinary request.
+    expect(await contentOf(await postChat(ctx.server.url, ctx.apiKey, chatBody("still here")))).toBe("still here");
+    expect(inferences(first).length).toBe(1);
+  });
+
+  test("63 levels under the body (64 with it) pass through", async () => {
+    await using ctx = await setup();
+    const provider = await ctx.provider(echo);
+    const response = await post(ctx.server.url, ctx.apiKey, withField("extra", `${"[".repeat(63)}${"]".repeat(63)}`));
+    expect(await contentOf(response)).toBe("alpha beta");
+    expect(JSON.stringify(firstInference(provider).request.extra)).toBe(`${"[".repeat(63)}${"]".repeat(63)}`);
+  });
+});
+
+describe("a request the coordinator cannot serialize for its provider", () => {
+  // Validation keeps such requests out (nesting bound); should one get through, it is the coordinator's
+  // failure: thrown as such (500 internal_error at the boundary), not failed over, no provider blamed.
+  const deep = () => {
+    let v: unknown = [];
+    for (let i = 0; i < 100_000; i++) v = [v];
+    return v;
+  };
+  test.each([
+    ["plaintext", {}],
+    ["sealed", { sealed: true }],
+    ["sealed with session keys", { sealed: true, sessionKeys: true }],
+  ])("%s session: RequestEncodingError, no provider asked, the slots are free", async (_, mode) => {
+    await using ctx = await setup();
+    const connect = () => connectFakeProvider({ url: ctx.server.url, token: ctx.token, models: [BUILD], behave: echo, ...mode });
+    await using first = await connect();
+    await using second = await connect();
+    await waitFor(() => ctx.t.app.fleet.candidates(BUILD, () => true).length === 2, "both providers ready");
+    for (const extra of [{ extra: deep() }, { seed: 1n }]) {
+      const body = { messages: [{ role: "user", content: "x" }], max_tokens: 5, ...extra } as unknown as EngineRequestBody;
+      const attempt = dispatch(
+        ctx.t.app.fleet,
+        ctx.t.config,
+        {
+          requestId: `req_${Object.keys(extra)[0]}`,
+          buildId: BUILD,
+          body,
+          signal: new AbortController().signal,
+          requestDeadline: Date.now() + 60_000,
+        },
+        Date.now,
+      );
+      await expect(attempt).rejects.toBeInstanceOf(RequestEncodingError);
+    }
+    const sent = (p: FakeProvider) => p.received.filter((f) => f.type !== "welcome" && f.type !== "challenge");
+    expect([sent(first), sent(second)]).toEqual([[], []]);
+    expect(ctx.t.app.fleet.candidates(BUILD, () => true).map((s) => ({ active: s.active, closed: s.closed }))).toEqual([
+      { active: 0, closed: false },
+      { active: 0, closed: false },
+    ]);
+    // The first provider is not marked: the next ordinary request goes to it.
+    expect(await contentOf(await postChat(ctx.server.url, ctx.apiKey, chatBody("still here")))).toBe("still here");
+    expect(sent(first).length).toBe(1);
   });
 });

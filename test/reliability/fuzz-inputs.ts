@@ -99,7 +99,7 @@ export const PROTOCOL_MAX_TOKENS = 100_000_000;
 
 /** The budget a valid request must reach its provider with (spec budget rules 1, 2, 4; model limits). */
 export function expectedBudget(model: string, maxTokens: unknown, maxCompletionTokens: unknown): number {
-  const positive = (v: unknown) => (typeof v === "number" && v > 0 ? v : undefined);
+  const positive = (v: unknown) => (typeof v === "number" && v > 0 ? v : typeof v === "bigint" && v > 0n ? Number(v) : undefined);
   const requested = positive(maxTokens) ?? positive(maxCompletionTokens) ?? FUZZ_DEFAULT_MAX_TOKENS;
   const limit = KNOWN_MODELS.get(model) ?? null;
   return Math.min(requested, PROTOCOL_MAX_TOKENS, limit ?? Number.POSITIVE_INFINITY);
@@ -119,10 +119,40 @@ export type Expected =
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
 const absent = (v: unknown) => v === undefined || v === null;
 /**
- * int64 with minimum 0: a JSON number that is an integer from 0 to 2^63 - 1 (which reads as the double
- * 2^63); null or absent allowed.
+ * int64 with minimum 0: an integer from 0 to 2^63 - 1; null or absent allowed. A double of 2^63 or more
+ * is beyond (the literal 2^63 - 1 arrives as a bigint from parseBody).
  */
-const validBudget = (v: unknown) => absent(v) || (typeof v === "number" && Number.isInteger(v) && v >= 0 && v <= 2 ** 63);
+const validBudget = (v: unknown) =>
+  absent(v) ||
+  (typeof v === "bigint" && v >= 0n && v <= 9223372036854775807n) ||
+  (typeof v === "number" && Number.isInteger(v) && v >= 0 && v < 2 ** 63);
+
+/**
+ * The oracle's reading of a body's text: JSON.parse, except that budgets written as plain integer
+ * literals beyond 2^53 are read exactly, as bigints (the double cannot tell 2^63 - 1 from 2^63).
+ */
+export function parseBody(text: string): unknown {
+  return JSON.parse(text, (key: string, v: unknown, context?: { source?: string }) => {
+    const exact = (key === "max_tokens" || key === "max_completion_tokens") && typeof v === "number" && !Number.isSafeInteger(v);
+    return exact && context?.source !== undefined && /^-?\d+$/.test(context.source) ? BigInt(context.source) : v;
+  });
+}
+
+/** How deep a chat body may nest, the body itself being level 1 (docs/api.md, Limits). */
+const MAX_DEPTH = 64;
+
+/** How many levels of objects and arrays `value` holds (0 for a scalar), without recursion. */
+function depthOf(value: unknown): number {
+  let deepest = 0;
+  const stack: [unknown, number][] = [[value, 1]];
+  for (let top = stack.pop(); top !== undefined; top = stack.pop()) {
+    const [v, level] = top;
+    if (typeof v !== "object" || v === null) continue;
+    deepest = Math.max(deepest, level);
+    for (const child of Object.values(v)) stack.push([child, level + 1]);
+  }
+  return deepest;
+}
 
 /**
  * The expected outcome of POST /v1/chat/completions with this parsed body, for a funded key without
@@ -149,6 +179,8 @@ export function expectedChat(body: unknown, parsed: boolean): Expected {
       }
     });
   }
+  // Nesting deeper than 64 levels (the body being level 1) anywhere names its top-level field.
+  for (const [name, value] of Object.entries(body)) if (1 + depthOf(value) > MAX_DEPTH) bad.push(name);
   if (!absent(body.stream) && typeof body.stream !== "boolean") bad.push("stream");
   if (!absent(body.stream_options) && !isObject(body.stream_options)) bad.push("stream_options");
   if (!absent(body.self_route) && typeof body.self_route !== "boolean") bad.push("self_route");
@@ -361,13 +393,16 @@ export const chatBody: fc.Arbitrary<Record<string, unknown>> = fc
           { weight: 1, arbitrary: fc.constant(true) },
           { weight: 1, arbitrary: oddValue },
         ),
-        // Pass-through and identity fields: never validated by the coordinator, never a failure.
+        // Pass-through and identity fields: never validated by the coordinator beyond the nesting bound.
         seed: fc.integer(),
         user: fc.string({ maxLength: 10 }),
         metadata: fc.dictionary(fc.string({ maxLength: 5 }), fc.string({ maxLength: 5 }), { maxKeys: 3 }),
         response_format: fc.constantFrom({ type: "text" }, { type: "json_object" }),
         extra: fc.jsonValue({ maxDepth: 4 }),
-        deep: fc.integer({ min: 1, max: 2000 }).map(nested),
+        // Mostly within the nesting bound (62 arrays and {} under the body are its 64 levels), sometimes far over.
+        deep: fc
+          .oneof({ weight: 4, arbitrary: fc.integer({ min: 1, max: 62 }) }, { weight: 1, arbitrary: fc.integer({ min: 63, max: 2000 }) })
+          .map(nested),
       },
       { requiredKeys: [] },
     ),
@@ -395,6 +430,9 @@ export const budgetLiteral: fc.Arbitrary<string | undefined> = fc.oneof(
     "1E2",
     "1e-7",
     "9007199254740993",
+    "9223372036854775807",
+    "9223372036854775808",
+    "9223372036854776832",
     "99999999999999999999999999",
     "0.0000001e7",
     "1e2",

@@ -34,6 +34,7 @@ import {
   headerSet,
   KNOWN_MODELS,
   modelId,
+  parseBody,
   rawBody,
   runsOf,
   seedOf,
@@ -126,7 +127,7 @@ function decodeJson(bytes: Uint8Array): { parsed: boolean; value: unknown } {
   const text = new TextDecoder().decode(bytes);
   if (text.length === 0) return { parsed: false, value: undefined };
   try {
-    return { parsed: true, value: JSON.parse(text) };
+    return { parsed: true, value: parseBody(text) };
   } catch {
     return { parsed: false, value: undefined };
   }

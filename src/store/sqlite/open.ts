@@ -1,12 +1,15 @@
 /**
  * Opens the SQLite database: creates its folder, sets WAL, foreign keys and a busy timeout, applies the
  * embedded migrations in one transaction, and proves the file is writable before anyone relies on it.
+ * Modes: a folder it creates is 0700; the database is 0600 before SQLite opens it (SQLite gives its WAL,
+ * shared-memory and rollback files the database's mode), and existing files with looser modes are
+ * tightened to 0600. An existing folder is left as it is (it may be shared, such as /tmp).
  *
  * Migration bookkeeping uses drizzle's own `__drizzle_migrations` table (hash, created_at = journal
  * timestamp), so drizzle-kit sees the same state as the coordinator.
  */
 import { Database } from "bun:sqlite";
-import { mkdirSync } from "node:fs";
+import { chmodSync, closeSync, mkdirSync, openSync } from "node:fs";
 import { dirname } from "node:path";
 import { type BunSQLiteDatabase, drizzle } from "drizzle-orm/bun-sqlite";
 import { type EmbeddedMigration, MIGRATIONS } from "../migrations/index.ts";
@@ -24,7 +27,10 @@ export interface OpenedDatabase {
 export function openSqlite(path: string): OpenedDatabase {
   let client: Database;
   try {
-    if (path !== ":memory:") mkdirSync(dirname(path), { recursive: true });
+    if (path !== ":memory:") {
+      mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
+      restrictFiles(path);
+    }
     client = new Database(path, { create: true, readwrite: true, strict: true });
   } catch (e) {
     throw new StoreOpenError(`cannot open database ${path}: ${reason(e)}`);
@@ -65,6 +71,18 @@ export function applyMigrations(client: Database, list: readonly EmbeddedMigrati
         .run(new Bun.CryptoHasher("sha256").update(m.sql).digest("hex"), m.when);
     }
   })();
+}
+
+/** Creates the database file 0600 if it is missing, and brings it and its companions to 0600. */
+function restrictFiles(path: string): void {
+  closeSync(openSync(path, "a", 0o600));
+  for (const file of [path, `${path}-wal`, `${path}-shm`, `${path}-journal`]) {
+    try {
+      chmodSync(file, 0o600);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
+    }
+  }
 }
 
 function reason(e: unknown): string {

@@ -3,6 +3,7 @@ import { describe, expect, test } from "bun:test";
 import { ApiError } from "../../../src/errors/api-error.ts";
 import { effectiveBudget, engineBody, parseChatRequest } from "../../../src/inference/chat-request.ts";
 import { MAX_TOKENS_LIMIT } from "../../../src/protocol/messages.ts";
+import { parseJsonExact } from "../../../src/validation/fields.ts";
 
 const CANARY = "canary-7f3a-secret-prompt";
 const DEFAULT = 4096;
@@ -296,5 +297,76 @@ describe("error messages never quote content", () => {
     const r = rejection(body);
     expect(r?.status).toBe(400);
     expect(JSON.stringify(r)).not.toContain(CANARY);
+  });
+});
+
+describe("nesting", () => {
+  /** `[[...]]` with `levels` arrays, built without recursion. */
+  const arrays = (levels: number): unknown => {
+    let v: unknown = [];
+    for (let i = 1; i < levels; i++) v = [v];
+    return v;
+  };
+  const deepError = (param: string) => ({
+    status: 400,
+    error: { message: "a field nests deeper than 64 levels", type: "invalid_request_error", code: "invalid_value", param },
+  });
+
+  test.each([
+    ["63 levels under the body", { extra: arrays(63) }, undefined],
+    ["64 levels under the body", { extra: arrays(64) }, deepError("extra")],
+    ["50,000 levels in a pass-through field", { response_format: arrays(50_000) }, deepError("response_format")],
+    ["deep inside an object of objects", { tools: [{ function: { parameters: { properties: arrays(61) } } }] }, deepError("tools")],
+    ["deep inside a message", { messages: [{ role: "user", content: "x", name: arrays(100) }] }, deepError("messages")],
+    ["deep under an identity field (dropped, but still walked)", { metadata: { a: arrays(100) } }, deepError("metadata")],
+  ])("%s", (_name, extra, expected) => {
+    expect(rejection(base(extra))).toEqual(expected);
+  });
+
+  test("the bound is checked before any other field: a deep body with a bad budget names the deep field", () => {
+    expect(rejection(base({ max_tokens: -1, extra: arrays(1000) }))).toEqual(deepError("extra"));
+  });
+});
+
+describe("budgets near the int64 bound, as JSON literals", () => {
+  // JSON.parse reads every literal from 2^63 - 512 to 2^63 + 1024 as the double 2^63: the bound is
+  // decided on the literal's digits (parseJsonExact), not on the double.
+  const INT64 = { message: "'max_tokens' must be an int64 (at most 9223372036854775807)", param: "max_tokens" };
+  const NOT_INTEGER = { message: "'max_tokens' must be an integer", param: "max_tokens" };
+  test.each<[string, string, typeof INT64 | undefined]>([
+    ["2^63 - 1", "9223372036854775807", undefined],
+    ["2^63 - 2", "9223372036854775806", undefined],
+    ["2^63 - 1 with a zero fraction", "9223372036854775807.000", undefined],
+    ["2^63 - 1 in exponent form", "9.223372036854775807e18", undefined],
+    ["2^63 - 1 as a longer mantissa", "92233720368547758070e-1", undefined],
+    ["2^53 + 1", "9007199254740993", undefined],
+    ["2^63", "9223372036854775808", INT64],
+    ["2^63 + 1", "9223372036854775809", INT64],
+    ["2^63 + 1024", "9223372036854776832", INT64],
+    ["2^63 as JavaScript prints it", "9223372036854776000", INT64],
+    ["9.3e18", "9.3e18", INT64],
+    ["2^64", "18446744073709551616", INT64],
+    ["1e19", "1e19", INT64],
+    ["2^63 - 1 and a half", "9223372036854775807.5", NOT_INTEGER],
+    ["2^53 + 1 and a half", "9007199254740993.5", NOT_INTEGER],
+  ])("%s (%s)", (_name, literal, expected) => {
+    const body = parseJsonExact(`{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":${literal}}`, ["max_tokens"]);
+    expect(rejection(body)).toEqual(
+      expected === undefined ? undefined : { status: 400, error: { ...expected, type: "invalid_request_error", code: "invalid_value" } },
+    );
+    if (expected === undefined) expect(budgetOf(body as Record<string, unknown>)).toBe(MODEL_LIMIT);
+  });
+
+  test("read exactly at the top level only, and only the fields named", () => {
+    const text = '{"max_tokens":9223372036854775807,"seed":9223372036854775807,"x":{"max_tokens":9223372036854775807}}';
+    expect(parseJsonExact(text, ["max_tokens"])).toEqual({
+      max_tokens: 9223372036854775807n,
+      seed: 2 ** 63,
+      x: { max_tokens: 2 ** 63 },
+    });
+  });
+
+  test("a double of 2^63 given in-process (no literal to read) is refused", () => {
+    expect(rejection(base({ max_tokens: 2 ** 63 }))?.error.param).toBe("max_tokens");
   });
 });

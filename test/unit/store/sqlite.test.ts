@@ -5,8 +5,9 @@
  */
 import { Database } from "bun:sqlite";
 import { describe, expect, test } from "bun:test";
-import { chmodSync, closeSync, mkdirSync, openSync, writeFileSync } from "node:fs";
+import { chmodSync, closeSync, mkdirSync, openSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { journalPath } from "../../../src/store/journal.ts";
 import { MIGRATIONS } from "../../../src/store/migrations/index.ts";
 import { createSqliteStore } from "../../../src/store/sqlite/index.ts";
 import { openSqlite } from "../../../src/store/sqlite/open.ts";
@@ -226,4 +227,55 @@ runMoneyConformance("SQLite money store conformance", async () => {
     dir[Symbol.dispose]();
     throw error;
   }
+});
+
+describe("file modes", () => {
+  const modeOf = (path: string) => (statSync(path).mode & 0o777).toString(8);
+  const modes = (db: string) => ({
+    db: modeOf(db),
+    wal: modeOf(`${db}-wal`),
+    shm: modeOf(`${db}-shm`),
+    journal: modeOf(journalPath(db)),
+  });
+  const PRIVATE = { db: "600", wal: "600", shm: "600", journal: "600" };
+
+  test("a fresh database: its new folder 0700; the database, WAL, shared memory and journal 0600", () => {
+    using dir = tempDir();
+    const previous = process.umask(0o022);
+    try {
+      const db = join(dir.path, "data", "nested", "umbra.db");
+      const store = createSqliteStore(db, { journal: true });
+      try {
+        expect({ folder: modeOf(join(dir.path, "data", "nested")), parent: modeOf(join(dir.path, "data")), ...modes(db) }).toEqual({
+          folder: "700",
+          parent: "700",
+          ...PRIVATE,
+        });
+      } finally {
+        store.close();
+      }
+    } finally {
+      process.umask(previous);
+    }
+  });
+
+  test("an existing database with looser modes is tightened; an existing folder is left as it is", () => {
+    using dir = tempDir();
+    const folder = join(dir.path, "shared");
+    mkdirSync(folder, { mode: 0o755 });
+    chmodSync(folder, 0o755);
+    const db = join(folder, "umbra.db");
+    createSqliteStore(db, { journal: true }).close();
+    // As an older version left them (or a copy made with the default umask), WAL and shared memory included.
+    for (const file of [db, `${db}-wal`, `${db}-shm`, journalPath(db)]) {
+      closeSync(openSync(file, "a"));
+      chmodSync(file, 0o644);
+    }
+    const store = createSqliteStore(db, { journal: true });
+    try {
+      expect({ folder: modeOf(folder), ...modes(db) }).toEqual({ folder: "755", ...PRIVATE });
+    } finally {
+      store.close();
+    }
+  });
 });
