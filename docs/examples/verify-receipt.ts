@@ -41,7 +41,9 @@ if (createHash("sha256").update(content).digest("hex") !== answer.response_hash)
   console.error("response_hash does not match the content received");
   process.exit(1);
 }
-const providers = (await (await fetch(`${url}/v1/providers/attestation`)).json()) as {
+// Only the signer: a fleet may list more providers than one page holds.
+const keyId = encodeURIComponent(answer.metadata.provider_key_id);
+const providers = (await (await fetch(`${url}/v1/providers/attestation?identity_key_sha256=${keyId}`)).json()) as {
   data: { identity_key: string | null; identity_key_sha256: string | null; trust_level: string }[];
 };
 const provider = providers.data.find((p) => p.identity_key_sha256 === answer.metadata?.provider_key_id);

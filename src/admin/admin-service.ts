@@ -30,6 +30,7 @@ import {
   optionalInt,
   optionalString,
   optionalStringArray,
+  queryInt,
   requiredInt,
   requiredString,
 } from "../validation/fields.ts";
@@ -137,16 +138,6 @@ function usageTotal(rows: readonly UsageTotalsRow[]): Omit<UsageTotalsRow, "key"
     total.cost += r.cost;
   }
   return total;
-}
-
-/** A whole number from a query string (or a JSON number), within bounds; `fallback` when absent. */
-function queryInt(value: unknown, param: string, bounds: { min: number; max: number; fallback: number }): number {
-  if (value === undefined) return bounds.fallback;
-  const n = typeof value === "string" && /^[0-9]{1,16}$/.test(value) ? Number(value) : value;
-  if (typeof n !== "number" || !Number.isSafeInteger(n) || n < bounds.min || n > bounds.max) {
-    throw Errors.invalidValue(`'${param}' must be an integer between ${bounds.min} and ${bounds.max}`, param);
-  }
-  return n;
 }
 
 /** A UTC calendar date as YYYY-MM-DD and the Unix ms of its midnight; undefined when absent. */

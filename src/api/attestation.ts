@@ -4,7 +4,9 @@
  * when this host cannot attest (no configfs-tsm, or --attestation none).
  *
  * GET /v1/providers/attestation: the connected providers' public keys, verified trust levels and
- * posture (fleet.publicAttestations), no authentication.
+ * posture, no authentication: only providers at or above the routing floor, one page of at most
+ * `limit` (1..100, default 100) after the `after` provider id, optionally only one `identity_key_sha256`;
+ * served from the list the fleet built at its last change (src/fleet/public-list.ts). Bad values: 400.
  *
  * POST /v1/provider/dev-chain (development trust only; 404 otherwise): a provider device token asks the
  * coordinator's development root for a device chain for its identity key, so a separately started
@@ -16,7 +18,8 @@ import { type Posture, parsePosture } from "../../attestation/src/posture.ts";
 import type { CoordinatorAttestation } from "../attestation/coordinator-attestation.ts";
 import { Errors } from "../errors/api-error.ts";
 import type { Fleet } from "../fleet/fleet.ts";
-import { objectBody, requiredString } from "../validation/fields.ts";
+import { PAGE_LIMIT } from "../fleet/public-list.ts";
+import { objectBody, optionalString, queryInt, requiredString } from "../validation/fields.ts";
 import { readJsonBody } from "./errors.ts";
 
 export interface DevChainDeps {
@@ -30,7 +33,21 @@ export function attestationRoutes(deps: { attestation: CoordinatorAttestation; f
   const limits = { maxBytes: 16 * 1024, timeoutMs: deps.bodyTimeoutMs };
   return new Elysia({ name: "attestation" })
     .get("/v1/attestation", () => deps.attestation.document())
-    .get("/v1/providers/attestation", () => ({ object: "list", data: deps.fleet.publicAttestations() }))
+    .get("/v1/providers/attestation", ({ query }) => {
+      const limit = queryInt(query.limit, "limit", PAGE_LIMIT);
+      const after = optionalString(query, "after", { max: 256 });
+      const identityKeySha256 = optionalString(query, "identity_key_sha256", {
+        max: 64,
+        pattern: /^[0-9a-f]{64}$/,
+        patternHint: "must be 64 lowercase hex digits",
+      });
+      const body = deps.fleet.publicPage({
+        limit,
+        ...(after !== undefined ? { after } : {}),
+        ...(identityKeySha256 !== undefined ? { identityKeySha256 } : {}),
+      });
+      return new Response(body, { headers: { "content-type": "application/json" } });
+    })
     .post(
       "/v1/provider/dev-chain",
       async ({ request }) => {

@@ -1,7 +1,10 @@
 /**
  * GET /v1/provider/connect: the provider WebSocket. The bearer must be a live provider device token;
- * otherwise the upgrade is refused with 401 and the error envelope. Frames go to the fleet's session,
- * which validates each one; frames over MAX_FRAME_BYTES close the socket (1009) before parsing.
+ * otherwise the upgrade is refused with 401 and the error envelope. A token already at its session
+ * limit (or a fleet with too many connections awaiting welcome) is refused with 429
+ * rate_limit_exceeded and Retry-After before the upgrade; a connection that slips past that check
+ * concurrently is closed with 4029 when it opens (the fleet counts at open). Frames go to the fleet's
+ * session, which validates each one; frames over MAX_FRAME_BYTES close the socket (1009) before parsing.
  */
 import type { Server, ServerWebSocket, WebSocketHandler } from "bun";
 import { authenticateProvider } from "../auth/authenticator.ts";
@@ -14,6 +17,8 @@ import type { ProviderTokenRecord, Store } from "../store/types.ts";
 import { errorResponse } from "./errors.ts";
 
 export const PROVIDER_CONNECT_PATH = "/v1/provider/connect";
+/** Retry-After of a connection refused for the session limit: sessions are long-lived. */
+export const SESSION_LIMIT_RETRY_SECONDS = 30;
 
 export interface SocketData {
   readonly identity: SessionIdentity;
@@ -35,6 +40,11 @@ export function providerSocket(deps: { store: Store; fleet: Fleet; logger: Logge
       } catch (e) {
         if (e instanceof ApiError) return errorResponse(e);
         throw e;
+      }
+      const refused = deps.fleet.refusal(record.id);
+      if (refused !== undefined) {
+        deps.logger.debug("provider connection refused", { account_id: record.accountId, reason: refused });
+        return errorResponse(Errors.rateLimited(refused, SESSION_LIMIT_RETRY_SECONDS));
       }
       const data: SocketData = { identity: { accountId: record.accountId, tokenId: record.id } };
       if (server.upgrade(request, { data })) return undefined;

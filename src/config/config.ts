@@ -62,6 +62,11 @@ export interface Config {
   readonly providerHeartbeatMs: number;
   /** A provider silent for this long is disconnected and its requests fail over. */
   readonly providerLivenessMs: number;
+  /**
+   * Provider connections open at once with one device token, counting those still before `welcome`;
+   * the next is refused (HTTP 429 before the upgrade, or close 4029).
+   */
+  readonly maxSessionsPerToken: number;
   /** The platform's share of every charge, in percent; the provider earns the rest. */
   readonly platformFeePercent: number;
   /** Billing and rate limits; off only in development (benchmarks compare both). */
@@ -175,6 +180,12 @@ export const SETTINGS = {
     help: "provider heartbeat interval",
   },
   providerLivenessMs: { flag: "provider-liveness-ms", env: "UMBRA_PROVIDER_LIVENESS_MS", kind: "int", help: "provider liveness timeout" },
+  maxSessionsPerToken: {
+    flag: "max-sessions-per-token",
+    env: "UMBRA_MAX_SESSIONS_PER_TOKEN",
+    kind: "int",
+    help: "provider connections open at once per device token",
+  },
   platformFeePercent: { flag: "platform-fee", env: "UMBRA_PLATFORM_FEE", kind: "int", help: "platform share of each charge, percent" },
   metering: {
     flag: "metering",
@@ -264,6 +275,7 @@ const DEFAULTS = {
   maxAttempts: 3,
   providerHeartbeatMs: 5_000,
   providerLivenessMs: 15_000,
+  maxSessionsPerToken: 4,
   platformFeePercent: 10,
   maxQueuedPerModel: 64,
   settlementGroupAbove: 0,
@@ -408,6 +420,7 @@ export function loadConfig(flags: FlagValues, env: Env, defaultMode: Mode = "pro
     maxAttempts: intOf("maxAttempts", raw("maxAttempts", flags, env), DEFAULTS.maxAttempts, 1, 16),
     providerHeartbeatMs: intOf("providerHeartbeatMs", raw("providerHeartbeatMs", flags, env), DEFAULTS.providerHeartbeatMs, 10, 600_000),
     providerLivenessMs: intOf("providerLivenessMs", raw("providerLivenessMs", flags, env), DEFAULTS.providerLivenessMs, 20, 3_600_000),
+    maxSessionsPerToken: intOf("maxSessionsPerToken", raw("maxSessionsPerToken", flags, env), DEFAULTS.maxSessionsPerToken, 1, 1024),
     platformFeePercent: intOf("platformFeePercent", raw("platformFeePercent", flags, env), DEFAULTS.platformFeePercent, 0, 100),
     metering: enumOf<"on" | "off">("metering", raw("metering", flags, env), "on") === "on",
     shutdownDrainMs: intOf("shutdownDrainMs", raw("shutdownDrainMs", flags, env), DEFAULTS.shutdownDrainMs, 0, 3_600_000),
@@ -445,6 +458,9 @@ function refuseUnsafe(config: Config): void {
   if (!config.metering) throw new ConfigError("production mode refuses --metering off (billing and rate limits)");
   if (config.trustRoot === "development") {
     throw new ConfigError("production mode refuses the development trust root (--trust-root development)");
+  }
+  if (config.minTrust === "none") {
+    throw new ConfigError("production mode refuses --min-trust none (providers without verified evidence are refused in production)");
   }
   if (config.attestation === "dev") {
     throw new ConfigError("production mode refuses development attestation evidence (--attestation dev)");

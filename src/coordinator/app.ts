@@ -116,9 +116,11 @@ export function createApp(deps: AppDeps): App {
   };
   const fleet = new Fleet({
     minTrust: config.minTrust,
+    maxSessionsPerToken: config.maxSessionsPerToken,
     heartbeatIntervalMs: config.providerHeartbeatMs,
     livenessTimeoutMs: config.providerLivenessMs,
     requireSealed: config.mode === "production",
+    refuseUntrusted: config.mode === "production",
     assess: async (evidence, encryptionKey) => {
       if (encryptionKey === undefined || evidence === undefined) return NO_ATTESTATION;
       try {

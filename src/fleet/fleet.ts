@@ -6,40 +6,35 @@
  * routable sessions serving it with a free slot, ordered: warm first, then least loaded (active /
  * max concurrency), then fastest recent first content. A session silent for longer than the liveness
  * timeout is ended (its attempts fail over).
+ *
+ * Admission bounds: at most `maxSessionsPerToken` sessions per device token and MAX_PENDING_SESSIONS
+ * sessions not yet welcomed, both counting every session from its socket's open (before hello) to its
+ * end; `refusal()` says why a new one is refused. `version` moves on every change the public list
+ * shows (welcome, end of a welcomed session, trust withdrawn); the list (public-list.ts) is rebuilt
+ * only then.
  */
 import { randomBytes } from "node:crypto";
 import { type ProviderAttestation, summarizeAttestation } from "../../attestation/src/levels.ts";
-import { postureJson } from "../../attestation/src/posture.ts";
 import type { TrustLevel } from "../config/config.ts";
 import { TRUST_LEVELS } from "../config/config.ts";
-import { toBase64url } from "../crypto/encoding.ts";
 import type { Logger } from "../observability/logger.ts";
 import { CLOSE } from "../protocol/messages.ts";
 import type { FleetView, ModelCapacity } from "./fleet-view.ts";
+import { type PublicListQuery, type PublicProviderAttestation, PublicProviderList, publicEntry } from "./public-list.ts";
 import { ProviderSession, type SessionIdentity, type SessionSettings, type SessionTransport } from "./session.ts";
 
 export interface FleetOptions extends SessionSettings {
   readonly minTrust: TrustLevel;
+  /** Sessions open at once per device token, counting those not yet welcomed. */
+  readonly maxSessionsPerToken: number;
   readonly logger: Logger;
   readonly now: () => number;
 }
 
 const rank = (t: TrustLevel) => TRUST_LEVELS.indexOf(t);
 
-export interface PublicProviderAttestation {
-  readonly provider_id: string;
-  readonly trust_level: TrustLevel;
-  readonly routable: boolean;
-  readonly secure_enclave: boolean;
-  readonly device_chain_verified: boolean;
-  /** The identity key (P-256, 65-byte uncompressed point, base64url) that signs evidence and challenges. */
-  readonly identity_key: string | null;
-  readonly identity_key_sha256: string | null;
-  /** This connection's X25519 key, to which requests are sealed. */
-  readonly encryption_key: string | null;
-  readonly posture: Readonly<Record<string, unknown>> | null;
-  readonly models: readonly string[];
-}
+/** Sessions not yet welcomed (before hello, or verifying evidence), over all device tokens. */
+export const MAX_PENDING_SESSIONS = 1024;
 
 interface Waiter {
   readonly wake: () => void;
@@ -51,6 +46,12 @@ export class Fleet implements FleetView {
   /** Requests waiting for a free slot, per build, first come first served. */
   private readonly waiters = new Map<string, Waiter[]>();
   private sweeper: ReturnType<typeof setInterval> | undefined;
+  /** Open sessions per device token id, welcomed or not. */
+  private readonly perToken = new Map<string, number>();
+  /** Ids of sessions not yet welcomed. */
+  private readonly pending = new Set<string>();
+  private changes = 0;
+  private readonly publicList = new PublicProviderList({ version: () => this.changes, entries: () => this.publicAttestations() });
 
   constructor(private readonly options: FleetOptions) {}
 
@@ -67,8 +68,34 @@ export class Fleet implements FleetView {
     for (const s of [...this.sessions.values()]) s.terminate(CLOSE.goingAway, "coordinator shutting down");
   }
 
-  /** A new connection: the session waits for hello. */
-  connect(transport: SessionTransport, identity: SessionIdentity): ProviderSession {
+  /**
+   * Why a new connection with this device token would be refused now (a fixed phrase), or undefined.
+   * Checked before the upgrade (HTTP 429) and again by `connect` (close 4029), which alone counts.
+   */
+  refusal(tokenId: string): string | undefined {
+    const open = this.perToken.get(tokenId) ?? 0;
+    if (open >= this.options.maxSessionsPerToken) {
+      return `this device token already has ${open} open sessions (the limit is ${this.options.maxSessionsPerToken})`;
+    }
+    if (this.pending.size >= MAX_PENDING_SESSIONS) return "too many provider connections are waiting for welcome";
+    return undefined;
+  }
+
+  /**
+   * A new connection: the session waits for hello. Beyond the admission bounds (`refusal`) the
+   * connection is closed with 4029 and no session is made (undefined).
+   */
+  connect(transport: SessionTransport, identity: SessionIdentity): ProviderSession | undefined {
+    const refused = this.refusal(identity.tokenId);
+    if (refused !== undefined) {
+      this.options.logger.debug("provider connection refused", { account_id: identity.accountId, reason: refused });
+      try {
+        transport.close(CLOSE.tooManySessions, refused);
+      } catch {
+        // already gone
+      }
+      return undefined;
+    }
     const id = `prov_${randomBytes(9).toString("base64url")}`;
     const session = new ProviderSession(
       id,
@@ -76,6 +103,8 @@ export class Fleet implements FleetView {
       transport,
       {
         onReady: (s) => {
+          this.pending.delete(s.id);
+          this.changes++;
           for (const build of s.models.keys()) {
             let set = this.byBuild.get(build);
             if (!set) {
@@ -91,11 +120,18 @@ export class Fleet implements FleetView {
         },
         onClosed: (s) => {
           this.sessions.delete(s.id);
+          if (!this.pending.delete(s.id)) this.changes++;
+          const open = (this.perToken.get(s.identity.tokenId) ?? 1) - 1;
+          if (open > 0) this.perToken.set(s.identity.tokenId, open);
+          else this.perToken.delete(s.identity.tokenId);
           for (const build of s.models.keys()) {
             const set = this.byBuild.get(build);
             set?.delete(s);
             if (set?.size === 0) this.byBuild.delete(build);
           }
+        },
+        onTrustChanged: () => {
+          this.changes++;
         },
       },
       this.options,
@@ -103,7 +139,19 @@ export class Fleet implements FleetView {
       this.options.now,
     );
     this.sessions.set(id, session);
+    this.pending.add(id);
+    this.perToken.set(identity.tokenId, (this.perToken.get(identity.tokenId) ?? 0) + 1);
     return session;
+  }
+
+  /** Open sessions with this device token, welcomed or not. */
+  sessionsOfToken(tokenId: string): number {
+    return this.perToken.get(tokenId) ?? 0;
+  }
+
+  /** Sessions not yet welcomed. */
+  get pendingCount(): number {
+    return this.pending.size;
   }
 
   /** Ends, at once, every session opened with this device token (it was revoked). */
@@ -245,27 +293,30 @@ export class Fleet implements FleetView {
 
   /**
    * What anyone may know about the connected providers' attestation (GET /v1/providers/attestation):
-   * public keys, verified trust level and posture, models. Never accounts, tokens or serial numbers.
+   * welcomed sessions at or above the routing floor, with public keys, verified trust level and posture,
+   * models. Never accounts, tokens or serial numbers. Unsorted; the public list sorts and caches.
    */
   publicAttestations(): PublicProviderAttestation[] {
     const out: PublicProviderAttestation[] = [];
     for (const s of this.sessions.values()) {
-      if (!s.ready) continue;
-      const a = s.attestation;
-      out.push({
-        provider_id: s.id,
-        trust_level: s.trust,
-        routable: this.routable(s),
-        secure_enclave: a?.secureEnclave ?? false,
-        device_chain_verified: a?.mdaVerified ?? false,
-        identity_key: a?.identityKey ? toBase64url(a.identityKey.point) : null,
-        identity_key_sha256: a?.identityKey?.id ?? null,
-        encryption_key: s.encryptionKey ? toBase64url(s.encryptionKey) : null,
-        posture: a?.posture ? postureJson(a.posture) : null,
-        models: [...s.models.keys()],
-      });
+      if (s.ready && rank(s.trust) >= rank(this.options.minTrust)) out.push(publicEntry(s));
     }
-    return out.sort((x, y) => (x.provider_id < y.provider_id ? -1 : 1));
+    return out;
+  }
+
+  /** One page of the public list as JSON, from the list built at the current version. */
+  publicPage(query: PublicListQuery): string {
+    return this.publicList.page(query);
+  }
+
+  /** Moves on every change the public list shows. */
+  get version(): number {
+    return this.changes;
+  }
+
+  /** How many times the public list was built (tests: once per change that was read). */
+  get publicListBuilds(): number {
+    return this.publicList.builds;
   }
 
   get size(): number {

@@ -66,6 +66,8 @@ export interface SessionHooks {
   onClosed(session: ProviderSession): void;
   /** A slot became free on this session: a waiting request may take it. */
   onSlotFreed(session: ProviderSession): void;
+  /** The session's trust level changed after welcome (withdrawn): what the public list shows moved. */
+  onTrustChanged(session: ProviderSession): void;
 }
 
 export interface SessionSettings {
@@ -73,6 +75,11 @@ export interface SessionSettings {
   readonly livenessTimeoutMs: number;
   /** Refuse plaintext sessions (production): every request must be sealed to the provider's key. */
   readonly requireSealed: boolean;
+  /**
+   * Refuse sessions whose evidence earned trust level `none` (production): closed with 4003 before
+   * `welcome`, never admitted (self-route applies the routing floor too, so no path would use them).
+   */
+  readonly refuseUntrusted: boolean;
   /** Verifies a hello's evidence against its encryption key; never throws (failures earn `none`). */
   readonly assess: (evidence: unknown, encryptionKey: Uint8Array | undefined) => Promise<ProviderAttestation>;
   /** Starts the challenge schedule of an attested provider (the trust policy's interval and timeout). */
@@ -189,6 +196,11 @@ export class ProviderSession implements AttemptOwner {
   private async admit(frame: Hello): Promise<void> {
     const attestation = await this.settings.assess(frame.evidence, this.encryptionKey);
     if (this.state !== "verifying") return; // closed meanwhile
+    if (attestation.level === "none" && this.settings.refuseUntrusted) {
+      const why = attestation.failure ? `evidence refused (${attestation.failure.check})` : "no attestation evidence";
+      this.terminate(CLOSE.untrusted, `this coordinator admits attested providers only: ${why}`);
+      return;
+    }
     let sessionEnc: Uint8Array | undefined;
     if (this.encryptionKey !== undefined && frame.session_keys === true) {
       try {
@@ -393,6 +405,7 @@ export class ProviderSession implements AttemptOwner {
     this.trust = "none";
     this.challenges = undefined;
     this.logger.warn("provider trust withdrawn", { provider_id: this.id, reason: error.check });
+    this.hooks.onTrustChanged(this);
   }
 
   /**

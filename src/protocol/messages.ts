@@ -44,8 +44,12 @@ export const CLOSE = {
   unauthorized: 4001,
   /** Unsupported protocol version. */
   version: 4002,
+  /** Production: the hello's evidence earned no trust (none, or refused); the session is not admitted. */
+  untrusted: 4003,
   /** Liveness: no heartbeat in time. */
   timeout: 4008,
+  /** Too many connections: this device token's session limit, or too many awaiting `welcome`. */
+  tooManySessions: 4029,
 } as const;
 
 export type ProviderStatus = "idle" | "serving" | "draining";

@@ -12,8 +12,10 @@
  * -> `error` timeout (a backstop; the coordinator normally cancels first). Attempt execution lives in
  * attempts.ts; this file owns the connection, the session state and the refusals.
  * Failures: a malformed or out-of-order coordinator frame closes with 1002 and reconnects; any other
- * drop reconnects after a backoff (250 ms doubling to 30 s, jittered, reset by a welcome). Close 4001
- * (or an upgrade refused with 401/403) and close 4002 stop the agent for good; `done` reports why.
+ * drop reconnects after a backoff (250 ms doubling to 30 s, jittered, reset by a welcome). A refused
+ * session (close 4029 or an upgrade refused with 429: too many sessions; close 4003: evidence earned no
+ * trust) is logged as a warning and retried after the longest backoff. Close 4001 (or an upgrade refused
+ * with 401/403) and close 4002 stop the agent for good; `done` reports why.
  * Content is never logged: only ids, codes, counts and durations.
  */
 import { fromBase64url, toBase64url } from "../crypto/encoding.ts";
@@ -337,9 +339,17 @@ class ProviderAgent implements Agent {
       });
       return;
     }
-    const base = Math.min(this.maxBackoff, this.initialBackoff * 2 ** Math.min(this.failures, 30));
+    // A refusal will not change within a few hundred milliseconds: wait the longest backoff at once.
+    const refusal =
+      code === CLOSE.tooManySessions || this.upgradeStatus === 429
+        ? "the coordinator refused another session for this device token (too many open); retrying later"
+        : code === CLOSE.untrusted
+          ? "the coordinator admits attested providers only and refused this machine's evidence; retrying later"
+          : undefined;
+    const base = refusal ? this.maxBackoff : Math.min(this.maxBackoff, this.initialBackoff * 2 ** Math.min(this.failures, 30));
     const delay = Math.round(base * (0.5 + 0.5 * this.random()));
     this.failures++;
+    if (refusal) this.logger.warn(refusal, { status: this.upgradeStatus ?? code, reason: reason.slice(0, 120), duration_ms: delay });
     if (this.failures === 1) this.logger.info("reconnecting", { duration_ms: delay, count: this.failures });
     else this.logger.debug("reconnecting", { duration_ms: delay, count: this.failures });
     this.reconnectTimer = setTimeout(() => this.connect(), delay);

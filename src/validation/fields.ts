@@ -169,3 +169,13 @@ export const MODEL_ID: StringRule = {
   pattern: /^[A-Za-z0-9._:@+-](?:[A-Za-z0-9._:@+/-]*[A-Za-z0-9._:@+-])?$/,
   patternHint: "may hold letters, digits and . _ : @ + - /, and must not start or end with /",
 };
+
+/** A whole number from a query string (or a JSON number), within bounds; `fallback` when absent. */
+export function queryInt(value: unknown, param: string, bounds: { min: number; max: number; fallback: number }): number {
+  if (value === undefined) return bounds.fallback;
+  const n = typeof value === "string" && /^[0-9]{1,16}$/.test(value) ? Number(value) : value;
+  if (typeof n !== "number" || !Number.isSafeInteger(n) || n < bounds.min || n > bounds.max) {
+    throw Errors.invalidValue(`'${param}' must be an integer between ${bounds.min} and ${bounds.max}`, param);
+  }
+  return n;
+}

@@ -103,6 +103,8 @@ describe("privacy canary", () => {
       UMBRA_SETTLEMENT_GROUP_ABOVE: "0",
       UMBRA_FIRST_CONTENT_TIMEOUT_MS: String(FIRST_CONTENT_TIMEOUT_MS),
       UMBRA_MAX_BODY_BYTES: String(MAX_BODY_BYTES),
+      // Six provider sessions share one device token below (the default limit is 4).
+      UMBRA_MAX_SESSIONS_PER_TOKEN: "8",
     });
     const admin = async <T>(method: string, path: string, body?: unknown): Promise<T> => {
       const r = await c.admin(method, path, body);

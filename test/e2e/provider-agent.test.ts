@@ -1,7 +1,7 @@
 /**
  * The provider agent against a fake coordinator over a real WebSocket (port 0): hello, heartbeats,
  * attempts, refusals, cancel, protocol violations, reconnect with backoff, auth and version refusals,
- * drain.
+ * refused sessions (too many per token, untrusted) retried after the longest backoff, drain.
  */
 import { afterEach, describe, expect, test } from "bun:test";
 import { ChunkOpener } from "../../src/crypto/chunks.ts";
@@ -372,6 +372,47 @@ describe("reconnect", () => {
         .map((l) => l.duration_ms);
     await waitFor(() => delays().length >= 3, "three reconnect attempts");
     expect(delays().slice(0, 3)).toEqual([5, 10, 20]);
+  });
+});
+
+describe("refused sessions are retried after the longest backoff, with a warning", () => {
+  const refusalLogs = (logs: string[]) =>
+    logs
+      .map((l) => JSON.parse(l) as { level: string; msg: string; status?: number; duration_ms?: number })
+      .filter((l) => l.level === "warn" && l.msg.startsWith("the coordinator "))
+      .map((l) => ({ msg: l.msg, status: l.status, duration_ms: l.duration_ms }));
+
+  test.each<[string, ConstructorParameters<typeof FakeCoordinator>[0], number, string]>([
+    [
+      "close 4029 after hello (too many sessions for the token)",
+      { closeOnHello: { code: CLOSE.tooManySessions, reason: "this device token already has 4 open sessions (the limit is 4)" } },
+      CLOSE.tooManySessions,
+      "the coordinator refused another session for this device token (too many open); retrying later",
+    ],
+    [
+      "upgrade refused with HTTP 429",
+      { token: "another-token", refuseUpgradeWith: 429 },
+      429,
+      "the coordinator refused another session for this device token (too many open); retrying later",
+    ],
+    [
+      "close 4003 after hello (evidence earned no trust)",
+      { closeOnHello: { code: CLOSE.untrusted, reason: "this coordinator admits attested providers only: no attestation evidence" } },
+      CLOSE.untrusted,
+      "the coordinator admits attested providers only and refused this machine's evidence; retrying later",
+    ],
+  ])("%s", async (_, options, status, msg) => {
+    await using fake = new FakeCoordinator(options);
+    const logs: string[] = [];
+    const agent = agentFor(fake, { logger: createLogger("debug", (line) => logs.push(line)) });
+    await waitFor(() => refusalLogs(logs).length >= 3, "three refusals");
+    // Every retry waits the longest backoff (80 ms here), not 10, 20, 40 ms: no hot loop.
+    expect(refusalLogs(logs).slice(0, 3)).toEqual([
+      { msg, status, duration_ms: 80 },
+      { msg, status, duration_ms: 80 },
+      { msg, status, duration_ms: 80 },
+    ]);
+    expect(agent.state().phase).toBe("reconnecting");
   });
 });
 

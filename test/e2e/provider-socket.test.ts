@@ -1,8 +1,9 @@
 /**
  * GET /v1/provider/connect over a real socket: upgrade authentication, protocol violations (each closes
  * only the offending provider, with the right close code, while a healthy provider keeps streaming),
- * version negotiation, late frames after a cancel, liveness eviction with failover, and the capacity
- * figures /v1/models derives from the fleet.
+ * version negotiation, late frames after a cancel, liveness eviction with failover, the capacity
+ * figures /v1/models derives from the fleet, and the session limit per device token (issue 18: one token
+ * had opened 2,000 sessions).
  */
 import { describe, expect, test } from "bun:test";
 import { CLOSE, encode, type Inference, MAX_BATCH_FRAMES, MAX_FRAME_BYTES } from "../../src/protocol/messages.ts";
@@ -93,6 +94,93 @@ describe("revocation", () => {
     expect(t.app.fleet.list()).toHaveLength(1);
     await t.app.fleet.revalidateTokens(async (id) => (await t.store.providerTokens.get(id))?.revokedAt === null);
     expect((await p.closed).code).toBe(CLOSE.unauthorized);
+  });
+});
+
+/** An upgrade request by fetch: answers with the HTTP refusal, if any (a permitted one would upgrade). */
+function upgradeRequest(url: string, token: string): Promise<Response> {
+  return fetch(`${url}${CONNECT}`, {
+    headers: {
+      authorization: `Bearer ${token}`,
+      connection: "Upgrade",
+      upgrade: "websocket",
+      "sec-websocket-version": "13",
+      "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==",
+    },
+  });
+}
+
+describe("session limit per device token", () => {
+  test("past the limit (default 4, counting sockets that never said hello) upgrades are refused: 429 rate_limit_exceeded", async () => {
+    const { t, accountId, token } = await setup({ UMBRA_PROVIDER_LIVENESS_MS: "3600000" });
+    await using _t = t;
+    await using server = startServer(t);
+    await using a = await connectFakeProvider({ url: server.url, token, models: [BUILD], heartbeat: false });
+    await using _b = await connectFakeProvider({ url: server.url, token, models: [BUILD], heartbeat: false });
+    // Half-open: upgraded, no hello. They count as much as welcomed sessions.
+    await using silent = await rawSocket(server.url, token);
+    await using _silent2 = await rawSocket(server.url, token);
+    await waitFor(() => t.app.fleet.size === 4, "four sessions");
+
+    const refused = await Promise.all(Array.from({ length: 20 }, () => upgradeRequest(server.url, token)));
+    const answers = await Promise.all(
+      refused.map(async (r) => ({ status: r.status, retryAfter: r.headers.get("retry-after"), body: await r.json() })),
+    );
+    expect(answers).toEqual(
+      Array.from({ length: 20 }, () => ({
+        status: 429,
+        retryAfter: "30",
+        body: {
+          error: {
+            message: "this device token already has 4 open sessions (the limit is 4)",
+            type: "rate_limit_error",
+            code: "rate_limit_exceeded",
+          },
+        },
+      })),
+    );
+    await expect(connectFakeProvider({ url: server.url, token, models: [BUILD] })).rejects.toThrow();
+    expect(t.app.fleet.size).toBe(4);
+
+    // Other tokens are not affected; a session that ends frees its place.
+    await using _other = await connectFakeProvider({ url: server.url, token: await providerToken(t, accountId), models: [BUILD] });
+    expect(t.app.fleet.size).toBe(5);
+    silent.ws.close();
+    a.close();
+    await waitFor(() => t.app.fleet.size === 3, "two sessions ended");
+    await using again = await connectFakeProvider({ url: server.url, token, models: [BUILD], heartbeat: false });
+    expect(again.providerId).toMatch(/^prov_/);
+    expect(t.app.fleet.size).toBe(4);
+  });
+
+  test("a flood of parallel connections with one token: never more sessions than the limit (the rest: 429 or close 4029)", async () => {
+    const { t, token } = await setup({ UMBRA_MAX_SESSIONS_PER_TOKEN: "2", UMBRA_PROVIDER_LIVENESS_MS: "3600000" });
+    await using _t = t;
+    await using server = startServer(t);
+    const outcomes = Array.from({ length: 40 }, () => {
+      const ws = new WebSocket(`${server.url.replace(/^http/, "ws")}${CONNECT}`, {
+        headers: { authorization: `Bearer ${token}` },
+      } as unknown as string[]);
+      let opened = false;
+      ws.addEventListener("open", () => {
+        opened = true;
+      });
+      const closed = new Promise<{ opened: boolean; code: number }>((resolve) => {
+        ws.addEventListener("close", (e) => resolve({ opened, code: e.code }));
+      });
+      return { ws, closed, settled: false as boolean };
+    });
+    for (const o of outcomes) void o.closed.then(() => (o.settled = true));
+    await waitFor(() => outcomes.filter((o) => o.settled).length === 38, "38 refusals");
+    const refusals = await Promise.all(outcomes.filter((o) => o.settled).map((o) => o.closed));
+    // Refused before the upgrade (the client sees no open, close 1006) or at open (close 4029).
+    expect(refusals.filter((r) => !(r.opened ? r.code === CLOSE.tooManySessions : r.code === 1006))).toEqual([]);
+    expect(t.app.fleet.size).toBe(2);
+    const kept = outcomes.filter((o) => !o.settled);
+    expect(kept.map((o) => o.ws.readyState)).toEqual([WebSocket.OPEN, WebSocket.OPEN]);
+    for (const o of kept) o.ws.close();
+    await Promise.all(kept.map((o) => o.closed));
+    await waitFor(() => t.app.fleet.size === 0, "the fleet empties");
   });
 });
 

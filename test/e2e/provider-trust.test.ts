@@ -385,7 +385,11 @@ describe("challenges", () => {
     const identity = SoftwareIdentity.generate();
     await ctx.provider(hardwareFor(identity), identity, answer(identity));
     expect((await ctx.metadata()).trust_level).toBe("hardware");
+    const listed = async () => ((await (await fetch(`${ctx.server.url}/v1/providers/attestation`)).json()) as { data: unknown[] }).data;
+    expect((await listed()).length).toBe(1);
     await waitFor(async () => (await ctx.metadata()).trust_level === "none", "trust withdrawn", 5_000);
+    // Below the floor now: no longer listed publicly (the list was rebuilt on the change).
+    expect(await listed()).toEqual([]);
     expect(await ctx.metadata()).toEqual(expect.objectContaining({ attested_providers: 0, routable_providers: 0, can_accept: false }));
     const refused = await postChat(ctx.server.url, ctx.apiKey, chatBody("x"));
     expect(refused.status).toBe(503);

@@ -2,13 +2,17 @@
  * The sealed provider hop: a provider that announces an X25519 key gets every request HPKE-sealed to
  * it and must answer with sealed, numbered chunks and a sealed final frame. A reordered, replayed,
  * tampered or plaintext frame fails the request (502 invalid_provider_output before commit, one in-band
- * error after) without failover, and cuts the provider off. Production refuses plaintext sessions.
+ * error after) without failover, and cuts the provider off. Production refuses plaintext sessions and
+ * sessions whose evidence earned no trust.
  */
 import { describe, expect, test } from "bun:test";
 import { randomBytes } from "node:crypto";
+import { buildEvidence, FULL_SECURITY, SoftwareIdentity } from "../../attestation/src/index.ts";
 import { ChunkSealer } from "../../src/crypto/chunks.ts";
 import { toBase64url } from "../../src/crypto/encoding.ts";
 import { CLOSE, type Inference } from "../../src/protocol/messages.ts";
+import { startAgent } from "../../src/provider/agent.ts";
+import { createEchoEngine } from "../../src/provider/engines/echo.ts";
 import { connectFakeProvider, echo, type FakeProvider, type SealedContext, type Step } from "../support/fake-provider.ts";
 import { seedAccount, seedCatalog, type TestApp, testApp } from "../support/harness.ts";
 import { chatBody, parseSse, postChat, providerToken, startServer, type TestServer } from "../support/server.ts";
@@ -20,6 +24,7 @@ interface Ctx extends AsyncDisposable {
   readonly t: TestApp;
   readonly server: TestServer;
   readonly apiKey: string;
+  readonly token: string;
   provider(behave?: (inf: Inference) => readonly Step[], sealed?: boolean, sessionKeys?: boolean): Promise<FakeProvider>;
 }
 
@@ -34,6 +39,7 @@ async function setup(env: Record<string, string> = {}): Promise<Ctx> {
     t,
     server,
     apiKey,
+    token,
     async provider(behave = echo, sealed = true, sessionKeys = false) {
       const p = await connectFakeProvider({ url: server.url, token, models: [BUILD], behave, sealed, sessionKeys });
       providers.push(p);
@@ -183,15 +189,36 @@ describe("sealed sessions", () => {
   });
 });
 
-describe("production requires sealed sessions", () => {
-  test("a plaintext hello is refused; a sealed provider serves", async () => {
-    await using ctx = await setup({ UMBRA_MODE: "production", UMBRA_TRUST_ROOT: "apple", UMBRA_MIN_TRUST: "none" });
+describe("production requires sealed, attested sessions", () => {
+  test("a plaintext hello is refused (1002), a sealed one without evidence too (4003); a sealed, attested provider serves", async () => {
+    await using ctx = await setup({ UMBRA_MODE: "production", UMBRA_TRUST_ROOT: "apple", UMBRA_MIN_TRUST: "self_signed" });
     const plain = await ctx.provider(echo, false);
     expect((await plain.closed).code).toBe(CLOSE.protocolError);
-    await ctx.provider();
-    await waitFor(() => ctx.t.app.fleet.list().length === 1, "the sealed provider");
-    const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("only sealed"));
-    expect(response.status).toBe(200);
-    await response.json();
+    const unattested = await ctx.provider();
+    expect(await unattested.closed).toEqual({
+      code: CLOSE.untrusted,
+      reason: "this coordinator admits attested providers only: no attestation evidence",
+    });
+    expect(unattested.received).toEqual([]);
+    // Signed evidence without a device chain earns self_signed, the floor here.
+    const identity = SoftwareIdentity.generate();
+    const posture = { sipEnabled: true, secureBoot: FULL_SECURITY, thirdPartyKexts: false, osVersion: "15.1" } as const;
+    const agent = startAgent({
+      url: `${ctx.server.url.replace(/^http/, "ws")}/v1/provider/connect`,
+      token: ctx.token,
+      engine: createEchoEngine({ models: [BUILD] }),
+      maxConcurrency: 4,
+      identity,
+      evidence: async (encryptionKey) => buildEvidence({ identity, encryptionKey, posture, timestamp: Date.now() }).wire,
+    });
+    try {
+      await waitFor(() => agent.state().connected, "the attested provider");
+      expect(agent.state().trustLevel).toBe("self_signed");
+      const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("only sealed"));
+      expect(response.status).toBe(200);
+      await response.json();
+    } finally {
+      await agent.stop();
+    }
   });
 });

@@ -31,6 +31,7 @@ describe("loadConfig", () => {
       maxAttempts: 3,
       providerHeartbeatMs: 5_000,
       providerLivenessMs: 15_000,
+      maxSessionsPerToken: 4,
       platformFeePercent: 10,
       metering: true,
       defaultRpm: null,
@@ -69,6 +70,14 @@ describe("loadConfig", () => {
     expect([c.host, c.port, c.logLevel, c.bodyTimeoutMs]).toEqual(["127.0.0.1", 7000, "debug", 2500]);
   });
 
+  test("--max-sessions-per-token and its environment twin", () => {
+    const env = { UMBRA_MAX_SESSIONS_PER_TOKEN: "8" };
+    expect([
+      loadConfig({}, env, "development").maxSessionsPerToken,
+      loadConfig({ "max-sessions-per-token": "2" }, env, "development").maxSessionsPerToken,
+    ]).toEqual([8, 2]);
+  });
+
   test("secrets come from *_FILE", () => {
     using dir = tempDir();
     const file = join(dir.path, "token");
@@ -92,6 +101,7 @@ describe("loadConfig", () => {
       ["the development trust root", { UMBRA_ADMIN_TOKEN: STRONG, UMBRA_TRUST_ROOT: "development" }, "development trust root"],
       ["metering off", { UMBRA_ADMIN_TOKEN: STRONG, UMBRA_METERING: "off" }, "--metering off"],
       ["development attestation evidence", { UMBRA_ADMIN_TOKEN: STRONG, UMBRA_ATTESTATION: "dev" }, "--attestation dev"],
+      ["a routing floor of none", { UMBRA_ADMIN_TOKEN: STRONG, UMBRA_MIN_TRUST: "none" }, "--min-trust none"],
       [
         "a plain-http JWKS URL",
         { UMBRA_ADMIN_TOKEN: STRONG, UMBRA_JWT_JWKS_URL: "http://idp.example/jwks", UMBRA_JWT_ISSUER: "i", UMBRA_JWT_AUDIENCE: "a" },
@@ -115,6 +125,9 @@ describe("loadConfig", () => {
       [{ UMBRA_BODY_TIMEOUT_MS: "soon" }, "--body-timeout-ms"],
       [{ UMBRA_CACHE_READ_DISCOUNT: "101" }, "--cache-read-discount"],
       [{ UMBRA_MAX_ATTEMPTS: "0" }, "--max-attempts"],
+      [{ UMBRA_MAX_SESSIONS_PER_TOKEN: "0" }, "--max-sessions-per-token"],
+      [{ UMBRA_MAX_SESSIONS_PER_TOKEN: "1025" }, "--max-sessions-per-token"],
+      [{ UMBRA_MAX_SESSIONS_PER_TOKEN: "two" }, "--max-sessions-per-token"],
       [{ UMBRA_PLATFORM_FEE: "101" }, "--platform-fee"],
       [{ UMBRA_CHALLENGE_INTERVAL_MS: "1000", UMBRA_CHALLENGE_TIMEOUT_MS: "1000" }, "--challenge-timeout-ms"],
       [{ UMBRA_METERING: "maybe" }, "--metering"],
