@@ -1,16 +1,16 @@
 /**
- * GET /v1/provider/connect: the provider WebSocket. The bearer must be a live provider device token;
- * otherwise the upgrade is refused with 401 and the error envelope. Frames go to the fleet's session,
+ * GET /v1/provider/connect: the provider WebSocket. The bearer must be a live provider device token
+ * (unrevoked, unexpired); otherwise the upgrade is refused with 401 and the error envelope. The token's
+ * expiry goes with the session: the fleet ends it then. Frames go to the fleet's session,
  * which validates each one; frames over MAX_FRAME_BYTES close the socket (1009) before parsing.
  */
 import type { Server, ServerWebSocket, WebSocketHandler } from "bun";
-import { authenticateProvider } from "../auth/authenticator.ts";
 import { ApiError, Errors } from "../errors/api-error.ts";
 import type { Fleet } from "../fleet/fleet.ts";
 import type { ProviderSession, SessionIdentity } from "../fleet/session.ts";
 import type { Logger } from "../observability/logger.ts";
 import { MAX_FRAME_BYTES } from "../protocol/messages.ts";
-import type { ProviderTokenRecord, Store } from "../store/types.ts";
+import type { ProviderTokenRecord } from "../store/types.ts";
 import { errorResponse } from "./errors.ts";
 
 export const PROVIDER_CONNECT_PATH = "/v1/provider/connect";
@@ -26,17 +26,24 @@ export interface ProviderSocket {
   readonly websocket: WebSocketHandler<SocketData>;
 }
 
-export function providerSocket(deps: { store: Store; fleet: Fleet; logger: Logger }): ProviderSocket {
+export interface ProviderSocketDeps {
+  /** The device-token check (src/auth/authenticator.ts: authenticateProvider on the app's clock). */
+  readonly authenticate: (authorization: string | null) => Promise<ProviderTokenRecord>;
+  readonly fleet: Fleet;
+  readonly logger: Logger;
+}
+
+export function providerSocket(deps: ProviderSocketDeps): ProviderSocket {
   return {
     async upgrade(request, server) {
       let record: ProviderTokenRecord;
       try {
-        record = await authenticateProvider(deps.store, request.headers.get("authorization"));
+        record = await deps.authenticate(request.headers.get("authorization"));
       } catch (e) {
         if (e instanceof ApiError) return errorResponse(e);
         throw e;
       }
-      const data: SocketData = { identity: { accountId: record.accountId, tokenId: record.id } };
+      const data: SocketData = { identity: { accountId: record.accountId, tokenId: record.id, tokenExpiresAt: record.expiresAt } };
       if (server.upgrade(request, { data })) return undefined;
       return errorResponse(Errors.invalidValue("a WebSocket upgrade is required"));
     },
