@@ -70,7 +70,7 @@ export const ADMIN_COMMANDS: Readonly<Record<string, Readonly<Record<string, Ver
   keys: {
     create: {
       usage:
-        "keys create --account ACCOUNT_ID [--name NAME] [--allowed-model MODEL ...] [--spend-cap MICRO_USD] [--rpm N] [--tpm N] [--self-route-only]",
+        "keys create --account ACCOUNT_ID [--name NAME] [--allowed-model MODEL ...] [--spend-cap MICRO_USD] [--rpm N] [--tpm N] [--self-route-only] [--link-machines]",
       options: {
         account: str,
         name: str,
@@ -79,6 +79,7 @@ export const ADMIN_COMMANDS: Readonly<Record<string, Readonly<Record<string, Ver
         rpm: str,
         tpm: str,
         "self-route-only": flag,
+        "link-machines": flag,
       },
       positionals: 0,
       run: (a, _, v) =>
@@ -91,6 +92,7 @@ export const ADMIN_COMMANDS: Readonly<Record<string, Readonly<Record<string, Ver
             rpm: num(v.rpm),
             tpm: num(v.tpm),
             self_route_only: v["self-route-only"],
+            link_machines: v["link-machines"],
           }),
         ),
     },
@@ -104,10 +106,13 @@ export const ADMIN_COMMANDS: Readonly<Record<string, Readonly<Record<string, Ver
   },
   "provider-tokens": {
     create: {
-      usage: "provider-tokens create --account ACCOUNT_ID",
-      options: { account: str },
+      usage: "provider-tokens create --account ACCOUNT_ID [--expires-in SECONDS | --expires-at UNIX_SECONDS]",
+      options: { account: str, "expires-in": str, "expires-at": str },
       positionals: 0,
-      run: (a, _, v) => a.createProviderToken(defined({ account_id: v.account })),
+      run: (a, _, v) =>
+        a.createProviderToken(
+          defined({ account_id: v.account, expires_in_seconds: num(v["expires-in"]), expires_at: num(v["expires-at"]) }),
+        ),
     },
     list: {
       usage: "provider-tokens list [--account ACCOUNT_ID]",

@@ -6,6 +6,9 @@
  * Errors: 400 with `param` for bad values, 404 for unknown ids, 409 for id collisions. Every operation
  * validates everything before its first write, and multi-row writes are single store transactions.
  *
+ * Credentials: an API key links machines (approves provider device logins) only when created with
+ * `link_machines`; a provider token expires only when created with `expires_in_seconds` or `expires_at`.
+ *
  * Reports: an account's `reserved_micro_usd` is the running coordinator's live holds when the hooks
  * provide them (`reservedFor`), else the stored value (the CLI, a separate process, has no live holds).
  * Usage reports take UTC dates (YYYY-MM-DD), both bounds inclusive.
@@ -42,6 +45,8 @@ const seconds = (ms: number) => Math.floor(ms / 1000);
 const SUBJECT = { max: 256 };
 const DAY_MS = 86_400_000;
 const LEDGER_LIMIT = { min: 1, max: 1000, fallback: 100 } as const;
+/** The longest lifetime a provider device token may be given: ten years (365-day years), in seconds. */
+export const MAX_PROVIDER_TOKEN_LIFETIME_SECONDS = 315_360_000;
 
 export function accountJson(a: Account) {
   return {
@@ -68,6 +73,7 @@ export function keyJson(k: ApiKeyRecord) {
     rpm: k.rpm,
     tpm: k.tpm,
     self_route_only: k.selfRouteOnly,
+    link_machines: k.linkMachines,
     created: seconds(k.createdAt),
     revoked_at: k.revokedAt === null ? null : seconds(k.revokedAt),
   };
@@ -80,6 +86,7 @@ export function providerTokenJson(t: ProviderTokenRecord) {
     account_id: t.accountId,
     hint: `${PROVIDER_TOKEN_PREFIX}...${t.hint}`,
     created: seconds(t.createdAt),
+    expires_at: t.expiresAt === null ? null : seconds(t.expiresAt),
     revoked_at: t.revokedAt === null ? null : seconds(t.revokedAt),
   };
 }
@@ -281,7 +288,16 @@ export class AdminService {
   }
 
   async createKey(body: unknown) {
-    const o = objectBody(body, ["account_id", "name", "allowed_models", "spend_cap_micro_usd", "rpm", "tpm", "self_route_only"]);
+    const o = objectBody(body, [
+      "account_id",
+      "name",
+      "allowed_models",
+      "spend_cap_micro_usd",
+      "rpm",
+      "tpm",
+      "self_route_only",
+      "link_machines",
+    ]);
     const accountId = requiredString(o, "account_id", LABEL);
     const name = optionalString(o, "name", { max: 200 }) ?? null;
     const allowedModels = optionalStringArray(o, "allowed_models", MODEL_ID) ?? null;
@@ -289,6 +305,7 @@ export class AdminService {
     const rpm = optionalInt(o, "rpm", 1, 1_000_000_000) ?? null;
     const tpm = optionalInt(o, "tpm", 1, 1_000_000_000_000) ?? null;
     const selfRouteOnly = optionalBool(o, "self_route_only") ?? false;
+    const linkMachines = optionalBool(o, "link_machines") ?? false;
     await this.account(accountId);
     if (allowedModels) {
       for (const id of allowedModels) {
@@ -309,6 +326,7 @@ export class AdminService {
       rpm,
       tpm,
       selfRouteOnly,
+      linkMachines,
       createdAt: this.now(),
     });
     if (!record) throw Errors.notFound(`no account '${accountId}'`, "account_id");
@@ -326,9 +344,20 @@ export class AdminService {
     return keyJson(key);
   }
 
+  /**
+   * A new device token; it expires `expires_in_seconds` from now, or at `expires_at` (Unix seconds,
+   * in the future), at most ten years ahead; with neither it does not expire. Not both.
+   */
   async createProviderToken(body: unknown) {
-    const o = objectBody(body, ["account_id"]);
+    const o = objectBody(body, ["account_id", "expires_in_seconds", "expires_at"]);
     const accountId = requiredString(o, "account_id", LABEL);
+    const now = this.now();
+    const expiresIn = optionalInt(o, "expires_in_seconds", 1, MAX_PROVIDER_TOKEN_LIFETIME_SECONDS);
+    const nowSeconds = seconds(now);
+    const expiresAt = optionalInt(o, "expires_at", nowSeconds + 1, nowSeconds + MAX_PROVIDER_TOKEN_LIFETIME_SECONDS);
+    if (expiresIn !== undefined && expiresAt !== undefined) {
+      throw Errors.invalidValue("give 'expires_in_seconds' or 'expires_at', not both", "expires_at");
+    }
     await this.account(accountId);
     const issued = issueSecret(PROVIDER_TOKEN_PREFIX);
     const record = await this.store.providerTokens.create({
@@ -336,7 +365,8 @@ export class AdminService {
       accountId,
       tokenHash: issued.hash,
       hint: issued.hint,
-      createdAt: this.now(),
+      createdAt: now,
+      expiresAt: expiresIn !== undefined ? now + expiresIn * 1000 : expiresAt !== undefined ? expiresAt * 1000 : null,
     });
     if (!record) throw Errors.notFound(`no account '${accountId}'`, "account_id");
     return { ...providerTokenJson(record), token: issued.secret };

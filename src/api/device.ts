@@ -5,22 +5,26 @@
  *   POST /v1/provider/device/code     no auth; JSON or form body; 429 per client address (consumer envelope)
  *   POST /v1/provider/device/token    no auth; JSON or form body; answers and errors in OAuth's format
  *                                     (RFC 6749 section 5), never the consumer envelope
- *   POST /v1/provider/device/approve  consumer auth (API key or JWT) -> wrong-code limit -> decision
+ *   GET  /v1/provider/device/preview  account-holder auth -> wrong-code limit -> machine name, request time
+ *   POST /v1/provider/device/approve  account-holder auth -> wrong-code limit -> decision (and token lifetime)
  *   GET  /device                      the approval page: static HTML, script and style pinned by hash in the CSP
  *   GET  /v1/provider/me              provider device token; the account's earnings, balance, live machines
  *
+ * Account-holder auth: a JWT, or an API key created with `link_machines`; any other key is 403 before
+ * the code is even looked up (requireLinkMachines). The page is static and writes what the API answers
+ * (the machine name the tool sent) with textContent only, never as HTML.
  * Codes and tokens are never logged; log lines carry the account id and the decision only.
  */
 import { createHash } from "node:crypto";
 import { Elysia } from "elysia";
-import type { AdminService } from "../admin/admin-service.ts";
-import { type Authenticator, authenticateProvider } from "../auth/authenticator.ts";
+import { type AdminService, MAX_PROVIDER_TOKEN_LIFETIME_SECONDS } from "../admin/admin-service.ts";
+import { type Authenticator, type Principal, requireLinkMachines } from "../auth/authenticator.ts";
 import type { DeviceFlow } from "../auth/device-flow.ts";
 import { ApiError, Errors } from "../errors/api-error.ts";
 import type { Fleet } from "../fleet/fleet.ts";
 import type { Logger } from "../observability/logger.ts";
-import type { Store } from "../store/types.ts";
-import { type JsonObject, objectBody, optionalString, requiredString } from "../validation/fields.ts";
+import type { ProviderTokenRecord, Store } from "../store/types.ts";
+import { type JsonObject, objectBody, optionalInt, optionalString, requiredString } from "../validation/fields.ts";
 import { type BodyLimits, parseJson, readBody } from "./errors.ts";
 
 export const CLIENT_ID = "umbra-provider";
@@ -45,6 +49,8 @@ export interface DeviceDeps {
   readonly deviceFlow: DeviceFlow;
   readonly admin: AdminService;
   readonly authenticate: Authenticator;
+  /** The provider device-token check (401 unless unrevoked and unexpired). */
+  readonly authenticateProvider: (authorization: string | null) => Promise<ProviderTokenRecord>;
   readonly store: Store;
   readonly fleet: Fleet;
   readonly logger: Logger;
@@ -127,14 +133,24 @@ async function token(deps: DeviceDeps, limits: BodyLimits, request: Request): Pr
     case "approved": {
       let created: Awaited<ReturnType<AdminService["createProviderToken"]>>;
       try {
-        created = await deps.admin.createProviderToken({ account_id: result.accountId });
+        created = await deps.admin.createProviderToken({
+          account_id: result.accountId,
+          ...(result.tokenExpiresInSeconds === null ? {} : { expires_in_seconds: result.tokenExpiresInSeconds }),
+        });
       } catch (e) {
         if (e instanceof ApiError && e.status === 404) return oauthError("invalid_grant", "the approving account no longer exists");
         throw e;
       }
       deps.logger.info("provider device login completed", { account_id: result.accountId });
+      // RFC 6749 section 5.1: `expires_in`, the token's lifetime in seconds, only when it expires.
       return Response.json(
-        { access_token: created.token, token_type: "Bearer", account_id: result.accountId, token_id: created.id },
+        {
+          access_token: created.token,
+          token_type: "Bearer",
+          account_id: result.accountId,
+          token_id: created.id,
+          ...(result.tokenExpiresInSeconds === null ? {} : { expires_in: result.tokenExpiresInSeconds }),
+        },
         { headers: NO_STORE },
       );
     }
@@ -142,7 +158,7 @@ async function token(deps: DeviceDeps, limits: BodyLimits, request: Request): Pr
 }
 
 async function me(deps: DeviceDeps, request: Request) {
-  const record = await authenticateProvider(deps.store, request.headers.get("authorization"));
+  const record = await deps.authenticateProvider(request.headers.get("authorization"));
   const now = deps.now();
   const [account, total, today] = await Promise.all([
     deps.store.accounts.get(record.accountId),
@@ -164,6 +180,7 @@ async function me(deps: DeviceDeps, request: Request) {
     {
       account_id: record.accountId,
       token_id: record.id,
+      token_expires_at: record.expiresAt === null ? null : Math.floor(record.expiresAt / 1000),
       earnings: { total_micro_usd: total, today_micro_usd: today },
       balance_micro_usd: account?.balance ?? 0,
       machines,
@@ -173,29 +190,56 @@ async function me(deps: DeviceDeps, request: Request) {
 }
 
 const PAGE_STYLE = `body{font:16px system-ui,sans-serif;max-width:30rem;margin:3rem auto;padding:0 1rem}
-label{display:block;margin:1rem 0 .3rem}input{width:100%;padding:.5rem;font:inherit;box-sizing:border-box}
-button{margin:1rem .5rem 0 0;padding:.5rem 1.2rem;font:inherit}#out{margin-top:1.5rem;white-space:pre-wrap}`;
+label{display:block;margin:1rem 0 .3rem}input,select{width:100%;padding:.5rem;font:inherit;box-sizing:border-box}
+button{margin:1rem .5rem 0 0;padding:.5rem 1.2rem;font:inherit}#out{margin-top:1.5rem;white-space:pre-wrap}
+#request{margin-top:1.5rem;padding:.5rem 1rem;border:1px solid #888}`;
 
+// Everything the API answers is written with textContent: the machine name is the tool's text, never HTML.
 const PAGE_SCRIPT = `const $ = (id) => document.getElementById(id);
 $("code").value = new URLSearchParams(location.search).get("user_code") ?? "";
-async function send(decision) {
-  const key = $("key").value.trim();
-  $("out").textContent = "Sending...";
+const say = (text) => { $("out").textContent = text; };
+const hide = () => { $("request").hidden = true; };
+$("code").addEventListener("input", hide);
+$("key").addEventListener("input", hide);
+async function call(method, path, body) {
+  const headers = { authorization: "Bearer " + $("key").value.trim() };
+  if (body) headers["content-type"] = "application/json";
+  const r = await fetch(path, { method, headers, body: body ? JSON.stringify(body) : undefined });
+  return { ok: r.ok, status: r.status, body: await r.json() };
+}
+const refused = (r) => "Refused: " + (r.body.error?.message ?? "status " + r.status);
+async function check() {
+  hide();
+  say("Looking up the code...");
   try {
-    const r = await fetch("/v1/provider/device/approve", {
-      method: "POST",
-      headers: { "content-type": "application/json", authorization: "Bearer " + key },
-      body: JSON.stringify({ user_code: $("code").value, decision }),
-    });
-    const b = await r.json();
-    if (!r.ok) $("out").textContent = "Refused: " + (b.error?.message ?? "status " + r.status);
-    else if (decision === "deny") $("out").textContent = "Denied: the machine was not linked.";
-    else $("out").textContent = "Approved: machine " + (b.machine_name ?? "(unnamed)") + " is linked to account " + b.account_id + ".";
-    if (r.ok) $("key").value = "";
+    const r = await call("GET", "/v1/provider/device/preview?user_code=" + encodeURIComponent($("code").value));
+    if (!r.ok) return say(refused(r));
+    const at = new Date(r.body.requested_at * 1000);
+    const minutes = Math.max(0, Math.round((Date.now() - at.getTime()) / 60000));
+    $("machine").textContent = r.body.machine_name ?? "(the tool sent no name)";
+    $("when").textContent = at.toLocaleString() + " (" + minutes + " min ago)";
+    $("request").hidden = false;
+    say("Approve only if this is your machine and you just ran umbra-provider login on it.");
   } catch {
-    $("out").textContent = "Could not reach the coordinator.";
+    say("Could not reach the coordinator.");
   }
 }
+async function send(decision) {
+  say("Sending...");
+  const body = { user_code: $("code").value, decision };
+  if (decision === "approve" && $("life").value !== "") body.token_expires_in_seconds = Number($("life").value);
+  try {
+    const r = await call("POST", "/v1/provider/device/approve", body);
+    if (!r.ok) return say(refused(r));
+    hide();
+    $("key").value = "";
+    if (decision === "deny") say("Denied: the machine was not linked.");
+    else say("Approved: machine " + (r.body.machine_name ?? "(unnamed)") + " is linked to account " + r.body.account_id + ".");
+  } catch {
+    say("Could not reach the coordinator.");
+  }
+}
+$("check").addEventListener("click", check);
 $("approve").addEventListener("click", () => send("approve"));
 $("deny").addEventListener("click", () => send("deny"));`;
 
@@ -208,9 +252,14 @@ const PAGE = `<!doctype html>
 <p>Approve only a code that <code>umbra-provider login</code> showed on a machine you control: the machine
 will serve requests for your account, including your self-routed ones.</p>
 <label for="code">Code</label><input id="code" autocomplete="off" spellcheck="false" placeholder="BCDF-GHJK">
-<label for="key">API key or JWT (sent only to this coordinator)</label>
+<label for="key">Your JWT, or an API key allowed to link machines (sent only to this coordinator)</label>
 <input id="key" type="password" autocomplete="off">
-<button id="approve" type="button">Approve</button><button id="deny" type="button">Deny</button>
+<button id="check" type="button">Show the request</button>
+<div id="request" hidden><p>Machine: <strong id="machine"></strong><br>Code requested: <span id="when"></span></p>
+<label for="life">The machine's token</label><select id="life"><option value="">does not expire</option>
+<option value="2592000">expires in 30 days</option><option value="7776000">expires in 90 days</option>
+<option value="31536000">expires in 1 year</option></select>
+<button id="approve" type="button">Approve</button><button id="deny" type="button">Deny</button></div>
 <p id="out" role="status"></p>
 <script>${PAGE_SCRIPT}</script></body></html>
 `;
@@ -231,6 +280,16 @@ const PAGE_HEADERS = {
   "referrer-policy": "no-referrer",
   "cache-control": "no-store",
 } as const;
+
+/** The caller as an account holder who may link machines: 401 for a bad credential, 403 for a key without the permission. */
+async function accountHolder(deps: DeviceDeps, request: Request): Promise<Principal> {
+  const principal = await deps.authenticate(request.headers.get("authorization"));
+  requireLinkMachines(principal);
+  return principal;
+}
+
+/** The wrong-code budget's subject: the API key, or the account for a JWT. */
+const credentialOf = (principal: Principal) => principal.keyId ?? `jwt:${principal.accountId}`;
 
 export function deviceRoutes(deps: DeviceDeps) {
   const limits: BodyLimits = { maxBytes: BODY_LIMIT, timeoutMs: deps.bodyTimeoutMs };
@@ -257,19 +316,40 @@ export function deviceRoutes(deps: DeviceDeps) {
       { parse: "none" },
     )
     .post("/v1/provider/device/token", ({ request }) => token(deps, limits, request), { parse: "none" })
+    .get("/v1/provider/device/preview", async ({ request }) => {
+      const principal = await accountHolder(deps, request);
+      const given = new URL(request.url).searchParams.getAll("user_code");
+      if (given.length > 1) throw Errors.invalidValue("'user_code' must not be given more than once", "user_code");
+      const userCode = requiredString({ user_code: given[0] }, "user_code", { max: 32 });
+      const login = deps.deviceFlow.preview({ userCode, credential: credentialOf(principal), address: deps.clientAddress(request) });
+      return Response.json(
+        {
+          user_code: login.userCode,
+          machine_name: login.machineName,
+          requested_at: Math.floor(login.requestedAt / 1000),
+          expires_at: Math.floor(login.expiresAt / 1000),
+        },
+        { headers: NO_STORE },
+      );
+    })
     .post(
       "/v1/provider/device/approve",
       async ({ request }) => {
-        const principal = await deps.authenticate(request.headers.get("authorization"));
-        const body = objectBody(parseJson(await readBody(request, limits)), ["user_code", "decision"]);
+        const principal = await accountHolder(deps, request);
+        const body = objectBody(parseJson(await readBody(request, limits)), ["user_code", "decision", "token_expires_in_seconds"]);
         const userCode = requiredString(body, "user_code", { max: 32 });
         const decision = requiredString(body, "decision", { max: 16 });
         if (decision !== "approve" && decision !== "deny") throw Errors.invalidValue("'decision' must be 'approve' or 'deny'", "decision");
+        const lifetime = optionalInt(body, "token_expires_in_seconds", 1, MAX_PROVIDER_TOKEN_LIFETIME_SECONDS) ?? null;
+        if (lifetime !== null && decision !== "approve") {
+          throw Errors.invalidValue("'token_expires_in_seconds' is only for an approval", "token_expires_in_seconds");
+        }
         const decided = deps.deviceFlow.decide({
           userCode,
           decision,
           accountId: principal.accountId,
-          credential: principal.keyId ?? `jwt:${principal.accountId}`,
+          tokenExpiresInSeconds: lifetime,
+          credential: credentialOf(principal),
           address: deps.clientAddress(request),
         });
         deps.logger.info(decision === "approve" ? "provider device login approved" : "provider device login denied", {
@@ -280,6 +360,7 @@ export function deviceRoutes(deps: DeviceDeps) {
           decision: decided.decision,
           account_id: decided.accountId,
           machine_name: decided.machineName,
+          token_expires_in_seconds: decided.tokenExpiresInSeconds,
         };
       },
       { parse: "none" },

@@ -7,7 +7,8 @@
  *   GET  /v1/providers/attestation                 no auth (public keys, trust levels, posture)
  *   POST /v1/provider/dev-chain                    provider device token; development trust only
  *   POST /v1/provider/device/code, .../token       no auth; device login (RFC 8628), rate limited (device.ts)
- *   POST /v1/provider/device/approve               consumer auth -> wrong-code limit -> decision
+ *   GET  /v1/provider/device/preview               account-holder auth (JWT, or key with link_machines) -> wrong-code limit
+ *   POST /v1/provider/device/approve               account-holder auth -> wrong-code limit -> decision
  *   GET  /device                                   no auth; the approval page
  *   GET  /v1/provider/me                           provider device token
  *   GET  /v1/models, /v1/models/{id...}            consumer auth (API key or JWT)
@@ -39,7 +40,7 @@ import type { Store } from "../store/types.ts";
 import { adminRoutes } from "./admin.ts";
 import { attestationRoutes, type DevChainDeps } from "./attestation.ts";
 import { chatRoutes } from "./chat.ts";
-import { deviceRoutes } from "./device.ts";
+import { type DeviceDeps, deviceRoutes } from "./device.ts";
 import { errorHandling, errorResponse } from "./errors.ts";
 import { healthRoutes } from "./health.ts";
 import { modelRoutes } from "./models.ts";
@@ -52,7 +53,8 @@ export interface HttpDeps {
   readonly admin: AdminService;
   readonly attestation: CoordinatorAttestation;
   readonly issueDevChain: DevChainDeps["issueDevChain"];
-  readonly authenticateProvider: DevChainDeps["authenticateProvider"];
+  /** The device-token check; also serves the development chain route. */
+  readonly authenticateProvider: DeviceDeps["authenticateProvider"];
   readonly chat: ChatService;
   /** Freshness and single use of sealed consumer envelopes (the chat route). */
   readonly sealedReplay: SealedReplayCache;

@@ -1,19 +1,19 @@
 /**
- * GET /v1/provider/connect: the provider WebSocket. The bearer must be a live provider device token;
- * otherwise the upgrade is refused with 401 and the error envelope. A token already at its session
+ * GET /v1/provider/connect: the provider WebSocket. The bearer must be a live provider device token
+ * (unrevoked, unexpired); otherwise the upgrade is refused with 401 and the error envelope. A token already at its session
  * limit (or a fleet with too many connections awaiting welcome) is refused with 429
  * rate_limit_exceeded and Retry-After before the upgrade; a connection that slips past that check
  * concurrently is closed with 4029 when it opens (the fleet counts at open). Frames go to the fleet's
  * session, which validates each one; frames over MAX_FRAME_BYTES close the socket (1009) before parsing.
+ * The token's expiry goes with the session: the fleet ends it then.
  */
 import type { Server, ServerWebSocket, WebSocketHandler } from "bun";
-import { authenticateProvider } from "../auth/authenticator.ts";
 import { ApiError, Errors } from "../errors/api-error.ts";
 import type { Fleet } from "../fleet/fleet.ts";
 import type { ProviderSession, SessionIdentity } from "../fleet/session.ts";
 import type { Logger } from "../observability/logger.ts";
 import { MAX_FRAME_BYTES } from "../protocol/messages.ts";
-import type { ProviderTokenRecord, Store } from "../store/types.ts";
+import type { ProviderTokenRecord } from "../store/types.ts";
 import { errorResponse } from "./errors.ts";
 
 export const PROVIDER_CONNECT_PATH = "/v1/provider/connect";
@@ -31,12 +31,19 @@ export interface ProviderSocket {
   readonly websocket: WebSocketHandler<SocketData>;
 }
 
-export function providerSocket(deps: { store: Store; fleet: Fleet; logger: Logger }): ProviderSocket {
+export interface ProviderSocketDeps {
+  /** The device-token check (src/auth/authenticator.ts: authenticateProvider on the app's clock). */
+  readonly authenticate: (authorization: string | null) => Promise<ProviderTokenRecord>;
+  readonly fleet: Fleet;
+  readonly logger: Logger;
+}
+
+export function providerSocket(deps: ProviderSocketDeps): ProviderSocket {
   return {
     async upgrade(request, server) {
       let record: ProviderTokenRecord;
       try {
-        record = await authenticateProvider(deps.store, request.headers.get("authorization"));
+        record = await deps.authenticate(request.headers.get("authorization"));
       } catch (e) {
         if (e instanceof ApiError) return errorResponse(e);
         throw e;
@@ -46,7 +53,7 @@ export function providerSocket(deps: { store: Store; fleet: Fleet; logger: Logge
         deps.logger.debug("provider connection refused", { account_id: record.accountId, reason: refused });
         return errorResponse(Errors.rateLimited(refused, SESSION_LIMIT_RETRY_SECONDS));
       }
-      const data: SocketData = { identity: { accountId: record.accountId, tokenId: record.id } };
+      const data: SocketData = { identity: { accountId: record.accountId, tokenId: record.id, tokenExpiresAt: record.expiresAt } };
       if (server.upgrade(request, { data })) return undefined;
       return errorResponse(Errors.invalidValue("a WebSocket upgrade is required"));
     },

@@ -4,6 +4,9 @@
  * Order: `sk-umbra-` keys are looked up by SHA-256 on every request (so revocation is immediate);
  * provider device tokens are refused as consumer credentials; anything shaped like a JWT goes to the
  * configured identity provider, whose account claim must name an account's `jwt_subject`.
+ *
+ * Linking machines (approving a provider device login) needs an account-holder credential: a JWT, or
+ * an API key created with `link_machines`. Any other key (a CI job's) is refused with 403 `forbidden`.
  */
 import { Errors } from "../errors/api-error.ts";
 import type { ProviderTokenRecord, Store } from "../store/types.ts";
@@ -21,6 +24,8 @@ export interface Principal {
   readonly rpm: number | null;
   readonly tpm: number | null;
   readonly selfRouteOnly: boolean;
+  /** May approve provider device logins: a JWT always, an API key when created with `link_machines`. */
+  readonly linkMachines: boolean;
 }
 
 export type Authenticator = (authorization: string | null | undefined) => Promise<Principal>;
@@ -34,17 +39,39 @@ export function bearer(authorization: string | null | undefined): string | undef
   return match?.[1];
 }
 
+/** True once a device token's optional expiry (Unix ms) has come. */
+export function providerTokenExpired(record: Pick<ProviderTokenRecord, "expiresAt">, now: number): boolean {
+  return record.expiresAt !== null && record.expiresAt <= now;
+}
+
 /**
  * The live provider device token named by `Authorization: Bearer <token>`, or a 401 (consumer
- * credentials are refused). The one check behind every provider-side route: the WebSocket connect,
- * the development chain and `GET /v1/provider/me`.
+ * credentials are refused; so are revoked and expired tokens, `now` in Unix ms). The one check behind
+ * every provider-side route: the WebSocket connect, the development chain and `GET /v1/provider/me`.
  */
-export async function authenticateProvider(store: Store, authorization: string | null | undefined): Promise<ProviderTokenRecord> {
+export async function authenticateProvider(
+  store: Store,
+  authorization: string | null | undefined,
+  now: number,
+): Promise<ProviderTokenRecord> {
   const token = bearer(authorization);
   if (token === undefined || !token.startsWith(PROVIDER_TOKEN_PREFIX)) throw Errors.invalidToken("a provider device token is required");
   const record = await store.providerTokens.findByHash(sha256Hex(token));
   if (!record || record.revokedAt !== null) throw Errors.invalidToken("invalid or revoked provider device token");
+  if (providerTokenExpired(record, now)) throw Errors.invalidToken("this provider device token has expired");
   return record;
+}
+
+/**
+ * Throws 403 `forbidden` unless the principal may link machines to its account (approve or preview a
+ * provider device login): a JWT, or an API key created with `link_machines`.
+ */
+export function requireLinkMachines(principal: Principal): void {
+  if (!principal.linkMachines) {
+    throw Errors.forbidden(
+      "this API key may not link machines to the account: approve with a JWT, or with an API key created with link_machines",
+    );
+  }
 }
 
 export function createAuthenticator(store: Store, jwt: JwtVerifier | undefined): Authenticator {
@@ -66,6 +93,7 @@ export function createAuthenticator(store: Store, jwt: JwtVerifier | undefined):
         rpm: key.rpm,
         tpm: key.tpm,
         selfRouteOnly: key.selfRouteOnly,
+        linkMachines: key.linkMachines,
       };
     }
     if (credential.startsWith(PROVIDER_TOKEN_PREFIX)) {
@@ -89,6 +117,7 @@ export function createAuthenticator(store: Store, jwt: JwtVerifier | undefined):
         rpm: null,
         tpm: null,
         selfRouteOnly: false,
+        linkMachines: true,
       };
     }
     throw Errors.invalidApiKey("invalid API key");

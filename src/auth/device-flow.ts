@@ -7,9 +7,12 @@
  * 1. `start`: the tool asks for a code pair. The device code (32 random bytes, base64url) goes to the
  *    tool only; the user code (8 letters of RFC 8628 section 6.1's consonant alphabet, shown XXXX-XXXX)
  *    is what the account holder types. At most `codesPerMinute` per client address, `maxPending` in all.
- * 2. `decide`: the account holder approves or denies the user code with a consumer credential. User
- *    codes match case-insensitively, dashes and spaces ignored. Wrong codes count against the credential
- *    and the client address (`wrongCodesPerMinute` each) before the code is even looked up.
+ * 2. `preview`, then `decide`: the account holder sees the machine's name and when its code was
+ *    requested, then approves (optionally with a lifetime for the token) or denies, with an
+ *    account-holder credential (the caller checks the permission: src/auth/authenticator.ts). User
+ *    codes match case-insensitively, dashes and spaces ignored. Wrong codes, in either call, count
+ *    against the credential and the client address (`wrongCodesPerMinute` each) before the code is
+ *    even looked up.
  * 3. `poll`: the tool polls with the device code: pending (slow_down when sooner than the interval
  *    after its previous poll; the interval then grows by 5 s), denied, expired, or approved exactly once:
  *    the approved answer removes the entry, so the code is dead from then on.
@@ -63,11 +66,26 @@ export interface DecidedLogin {
   readonly decision: Decision;
   readonly accountId: string;
   readonly machineName: string | null;
+  /** The lifetime the approver chose for the device token; null: it does not expire. */
+  readonly tokenExpiresInSeconds: number | null;
+}
+
+/** A pending, undecided login as the approver sees it before deciding. Times in Unix ms. */
+export interface LoginPreview {
+  readonly userCode: string;
+  readonly machineName: string | null;
+  readonly requestedAt: number;
+  readonly expiresAt: number;
 }
 
 /** What a poll learns; the error names are RFC 8628 section 3.5's. */
 export type PollResult =
-  | { readonly status: "approved"; readonly accountId: string; readonly machineName: string | null }
+  | {
+      readonly status: "approved";
+      readonly accountId: string;
+      readonly machineName: string | null;
+      readonly tokenExpiresInSeconds: number | null;
+    }
   | { readonly status: "authorization_pending" | "slow_down"; readonly interval: number }
   | { readonly status: "access_denied" | "expired_token" | "invalid_grant" };
 
@@ -75,10 +93,19 @@ interface Pending {
   readonly deviceHash: string;
   readonly userCode: string;
   readonly machineName: string | null;
+  readonly requestedAt: number;
   readonly expiresAt: number;
   interval: number;
   lastPollAt: number | undefined;
-  decision: { readonly kind: Decision; readonly accountId: string } | undefined;
+  decision: { readonly kind: Decision; readonly accountId: string; readonly tokenExpiresInSeconds: number | null } | undefined;
+}
+
+/** Who asks about a user code, for the wrong-code limits. */
+interface Asker {
+  readonly userCode: string;
+  /** Names the approving credential: an API key id, or the account for a JWT. */
+  readonly credential: string;
+  readonly address: string | undefined;
 }
 
 export function hashDeviceCode(deviceCode: string): string {
@@ -187,6 +214,7 @@ export class DeviceFlow {
       deviceHash,
       userCode,
       machineName: input.machineName,
+      requestedAt: now,
       expiresAt: now + this.expiresInSeconds * 1000,
       interval: this.intervalSeconds,
       lastPollAt: undefined,
@@ -197,19 +225,49 @@ export class DeviceFlow {
   }
 
   /**
-   * The account holder's decision on a user code. `credential` names the approving credential (an API
-   * key id, or the account for a JWT). Throws 400 invalid_value (param user_code) for a string that
-   * cannot be a user code; 429 when the credential or the address made too many wrong guesses (checked
-   * before the lookup, so a blocked caller learns nothing); 404 device_code_not_found for an unknown or
-   * expired code (one answer for both); 409 device_code_already_decided.
+   * The pending login of a user code, for the account holder to check before deciding. Throws as
+   * `decide` does (400, 429, 404), and 409 device_code_already_decided once it was decided.
    */
-  decide(input: {
-    readonly userCode: string;
-    readonly decision: Decision;
-    readonly accountId: string;
-    readonly credential: string;
-    readonly address: string | undefined;
-  }): DecidedLogin {
+  preview(input: Asker): LoginPreview {
+    const entry = this.lookup(input);
+    if (entry.decision) throw Errors.deviceCodeAlreadyDecided("this device login was already approved or denied", "user_code");
+    return {
+      userCode: formatUserCode(entry.userCode),
+      machineName: entry.machineName,
+      requestedAt: entry.requestedAt,
+      expiresAt: entry.expiresAt,
+    };
+  }
+
+  /**
+   * The account holder's decision on a user code; an approval may set the device token's lifetime.
+   * Throws 400 invalid_value (param user_code) for a string that cannot be a user code; 429 when the
+   * credential or the address made too many wrong guesses (checked before the lookup, so a blocked
+   * caller learns nothing); 404 device_code_not_found for an unknown or expired code (one answer for
+   * both); 409 device_code_already_decided.
+   */
+  decide(
+    input: Asker & { readonly decision: Decision; readonly accountId: string; readonly tokenExpiresInSeconds?: number | null },
+  ): DecidedLogin {
+    const entry = this.lookup(input);
+    if (entry.decision) throw Errors.deviceCodeAlreadyDecided("this device login was already approved or denied", "user_code");
+    const tokenExpiresInSeconds = input.decision === "approve" ? (input.tokenExpiresInSeconds ?? null) : null;
+    entry.decision = { kind: input.decision, accountId: input.accountId, tokenExpiresInSeconds };
+    return {
+      userCode: formatUserCode(entry.userCode),
+      decision: input.decision,
+      accountId: input.accountId,
+      machineName: entry.machineName,
+      tokenExpiresInSeconds,
+    };
+  }
+
+  /**
+   * The pending entry of a user code, through the wrong-code limits: one "token" per guess from the
+   * address's and the credential's buckets, refunded when the code exists, so only wrong codes use up
+   * the budget. Throws 400, 429 or 404 (see `decide`).
+   */
+  private lookup(input: Asker): Pending {
     const letters = normalizeUserCode(input.userCode);
     if (letters === undefined) {
       throw Errors.invalidValue(`'user_code' must be ${USER_CODE_LENGTH} letters of ${USER_CODE_ALPHABET}, as XXXX-XXXX`, "user_code");
@@ -217,7 +275,6 @@ export class DeviceFlow {
     const now = this.now();
     this.prune(now);
     const limits = { rpm: null, tpm: this.wrongCodesPerMinute };
-    // One "token" per guess, refunded when the guess was right: only wrong codes use up the budget.
     const byAddress = this.limiter.check(`guess:${addressSubject(input.address)}`, limits, { tokens: 1 });
     const byCredential = byAddress.ok ? this.limiter.check(`guess-credential:${input.credential}`, limits, { tokens: 1 }) : undefined;
     if (!byAddress.ok || !byCredential?.ok) {
@@ -233,9 +290,7 @@ export class DeviceFlow {
     if (!entry) throw Errors.deviceCodeNotFound("no pending device login has this user code (it may have expired)", "user_code");
     this.limiter.trueUp(byAddress.handle, 0);
     this.limiter.trueUp(byCredential.handle, 0);
-    if (entry.decision) throw Errors.deviceCodeAlreadyDecided("this device login was already approved or denied", "user_code");
-    entry.decision = { kind: input.decision, accountId: input.accountId };
-    return { userCode: formatUserCode(letters), decision: input.decision, accountId: input.accountId, machineName: entry.machineName };
+    return entry;
   }
 
   /** The tool's poll with its device code (RFC 8628 section 3.4). An approval is answered once. */
@@ -247,7 +302,12 @@ export class DeviceFlow {
     if (!entry) return { status: this.expired.has(hash) ? "expired_token" : "invalid_grant" };
     if (entry.decision?.kind === "approve") {
       this.remove(entry);
-      return { status: "approved", accountId: entry.decision.accountId, machineName: entry.machineName };
+      return {
+        status: "approved",
+        accountId: entry.decision.accountId,
+        machineName: entry.machineName,
+        tokenExpiresInSeconds: entry.decision.tokenExpiresInSeconds,
+      };
     }
     if (entry.decision?.kind === "deny") return { status: "access_denied" };
     const early = entry.lastPollAt !== undefined && now - entry.lastPollAt < entry.interval * 1000 - POLL_SLACK_MS;

@@ -7,7 +7,7 @@ import type { ProviderAttestation } from "../../attestation/src/levels.ts";
 import { AdminService } from "../admin/admin-service.ts";
 import { createHttpApp, type HttpApp } from "../api/http.ts";
 import { type CoordinatorAttestation, createCoordinatorAttestation } from "../attestation/coordinator-attestation.ts";
-import { type Authenticator, authenticateProvider, createAuthenticator } from "../auth/authenticator.ts";
+import { type Authenticator, authenticateProvider, createAuthenticator, providerTokenExpired } from "../auth/authenticator.ts";
 import { DeviceFlow } from "../auth/device-flow.ts";
 import { createJwtVerifier } from "../auth/jwt.ts";
 import { Billing } from "../billing/billing.ts";
@@ -22,7 +22,7 @@ import { ChatService } from "../inference/chat-service.ts";
 import { RateLimiter } from "../limits/rate-limiter.ts";
 import { createLogger, type Logger } from "../observability/logger.ts";
 import { createMetrics, type Metrics } from "../observability/metrics.ts";
-import type { Store } from "../store/types.ts";
+import type { ProviderTokenRecord, Store } from "../store/types.ts";
 
 export interface Clock {
   /** Unix milliseconds. */
@@ -52,6 +52,8 @@ export interface App {
   readonly catalog: CatalogService;
   readonly pricing: PricingService;
   readonly authenticate: Authenticator;
+  /** The provider device-token check (401 unless live: unrevoked, unexpired), on the app's clock. */
+  readonly authenticateProvider: (authorization: string | null) => Promise<ProviderTokenRecord>;
   readonly fleet: Fleet;
   /** The provider trust policy (and, in development, the root that issues local providers' chains). */
   trust(): Promise<ProviderTrust>;
@@ -157,7 +159,10 @@ export function createApp(deps: AppDeps): App {
   // A token revoked by another process (the admin CLI) is noticed within one interval.
   const recheck = setInterval(() => {
     fleet
-      .revalidateTokens(async (id) => (await store.providerTokens.get(id))?.revokedAt === null)
+      .revalidateTokens(async (id) => {
+        const record = await store.providerTokens.get(id);
+        return record !== undefined && record.revokedAt === null && !providerTokenExpired(record, now());
+      })
       .catch(() => logger.warn("provider token re-check failed", { reason: "store" }));
   }, TOKEN_RECHECK_MS);
   recheck.unref?.();
@@ -171,6 +176,7 @@ export function createApp(deps: AppDeps): App {
     now,
   });
   const authenticate = createAuthenticator(store, config.jwt && createJwtVerifier(config.jwt, now));
+  const checkProviderToken = (authorization: string | null) => authenticateProvider(store, authorization, now());
   const chat = new ChatService({ catalog, pricing, fleet, billing, limiter, store, settings: config, logger, metrics, now });
   const http = createHttpApp({
     store,
@@ -192,7 +198,7 @@ export function createApp(deps: AppDeps): App {
             return t.devRoot.issueDeviceChain({ identityKey, posture });
           })
         : undefined,
-    authenticateProvider: (authorization) => authenticateProvider(store, authorization),
+    authenticateProvider: checkProviderToken,
     maxBodyBytes: config.maxBodyBytes,
     bodyTimeoutMs: config.bodyTimeoutMs,
     logger,
@@ -207,6 +213,7 @@ export function createApp(deps: AppDeps): App {
     catalog,
     pricing,
     authenticate,
+    authenticateProvider: checkProviderToken,
     fleet,
     trust,
     chat,

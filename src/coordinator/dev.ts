@@ -72,7 +72,8 @@ export async function seedDevelopment(app: App): Promise<DevSeed> {
     await admin.setAlias(m.alias, { build_id: m.id });
     await admin.setPrice(m.alias, m.price);
   }
-  const key = await admin.createKey({ account_id: account.id, name: "demo" });
+  // The demo account holder's key: it may also approve `umbra-provider login` (link machines).
+  const key = await admin.createKey({ account_id: account.id, name: "demo", link_machines: true });
   const provider =
     (await store.accounts.findBySubject(DEMO_PROVIDER_SUBJECT)) ??
     (await admin.createAccount({ name: "Demo provider", jwt_subject: DEMO_PROVIDER_SUBJECT }));

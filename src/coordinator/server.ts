@@ -36,7 +36,7 @@ export interface ListenOptions {
 const IDLE_TIMEOUT_SECONDS = 120;
 
 export function listen(app: App, host = app.config.host, port = app.config.port, options: ListenOptions = {}): RunningServer {
-  const socket = providerSocket({ store: app.store, fleet: app.fleet, logger: app.logger });
+  const socket = providerSocket({ authenticate: app.authenticateProvider, fleet: app.fleet, logger: app.logger });
   const idleTimeout = options.idleTimeoutSeconds ?? IDLE_TIMEOUT_SECONDS;
   const server = Bun.serve<SocketData>({
     hostname: host,

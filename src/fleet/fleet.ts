@@ -161,7 +161,7 @@ export class Fleet implements FleetView {
     }
   }
 
-  /** Ends the sessions whose device token `isLive` no longer accepts (revoked by another process). */
+  /** Ends the sessions whose device token `isLive` no longer accepts (revoked by another process, or expired). */
   async revalidateTokens(isLive: (tokenId: string) => Promise<boolean>): Promise<void> {
     const ids = new Set([...this.sessions.values()].map((s) => s.identity.tokenId));
     for (const id of ids) if (!(await isLive(id))) this.disconnectToken(id);
@@ -219,12 +219,16 @@ export class Fleet implements FleetView {
 
   /**
    * Ends sessions that were silent past the liveness timeout (and those that never said hello), and
-   * runs the others' challenge schedules.
+   * those whose device token expired (as a revoked token's: close 4001), and runs the others'
+   * challenge schedules.
    */
   sweep(): void {
-    const cutoff = this.options.now() - this.options.livenessTimeoutMs;
+    const now = this.options.now();
+    const cutoff = now - this.options.livenessTimeoutMs;
     for (const s of [...this.sessions.values()]) {
       if (s.lastSeen < cutoff) s.terminate(CLOSE.timeout, "no heartbeat within the liveness timeout");
+      else if (s.identity.tokenExpiresAt !== null && s.identity.tokenExpiresAt <= now)
+        s.terminate(CLOSE.unauthorized, "device token expired");
       else s.pollChallenges();
     }
   }

@@ -57,6 +57,8 @@ export interface SessionTransport {
 export interface SessionIdentity {
   readonly accountId: string;
   readonly tokenId: string;
+  /** When the device token expires (Unix ms): the fleet's sweep ends the session then. Null: never. */
+  readonly tokenExpiresAt: number | null;
 }
 
 export interface SessionHooks {

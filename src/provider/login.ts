@@ -2,9 +2,11 @@
  * `umbra-provider login`: links this machine to an account and stores the provider device token.
  *
  * Interactive: the OAuth 2.0 device authorization grant (RFC 8628) against the coordinator
- * (docs/api.md, "Provider device login"): the tool asks for a code, shows it with the URL where the
- * account holder approves it (with their API key or JWT), and polls at the interval the coordinator sets
- * (slower after `slow_down`) until it is approved, denied or expired. Unattended: `--token T` stores a
+ * (docs/api.md, "Provider device login"): the tool asks for a code, sending this machine's name, shows
+ * it with the URL where the account holder checks the machine's name and approves it (with their JWT,
+ * or an API key allowed to link machines), and polls at the interval the coordinator sets (slower
+ * after `slow_down`) until it is approved, denied or expired. The approver may give the token a
+ * lifetime: the answer's `expires_in` (seconds), which the tool reports. Unattended: `--token T` stores a
  * device token made elsewhere (admin API or CLI) once the coordinator confirms it.
  *
  * The token is written with mode 0600 to credentials.json in the tool's folder (src/provider/home.ts),
@@ -99,13 +101,20 @@ export async function confirmToken(base: string, token: string): Promise<{ accou
   return { accountId: answer.account.account_id };
 }
 
+/** What a device login yields: the token, its account, and its lifetime in seconds (null: it does not expire). */
+export interface DeviceLoginResult {
+  readonly token: string;
+  readonly accountId: string;
+  readonly expiresIn: number | null;
+}
+
 /** Runs the device authorization grant; resolves with the token and its account. */
 export async function deviceLogin(
   base: string,
   machineName: string,
   show: (code: DeviceCode) => void,
   hooks: LoginHooks = {},
-): Promise<{ token: string; accountId: string }> {
+): Promise<DeviceLoginResult> {
   const sleep = hooks.sleep ?? ((ms: number) => Bun.sleep(ms));
   const started = await post(`${base}/v1/provider/device/code`, { client_id: CLIENT_ID, machine_name: machineName });
   const code = (await json(started)) as Partial<DeviceCode> & Record<string, unknown>;
@@ -130,7 +139,8 @@ export async function deviceLogin(
       if (typeof body.access_token !== "string" || typeof body.account_id !== "string") {
         throw new LoginError("the coordinator approved the login but sent no usable token");
       }
-      return { token: body.access_token, accountId: body.account_id };
+      const expiresIn = typeof body.expires_in === "number" && body.expires_in > 0 ? body.expires_in : null;
+      return { token: body.access_token, accountId: body.account_id, expiresIn };
     }
     switch (body.error) {
       case "authorization_pending":
@@ -197,7 +207,7 @@ export async function loginCommand(argv: readonly string[], env: Env, hooks: Log
   if (token !== undefined && !/^[\x21-\x7e]{1,4096}$/.test(token)) throw new ConfigError("--token: must be printable ASCII without spaces");
 
   try {
-    let linked: { token: string; accountId: string };
+    let linked: { token: string; accountId: string; expiresIn?: number | null };
     if (token !== undefined) {
       linked = { token, accountId: (await confirmToken(base, token)).accountId };
     } else {
@@ -209,7 +219,7 @@ export async function loginCommand(argv: readonly string[], env: Env, hooks: Log
             `To link this machine ("${machineName}") to your Umbra account:\n` +
               `  1. open ${code.verification_uri}\n` +
               `  2. enter the code ${code.user_code}\n` +
-              `  3. approve with your API key\n` +
+              `  3. check that it names this machine, then approve with your JWT or an API key allowed to link machines\n` +
               (code.verification_uri_complete ? `(or open ${code.verification_uri_complete})\n` : "") +
               `Waiting for approval (the code expires in ${Math.round(code.expires_in / 60)} minutes; Ctrl-C to cancel)...\n`,
           );
@@ -220,6 +230,9 @@ export async function loginCommand(argv: readonly string[], env: Env, hooks: Log
     writeCredentials(home, { coordinator: base, token: linked.token, accountId: linked.accountId, createdAt: Date.now() });
     process.stdout.write(
       `Linked to account ${linked.accountId} at ${base}.\n` +
+        (typeof linked.expiresIn === "number"
+          ? `The device token expires on ${new Date(Date.now() + linked.expiresIn * 1000).toISOString()}; run login again before then.\n`
+          : "") +
         `The device token is stored in ${home.credentialsFile} (mode 0600).\n` +
         "Next: umbra-provider doctor, then umbra-provider start --engine openai --upstream URL --model BUILD\n",
     );

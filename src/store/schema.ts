@@ -68,6 +68,8 @@ export const apiKeys = sqliteTable(
     rpm: integer("rpm"),
     tpm: integer("tpm"),
     selfRouteOnly: integer("self_route_only", { mode: "boolean" }).notNull().default(false),
+    /** May approve provider device logins (link machines to the account); off unless asked for. */
+    linkMachines: integer("link_machines", { mode: "boolean" }).notNull().default(false),
     createdAt: integer("created_at").notNull(),
     revokedAt: integer("revoked_at"),
   },
@@ -84,6 +86,8 @@ export const providerTokens = sqliteTable(
     tokenHash: text("token_hash").notNull().unique(),
     hint: text("hint").notNull(),
     createdAt: integer("created_at").notNull(),
+    /** Refused from this time on; null: never expires. */
+    expiresAt: integer("expires_at"),
     revokedAt: integer("revoked_at"),
   },
   (t) => [index("provider_tokens_account_idx").on(t.accountId)],

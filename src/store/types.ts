@@ -58,11 +58,14 @@ export interface ApiKeyRecord {
   readonly rpm: number | null;
   readonly tpm: number | null;
   readonly selfRouteOnly: boolean;
+  /** May approve provider device logins (link machines to the account). */
+  readonly linkMachines: boolean;
   readonly createdAt: number;
   readonly revokedAt: number | null;
 }
 
-export type NewApiKey = Omit<ApiKeyRecord, "spent" | "revokedAt">;
+/** A key to create; `linkMachines` defaults to false. */
+export type NewApiKey = Omit<ApiKeyRecord, "spent" | "revokedAt" | "linkMachines"> & { readonly linkMachines?: boolean };
 
 export interface ApiKeyStore {
   /** Returns undefined when the account does not exist. */
@@ -82,11 +85,16 @@ export interface ProviderTokenRecord {
   readonly tokenHash: string;
   readonly hint: string;
   readonly createdAt: number;
+  /** Refused from this time on (Unix ms); null: never expires. */
+  readonly expiresAt: number | null;
   readonly revokedAt: number | null;
 }
 
+/** A token to create; `expiresAt` defaults to null (never expires). */
+export type NewProviderToken = Omit<ProviderTokenRecord, "revokedAt" | "expiresAt"> & { readonly expiresAt?: number | null };
+
 export interface ProviderTokenStore {
-  create(token: Omit<ProviderTokenRecord, "revokedAt">): Promise<ProviderTokenRecord | undefined>;
+  create(token: NewProviderToken): Promise<ProviderTokenRecord | undefined>;
   get(id: string): Promise<ProviderTokenRecord | undefined>;
   findByHash(tokenHash: string): Promise<ProviderTokenRecord | undefined>;
   /** Ordered by creation time, then id. */

@@ -90,6 +90,7 @@ function keyAnswer(id: string, accountId: string, secret: string, extra: Record<
     rpm: null,
     tpm: null,
     self_route_only: false,
+    link_machines: false,
     created: T0,
     revoked_at: null,
     ...extra,
@@ -368,6 +369,7 @@ describe("API keys", () => {
       rpm: 60,
       tpm: 100_000,
       self_route_only: true,
+      link_machines: true,
     };
     const r = await t.admin("POST", "/keys", { account_id: t.accountId, ...options });
     const created = r.body as CreatedKey;
@@ -386,6 +388,7 @@ describe("API keys", () => {
       rpm: 60,
       tpm: 100_000,
       selfRouteOnly: true,
+      linkMachines: true,
     });
   });
 
@@ -429,6 +432,8 @@ describe("API keys", () => {
     ["a negative spend cap", { spend_cap_micro_usd: -1 }, refused(400, "invalid_value", "spend_cap_micro_usd")],
     ["a fractional spend cap", { spend_cap_micro_usd: 0.5 }, refused(400, "invalid_value", "spend_cap_micro_usd")],
     ['self_route_only "yes"', { self_route_only: "yes" }, refused(400, "invalid_value", "self_route_only")],
+    ['link_machines "yes"', { link_machines: "yes" }, refused(400, "invalid_value", "link_machines")],
+    ["link_machines 1", { link_machines: 1 }, refused(400, "invalid_value", "link_machines")],
     ["allowed_models as a string", { allowed_models: "org/model" }, refused(400, "invalid_value", "allowed_models")],
     ["an allowed model with a space", { allowed_models: ["org/a model"] }, refused(400, "invalid_value", "allowed_models")],
     ["an empty allowed model", { allowed_models: [""] }, refused(400, "invalid_value", "allowed_models")],
@@ -472,6 +477,7 @@ describe("provider device tokens", () => {
       account_id: accountId,
       hint: `umbra-pt-...${secret.slice(-4)}`,
       created: T0,
+      expires_at: null,
       revoked_at: null,
       ...extra,
     };
@@ -512,6 +518,18 @@ describe("provider device tokens", () => {
     ["an unknown account", { account_id: "acct_nope" }, refused(404, "not_found", "account_id")],
     ["no account_id", {}, refused(400, "missing_field", "account_id")],
     ["an unknown field", { account_id: "acct_nope", name: "x" }, refused(400, "unsupported_value", "name")],
+    ["expires_in_seconds 0", { account_id: "ACME", expires_in_seconds: 0 }, refused(400, "invalid_value", "expires_in_seconds")],
+    ["expires_in_seconds 1.5", { account_id: "ACME", expires_in_seconds: 1.5 }, refused(400, "invalid_value", "expires_in_seconds")],
+    [
+      "expires_in_seconds beyond ten years",
+      { account_id: "ACME", expires_in_seconds: 315_360_001 },
+      refused(400, "invalid_value", "expires_in_seconds"),
+    ],
+    ['expires_in_seconds "60"', { account_id: "ACME", expires_in_seconds: "60" }, refused(400, "invalid_value", "expires_in_seconds")],
+    ["expires_at now", { account_id: "ACME", expires_at: T0 }, refused(400, "invalid_value", "expires_at")],
+    ["expires_at in the past", { account_id: "ACME", expires_at: T0 - 1 }, refused(400, "invalid_value", "expires_at")],
+    ["expires_at beyond ten years", { account_id: "ACME", expires_at: T0 + 315_360_001 }, refused(400, "invalid_value", "expires_at")],
+    ["both expiries", { account_id: "ACME", expires_in_seconds: 60, expires_at: T0 + 60 }, refused(400, "invalid_value", "expires_at")],
   ] as const)("create with %s is refused and writes no token", async (_, body, expected) => {
     await using t = await app();
     const acme = await ok<Created>(t.admin("POST", "/accounts", { name: "Acme" }));
@@ -519,8 +537,39 @@ describe("provider device tokens", () => {
     const before = { object: "list", data: [tokenAnswer(existing.id, acme.id, existing.token)] };
     expect(await list(t, "/provider-tokens")).toEqual(before);
 
-    expect(answer(await t.admin("POST", "/provider-tokens", body))).toEqual(expected);
+    const sent = Object.fromEntries(Object.entries(body).map(([k, v]) => [k, v === "ACME" ? acme.id : v]));
+    expect(answer(await t.admin("POST", "/provider-tokens", sent))).toEqual(expected);
     expect(await list(t, "/provider-tokens")).toEqual(before);
+  });
+
+  test("expiry: expires_in_seconds or expires_at; refused from that second on at /v1/provider/me, as a revoked token", async () => {
+    await using t = await app();
+    const acme = await ok<Created>(t.admin("POST", "/accounts", { name: "Acme" }));
+    const inAMinute = await t.admin("POST", "/provider-tokens", { account_id: acme.id, expires_in_seconds: 60 });
+    const created = inAMinute.body as CreatedToken;
+    expect(answer(inAMinute)).toEqual({
+      status: 200,
+      body: { ...tokenAnswer(created.id, acme.id, created.token, { expires_at: T0 + 60 }), token: created.token },
+    });
+    const atTime = await ok<CreatedToken>(t.admin("POST", "/provider-tokens", { account_id: acme.id, expires_at: T0 + 120 }));
+    const ten = await ok<CreatedToken>(t.admin("POST", "/provider-tokens", { account_id: acme.id, expires_in_seconds: 315_360_000 }));
+    // Created in the same second: listed by id.
+    expect(await list(t, "/provider-tokens")).toEqual({
+      object: "list",
+      data: [
+        tokenAnswer(created.id, acme.id, created.token, { expires_at: T0 + 60 }),
+        tokenAnswer(atTime.id, acme.id, atTime.token, { expires_at: T0 + 120 }),
+        tokenAnswer(ten.id, acme.id, ten.token, { expires_at: T0 + 315_360_000 }),
+      ].sort((a, b) => (a.id < b.id ? -1 : 1)),
+    });
+    const me = async (token: string) => (await t.call("GET", "/v1/provider/me", { token })).status;
+    t.clock.set(T0_MS + 59_999);
+    expect([await me(created.token), await me(atTime.token)]).toEqual([200, 200]);
+    t.clock.set(T0_MS + 60_000);
+    expect(answer(await t.call("GET", "/v1/provider/me", { token: created.token }))).toEqual(refused(401, "invalid_token"));
+    expect(await me(atTime.token)).toBe(200);
+    t.clock.set(T0_MS + 120_000);
+    expect([await me(created.token), await me(atTime.token), await me(ten.token)]).toEqual([401, 401, 200]);
   });
 
   test("unknown ids: revoke and a list filter", async () => {

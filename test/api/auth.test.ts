@@ -221,6 +221,7 @@ describe.each(FORMATS)("JWT with a static $alg key as $format", (format) => {
       rpm: null,
       tpm: null,
       selfRouteOnly: false,
+      linkMachines: true,
     });
   });
 

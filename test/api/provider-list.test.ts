@@ -50,7 +50,7 @@ const hello = (extra: Record<string, unknown> = {}) =>
 /** Opens a session with `tokenId`; without hello it stays pending. */
 function open(t: TestApp, tokenId: string): { session: ProviderSession | undefined; transport: Recorded } {
   const tr = transport();
-  return { session: t.app.fleet.connect(tr, { accountId: "acct_test", tokenId }), transport: tr };
+  return { session: t.app.fleet.connect(tr, { accountId: "acct_test", tokenId, tokenExpiresAt: null }), transport: tr };
 }
 
 /** A welcomed plaintext session without evidence (trust none). */

@@ -123,7 +123,11 @@ const KEY_OPTIONS = {
   rpm: 60,
   tpm: 100_000,
   self_route_only: true,
+  link_machines: true,
 };
+
+/** A device token's expiry in 30 days (Unix seconds): outside the run's window, so compared as is. */
+const TOKEN_EXPIRES_AT = Math.floor(Date.now() / 1000) + 30 * 86_400;
 
 /** One sequence, written once for each twin. */
 const STEPS: readonly Step[] = [
@@ -244,6 +248,7 @@ const STEPS: readonly Step[] = [
       "--tpm",
       "100000",
       "--self-route-only",
+      "--link-machines",
     ],
     http: (ids) => ["POST", "/keys", { account_id: ids.account, ...KEY_OPTIONS }],
     capture: (a, ids) => {
@@ -284,6 +289,21 @@ const STEPS: readonly Step[] = [
     name: "provider-tokens list --account",
     cli: (ids) => ["provider-tokens", "list", "--account", ids.account],
     http: (ids) => ["GET", `/provider-tokens?account_id=${ids.account}`],
+  },
+  {
+    name: "provider-tokens create --expires-at",
+    cli: (ids) => ["provider-tokens", "create", "--account", ids.account, "--expires-at", String(TOKEN_EXPIRES_AT)],
+    http: (ids) => ["POST", "/provider-tokens", { account_id: ids.account, expires_at: TOKEN_EXPIRES_AT }],
+  },
+  {
+    name: "provider-tokens create: --expires-in and --expires-at",
+    cli: (ids) => ["provider-tokens", "create", "--account", ids.account, "--expires-in", "60", "--expires-at", String(TOKEN_EXPIRES_AT)],
+    http: (ids) => ["POST", "/provider-tokens", { account_id: ids.account, expires_in_seconds: 60, expires_at: TOKEN_EXPIRES_AT }],
+  },
+  {
+    name: "provider-tokens create: --expires-in 0",
+    cli: (ids) => ["provider-tokens", "create", "--account", ids.account, "--expires-in", "0"],
+    http: (ids) => ["POST", "/provider-tokens", { account_id: ids.account, expires_in_seconds: 0 }],
   },
   {
     name: "prices set",
@@ -361,6 +381,7 @@ const PLAIN_KEY = {
   rpm: null,
   tpm: null,
   self_route_only: false,
+  link_machines: false,
 };
 const REVOKED_KEY = { ...FULL_KEY, revoked_at: "<time>" };
 const REVOKED_TOKEN = {
@@ -369,6 +390,7 @@ const REVOKED_TOKEN = {
   account_id: "<acct 1>",
   hint: "umbra-pt-...<hint>",
   created: "<time>",
+  expires_at: null,
   revoked_at: "<time>",
 };
 
@@ -398,6 +420,12 @@ const EXPECTED: readonly Omit<Outcome, "step">[] = [
   { outcome: "ok", answer: { ...REVOKED_TOKEN, revoked_at: null, token: "<provider token>" } },
   { outcome: "ok", answer: REVOKED_TOKEN },
   { outcome: "ok", answer: { object: "list", data: [REVOKED_TOKEN] } },
+  {
+    outcome: "ok",
+    answer: { ...REVOKED_TOKEN, id: "<pt 2>", expires_at: TOKEN_EXPIRES_AT, revoked_at: null, token: "<provider token>" },
+  },
+  { outcome: "refused", answer: envelope("invalid_request_error", "invalid_value", "expires_at") },
+  { outcome: "refused", answer: envelope("invalid_request_error", "invalid_value", "expires_in_seconds") },
   {
     outcome: "ok",
     answer: { model: "org/model", object: "price", input_price: 65_000, output_price: 130_000, cache_read_price: 30_000 },
@@ -459,6 +487,8 @@ describe("CLI and HTTP twins", () => {
       httpRaw.filter((o) => o.outcome === "refused").map((o) => o.answer),
     );
     expect(secrets.map(([hint, secret]) => String(hint).slice(-4) === String(secret).slice(-4))).toEqual([
+      true,
+      true,
       true,
       true,
       true,

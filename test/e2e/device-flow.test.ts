@@ -9,9 +9,11 @@
 import { describe, expect, test } from "bun:test";
 import { createHash } from "node:crypto";
 import { exportSPKI, generateKeyPair, SignJWT } from "jose";
+import { seedDevelopment } from "../../src/coordinator/dev.ts";
 import { connectFakeProvider } from "../support/fake-provider.ts";
 import { seedAccount, seedCatalog, type TestApp, testApp } from "../support/harness.ts";
 import { chatBody, postChat, providerToken, startServer, type TestServer } from "../support/server.ts";
+import { waitFor } from "../support/wait.ts";
 
 const BUILD = "org/base-build-4bit";
 const GRANT = "urn:ietf:params:oauth:grant-type:device_code";
@@ -74,6 +76,7 @@ interface Ctx extends AsyncDisposable {
   code(body?: Record<string, unknown>): Promise<Started>;
   poll(deviceCode: string): Promise<Answer>;
   decide(userCode: string, decision: "approve" | "deny", token?: string): Promise<Answer>;
+  preview(userCode: string, token?: string): Promise<Answer>;
 }
 
 async function setup(env: Record<string, string> = {}): Promise<Ctx> {
@@ -86,7 +89,8 @@ async function setup(env: Record<string, string> = {}): Promise<Ctx> {
   };
   const t = await testApp({ clock, env });
   await seedCatalog(t);
-  const owner = await seedAccount(t, {}, 0);
+  // An account holder's key: allowed to link machines (keys are not, unless created so).
+  const owner = await seedAccount(t, { link_machines: true }, 0);
   const server = startServer(t);
   return {
     t,
@@ -104,6 +108,8 @@ async function setup(env: Record<string, string> = {}): Promise<Ctx> {
       }),
     decide: (userCode, decision, token = owner.apiKey) =>
       send(server, "POST", "/v1/provider/device/approve", { token, json: { user_code: userCode, decision } }),
+    preview: (userCode, token = owner.apiKey) =>
+      send(server, "GET", `/v1/provider/device/preview?user_code=${encodeURIComponent(userCode)}`, { token }),
     async [Symbol.asyncDispose]() {
       await server[Symbol.asyncDispose]();
       await t[Symbol.asyncDispose]();
@@ -153,7 +159,13 @@ describe("the whole flow", () => {
     const approved = await c.decide(` ${userCode.toLowerCase().replace("-", " ")} `, "approve");
     expect(answer(approved)).toEqual({
       status: 200,
-      body: { user_code: userCode, decision: "approve", account_id: c.owner.accountId, machine_name: "Ada’s Mac mini" },
+      body: {
+        user_code: userCode,
+        decision: "approve",
+        account_id: c.owner.accountId,
+        machine_name: "Ada’s Mac mini",
+        token_expires_in_seconds: null,
+      },
     });
     expect(answer(await c.decide(userCode, "deny"))).toEqual(envelope(409, "conflict_error", "device_code_already_decided", "user_code"));
 
@@ -184,6 +196,7 @@ describe("the whole flow", () => {
       body: {
         account_id: c.owner.accountId,
         token_id: tokenId,
+        token_expires_at: null,
         earnings: { total_micro_usd: 0, today_micro_usd: 0 },
         balance_micro_usd: 0,
         machines: [],
@@ -218,6 +231,7 @@ describe("the whole flow", () => {
       body: {
         account_id: c.owner.accountId,
         token_id: tokenId,
+        token_expires_at: null,
         earnings: { total_micro_usd: total, today_micro_usd: total - yesterday },
         balance_micro_usd: total,
         machines: [
@@ -273,7 +287,13 @@ describe("the whole flow", () => {
     const started = await c.code();
     expect(answer(await c.decide(started.user_code, "approve", jwt))).toEqual({
       status: 200,
-      body: { user_code: started.user_code, decision: "approve", account_id: account.id, machine_name: "mac-studio" },
+      body: {
+        user_code: started.user_code,
+        decision: "approve",
+        account_id: account.id,
+        machine_name: "mac-studio",
+        token_expires_in_seconds: null,
+      },
     });
     const delivered = await c.poll(started.device_code);
     expect(delivered.body).toMatchObject({ account_id: account.id });
@@ -288,7 +308,13 @@ describe("deny, expiry, reuse", () => {
     const started = await c.code({ client_id: "umbra-provider" });
     expect(answer(await c.decide(started.user_code, "deny"))).toEqual({
       status: 200,
-      body: { user_code: started.user_code, decision: "deny", account_id: c.owner.accountId, machine_name: null },
+      body: {
+        user_code: started.user_code,
+        decision: "deny",
+        account_id: c.owner.accountId,
+        machine_name: null,
+        token_expires_in_seconds: null,
+      },
     });
     expect(answer(await c.poll(started.device_code))).toEqual(oauth("access_denied"));
     c.clock.advance(5_000);
@@ -325,6 +351,175 @@ describe("deny, expiry, reuse", () => {
     expect(answers.map((a) => a.status).sort()).toEqual([200, 400, 400]);
     expect(answers.filter((a) => a.status === 400).map(answer)).toEqual([oauth("invalid_grant"), oauth("invalid_grant")]);
     expect((await c.t.app.admin.listProviderTokens(c.owner.accountId)).data).toHaveLength(1);
+  });
+});
+
+describe("who may approve: an account-holder credential only (issue 18, point 4)", () => {
+  test("a restricted key (allowlist, spend cap, rpm; no link_machines) can neither preview nor decide; no token is minted", async () => {
+    await using c = await setup();
+    // The key an account holder hands to a CI job: it must not be able to link a machine to the account.
+    const ci = await c.t.app.admin.createKey({
+      account_id: c.owner.accountId,
+      name: "ci",
+      allowed_models: [BUILD],
+      spend_cap_micro_usd: 1_000,
+      rpm: 5,
+    });
+    expect(ci.link_machines).toBe(false);
+
+    const started = await c.code();
+    const forbidden = envelope(403, "permission_error", "forbidden");
+    expect(answer(await c.decide(started.user_code, "approve", ci.key))).toEqual(forbidden);
+    expect(answer(await c.decide(started.user_code, "deny", ci.key))).toEqual(forbidden);
+    expect(answer(await c.preview(started.user_code, ci.key))).toEqual(forbidden);
+    // Refused before the code is looked up: a wrong code gets the same answer, and uses up no budget.
+    for (let i = 0; i < 12; i++) expect(answer(await c.decide("BBBB-BBBB", "approve", ci.key))).toEqual(forbidden);
+    expect(answer(await c.poll(started.device_code))).toEqual(oauth("authorization_pending"));
+    c.clock.advance(600_000);
+    expect(answer(await c.poll(started.device_code))).toEqual(oauth("expired_token"));
+    expect((await c.t.app.admin.listProviderTokens(c.owner.accountId)).data).toEqual([]);
+    expect(c.t.logs.some((l) => l.includes("provider device login approved"))).toBe(false);
+  });
+
+  test("a key created with link_machines approves, restrictions or not; the token is the key's account's", async () => {
+    await using c = await setup();
+    const linker = await c.t.app.admin.createKey({
+      account_id: c.owner.accountId,
+      allowed_models: [BUILD],
+      rpm: 5,
+      link_machines: true,
+    });
+    expect(linker.link_machines).toBe(true);
+    const started = await c.code();
+    expect(answer(await c.decide(started.user_code, "approve", linker.key))).toEqual({
+      status: 200,
+      body: {
+        user_code: started.user_code,
+        decision: "approve",
+        account_id: c.owner.accountId,
+        machine_name: "mac-studio",
+        token_expires_in_seconds: null,
+      },
+    });
+    expect((await c.poll(started.device_code)).body).toMatchObject({ account_id: c.owner.accountId });
+    expect((await c.t.app.admin.listProviderTokens(c.owner.accountId)).data).toHaveLength(1);
+  });
+
+  test("make dev's demo key may link machines: the README's development login works with it", async () => {
+    await using c = await setup();
+    const demo = await seedDevelopment(c.t.app);
+    expect(await c.t.app.authenticate(`Bearer ${demo.apiKey}`)).toMatchObject({ accountId: demo.accountId, linkMachines: true });
+    const started = await c.code();
+    expect((await c.preview(started.user_code, demo.apiKey)).status).toBe(200);
+    expect((await c.decide(started.user_code, "approve", demo.apiKey)).body).toMatchObject({ account_id: demo.accountId });
+    expect((await c.poll(started.device_code)).body).toMatchObject({ account_id: demo.accountId, token_type: "Bearer" });
+  });
+
+  test("preview: the machine's name and when the code was requested, before any decision", async () => {
+    await using c = await setup();
+    const started = await c.code({ client_id: "umbra-provider", machine_name: "<b>studio</b> & co" });
+    c.clock.advance(42_000);
+    const preview = await c.preview(started.user_code.toLowerCase());
+    expect(answer(preview)).toEqual({
+      status: 200,
+      body: {
+        user_code: started.user_code,
+        machine_name: "<b>studio</b> & co",
+        requested_at: Math.floor(T0 / 1000),
+        expires_at: Math.floor(T0 / 1000) + 600,
+      },
+    });
+    expect(preview.headers.get("cache-control")).toBe("no-store");
+    // A preview decides nothing.
+    expect(answer(await c.poll(started.device_code))).toEqual(oauth("authorization_pending"));
+    const unnamed = await c.code({ client_id: "umbra-provider" });
+    expect((await c.preview(unnamed.user_code)).body).toMatchObject({ machine_name: null });
+    // Once decided, a preview says so.
+    await c.decide(started.user_code, "deny");
+    expect(answer(await c.preview(started.user_code))).toEqual(envelope(409, "conflict_error", "device_code_already_decided", "user_code"));
+  });
+
+  test("preview: bad and unknown codes; a wrong code counts against the same budget as approvals", async () => {
+    await using c = await setup();
+    expect(answer(await send(c.server, "GET", "/v1/provider/device/preview", { token: c.owner.apiKey }))).toEqual(
+      envelope(400, "invalid_request_error", "missing_field", "user_code"),
+    );
+    expect(answer(await c.preview("ABCD-EFGH"))).toEqual(envelope(400, "invalid_request_error", "invalid_value", "user_code"));
+    expect(answer(await send(c.server, "GET", "/v1/provider/device/preview?user_code=BBBB-BBBB"))).toEqual(
+      envelope(401, "authentication_error", "invalid_api_key"),
+    );
+    for (let i = 0; i < 5; i++) {
+      expect(answer(await c.preview("BBBB-BBBB"))).toEqual(envelope(404, "not_found_error", "device_code_not_found", "user_code"));
+      expect(answer(await c.decide("BBBB-BBBB", "approve"))).toEqual(
+        envelope(404, "not_found_error", "device_code_not_found", "user_code"),
+      );
+    }
+    const started = await c.code();
+    expect(answer(await c.preview(started.user_code))).toEqual(envelope(429, "rate_limit_error", "rate_limit_exceeded"));
+  });
+
+  test("an approval with a token lifetime: the token expires, is refused at /me and /connect, and its live session is dropped", async () => {
+    await using c = await setup();
+    const started = await c.code();
+    const approved = await send(c.server, "POST", "/v1/provider/device/approve", {
+      token: c.owner.apiKey,
+      json: { user_code: started.user_code, decision: "approve", token_expires_in_seconds: 8 },
+    });
+    expect(approved.body).toMatchObject({ decision: "approve", token_expires_in_seconds: 8 });
+    c.clock.advance(2_000);
+    const delivered = await c.poll(started.device_code);
+    expect(answer(delivered)).toEqual({
+      status: 200,
+      body: {
+        access_token: expect.stringMatching(/^umbra-pt-/),
+        token_type: "Bearer",
+        account_id: c.owner.accountId,
+        token_id: expect.stringMatching(/^pt_/),
+        expires_in: 8,
+      },
+    });
+    const { access_token: token, token_id: tokenId } = delivered.body as { access_token: string; token_id: string };
+    const expiresAt = Math.floor(T0 / 1000) + 2 + 8;
+    expect((await c.t.app.admin.listProviderTokens(c.owner.accountId)).data).toEqual([
+      expect.objectContaining({ id: tokenId, expires_at: expiresAt, revoked_at: null }),
+    ]);
+    expect((await send(c.server, "GET", "/v1/provider/me", { token })).body).toMatchObject({
+      token_id: tokenId,
+      token_expires_at: expiresAt,
+    });
+    await using provider = await connectFakeProvider({ url: c.server.url, token, models: [BUILD] });
+    expect(c.t.app.fleet.size).toBe(1);
+
+    // Past the expiry (well within the 15 s liveness timeout): the session ends as for a revoked token.
+    c.clock.advance(8_000);
+    expect(await provider.closed).toEqual({ code: 4001, reason: "device token expired" });
+    await waitFor(() => c.t.app.fleet.size === 0, "the expired session dropped");
+    expect(answer(await send(c.server, "GET", "/v1/provider/me", { token }))).toEqual(
+      envelope(401, "authentication_error", "invalid_token"),
+    );
+    const reconnect = await fetch(`${c.server.url}/v1/provider/connect`, {
+      headers: { authorization: `Bearer ${token}`, upgrade: "websocket" },
+    });
+    expect({ status: reconnect.status, body: await reconnect.json() }).toEqual(envelope(401, "authentication_error", "invalid_token"));
+  });
+
+  test("token_expires_in_seconds: only with approve, a whole number of seconds from 1 to ten years", async () => {
+    await using c = await setup();
+    const started = await c.code();
+    for (const [decision, value] of [
+      ["deny", 60],
+      ["approve", 0],
+      ["approve", 1.5],
+      ["approve", "60"],
+      ["approve", 315_360_001],
+    ] as const) {
+      const r = await send(c.server, "POST", "/v1/provider/device/approve", {
+        token: c.owner.apiKey,
+        json: { user_code: started.user_code, decision, token_expires_in_seconds: value },
+      });
+      expect(answer(r)).toEqual(envelope(400, "invalid_request_error", "invalid_value", "token_expires_in_seconds"));
+    }
+    expect(answer(await c.poll(started.device_code))).toEqual(oauth("authorization_pending"));
   });
 });
 
@@ -376,7 +571,7 @@ describe("rate limits", () => {
     expect(answer(refused)).toEqual(envelope(429, "rate_limit_error", "rate_limit_exceeded"));
     expect(refused.headers.get("retry-after")).toBe("6");
     // The address is blocked for any credential too.
-    const other = await seedAccount(c.t, {}, 0);
+    const other = await seedAccount(c.t, { link_machines: true }, 0);
     expect((await c.decide(started.user_code, "approve", other.apiKey)).status).toBe(429);
     c.clock.advance(6_000);
     expect((await c.decide(started.user_code, "approve")).status).toBe(200);
@@ -522,6 +717,10 @@ describe("GET /device", () => {
       "base-uri 'none'",
     ]);
     expect(script).toContain("/v1/provider/device/approve");
+    expect(script).toContain("/v1/provider/device/preview");
+    // What the API answers (the machine name is the tool's text) is only ever written as text, never as HTML.
+    expect(script).toContain("textContent");
+    expect(script).not.toMatch(/innerHTML|outerHTML|insertAdjacentHTML|document\.write|eval\(|new Function/);
     expect(html).not.toMatch(/<(link|img|iframe)|src=|https?:\/\//);
     expect({
       frame: r.headers.get("x-frame-options"),

@@ -20,7 +20,8 @@ let seeded: { apiKey: string; providerToken: string; accountId: string };
 
 beforeAll(async () => {
   coordinator = await startCoordinator();
-  seeded = await coordinator.seed([BUILD]);
+  // The account holder's key: allowed to approve `login` (link machines).
+  seeded = await coordinator.seed([BUILD], { link_machines: true });
 });
 afterAll(async () => {
   await coordinator[Symbol.asyncDispose]();

@@ -17,7 +17,6 @@ import {
   type ApiKeyRecord,
   DuplicateError,
   type ModelBuild,
-  type NewApiKey,
   type PriceRow,
   type ProviderTokenRecord,
   type Store,
@@ -33,9 +32,11 @@ export type OpenStore = () => Promise<OpenedStore>;
 
 const T0 = 1_790_000_000_000;
 
-type NewProviderToken = Omit<ProviderTokenRecord, "revokedAt">;
+/** Every field of a new key given (the store's input type leaves `linkMachines` optional). */
+type FullNewKey = Omit<ApiKeyRecord, "spent" | "revokedAt">;
+type FullNewToken = Omit<ProviderTokenRecord, "revokedAt">;
 
-function newKey(input: Partial<NewApiKey> & Pick<NewApiKey, "id" | "accountId">): NewApiKey {
+function newKey(input: Partial<FullNewKey> & Pick<FullNewKey, "id" | "accountId">): FullNewKey {
   return {
     keyHash: `key-hash-${input.id}`,
     hint: `…${input.id.slice(-4)}`,
@@ -45,13 +46,14 @@ function newKey(input: Partial<NewApiKey> & Pick<NewApiKey, "id" | "accountId">)
     rpm: null,
     tpm: null,
     selfRouteOnly: false,
+    linkMachines: false,
     createdAt: T0,
     ...input,
   };
 }
 
-function newToken(input: Partial<NewProviderToken> & Pick<NewProviderToken, "id" | "accountId">): NewProviderToken {
-  return { tokenHash: `token-hash-${input.id}`, hint: `…${input.id.slice(-4)}`, createdAt: T0, ...input };
+function newToken(input: Partial<FullNewToken> & Pick<FullNewToken, "id" | "accountId">): FullNewToken {
+  return { tokenHash: `token-hash-${input.id}`, hint: `…${input.id.slice(-4)}`, createdAt: T0, expiresAt: null, ...input };
 }
 
 function newBuild(input: Partial<ModelBuild> & Pick<ModelBuild, "id">): ModelBuild {
@@ -293,12 +295,24 @@ export function runStoreConformance(name: string, open: OpenStore): void {
           rpm: 60,
           tpm: 100_000,
           selfRouteOnly: true,
+          linkMachines: true,
           createdAt: T0 + 5,
         });
         const expected: ApiKeyRecord = { ...input, spent: 0, revokedAt: null };
         expect(await t.store.keys.create(input)).toEqual(expected);
         expect(await t.store.keys.get("key-1")).toEqual(expected);
         expect(await t.store.keys.findByHash("a".repeat(64))).toEqual(expected);
+      });
+
+      test("a key created without linkMachines may not link machines; one created with false neither", async () => {
+        await using t = await open();
+        await createAccounts(t.store, "acct-1");
+        const { linkMachines: _, ...withoutPermission } = newKey({ id: "key-1", accountId: "acct-1" });
+        const expected: ApiKeyRecord = { ...withoutPermission, linkMachines: false, spent: 0, revokedAt: null };
+        expect(await t.store.keys.create(withoutPermission)).toEqual(expected);
+        expect(await t.store.keys.findByHash(withoutPermission.keyHash)).toEqual(expected);
+        const explicit = newKey({ id: "key-2", accountId: "acct-1", linkMachines: false });
+        expect(await t.store.keys.create(explicit)).toEqual({ ...explicit, spent: 0, revokedAt: null });
       });
 
       test("allowedModels null, empty and listed, and every nullable field, round-trip as given", async () => {
@@ -380,6 +394,21 @@ export function runStoreConformance(name: string, open: OpenStore): void {
         expect(await t.store.providerTokens.get("tok-1")).toEqual(expected);
         expect(await t.store.providerTokens.findByHash("c".repeat(64))).toBeUndefined();
         expect(await t.store.providerTokens.get("tok-2")).toBeUndefined();
+      });
+
+      test("expiresAt round-trips as given; a token created without it never expires (null)", async () => {
+        await using t = await open();
+        await createAccounts(t.store, "acct-1");
+        const expiring = newToken({ id: "tok-1", accountId: "acct-1", expiresAt: T0 + 86_400_000 });
+        expect(await t.store.providerTokens.create(expiring)).toEqual({ ...expiring, revokedAt: null });
+        expect(await t.store.providerTokens.get("tok-1")).toEqual({ ...expiring, revokedAt: null });
+        expect(await t.store.providerTokens.findByHash(expiring.tokenHash)).toEqual({ ...expiring, revokedAt: null });
+        const { expiresAt: _, ...withoutExpiry } = newToken({ id: "tok-2", accountId: "acct-1" });
+        expect(await t.store.providerTokens.create(withoutExpiry)).toEqual({ ...withoutExpiry, expiresAt: null, revokedAt: null });
+        expect(await t.store.providerTokens.list("acct-1")).toEqual([
+          { ...expiring, revokedAt: null },
+          { ...withoutExpiry, expiresAt: null, revokedAt: null },
+        ]);
       });
 
       test("create for an unknown account returns undefined and writes nothing", async () => {

@@ -32,7 +32,13 @@ export function sqliteApiKeys(
     async create(key) {
       if (!accountExists(db, key.accountId)) return undefined;
       db.insert(apiKeys)
-        .values({ ...key, allowedModels: key.allowedModels === null ? null : [...key.allowedModels], spent: 0, revokedAt: null })
+        .values({
+          ...key,
+          allowedModels: key.allowedModels === null ? null : [...key.allowedModels],
+          linkMachines: key.linkMachines ?? false,
+          spent: 0,
+          revokedAt: null,
+        })
         .run();
       freshness.touch();
       return get(key.id);
@@ -78,7 +84,7 @@ export function sqliteProviderTokens(db: Db): ProviderTokenStore {
     async create(token) {
       if (!accountExists(db, token.accountId)) return undefined;
       db.insert(providerTokens)
-        .values({ ...token, revokedAt: null })
+        .values({ ...token, expiresAt: token.expiresAt ?? null, revokedAt: null })
         .run();
       return get(token.id);
     },

@@ -42,6 +42,46 @@ function refusal(act: () => unknown) {
 const approver = { accountId: "acct_a", credential: "key_a", address: "192.0.2.1" };
 const start = (flow: DeviceFlow, address = "198.51.100.7", machineName: string | null = "mac-1") => flow.start({ address, machineName });
 
+describe("preview before the decision", () => {
+  test("shows the machine name, when the code was requested and when it expires; decides nothing", () => {
+    const { flow, advance } = setup();
+    const s = start(flow, undefined, "studio <b>");
+    advance(30_000);
+    const asker = { credential: "key_a", address: "192.0.2.1" };
+    expect(flow.preview({ userCode: s.userCode.toLowerCase(), ...asker })).toEqual({
+      userCode: s.userCode,
+      machineName: "studio <b>",
+      requestedAt: T0,
+      expiresAt: T0 + 600_000,
+    });
+    expect(flow.poll(s.deviceCode)).toEqual({ status: "authorization_pending", interval: 5 });
+    flow.decide({ userCode: s.userCode, decision: "approve", ...approver });
+    expect(refusal(() => flow.preview({ userCode: s.userCode, ...asker }))).toEqual({
+      status: 409,
+      code: "device_code_already_decided",
+      param: "user_code",
+      retryAfter: undefined,
+    });
+  });
+
+  test("wrong codes in previews and decisions share one budget per credential", () => {
+    const { flow } = setup();
+    const s = start(flow);
+    for (let i = 0; i < 5; i++) {
+      expect(refusal(() => flow.preview({ userCode: "BBBB-BBBB", credential: "key_a", address: `192.0.2.${i}` }))).toMatchObject({
+        status: 404,
+      });
+      expect(
+        refusal(() => flow.decide({ userCode: "BBBB-BBBB", decision: "approve", ...approver, address: `192.0.2.${i + 100}` })),
+      ).toMatchObject({ status: 404 });
+    }
+    expect(refusal(() => flow.preview({ userCode: s.userCode, credential: "key_a", address: "192.0.2.200" }))).toMatchObject({
+      status: 429,
+    });
+    expect(refusal(() => flow.preview({ userCode: "nope", credential: "key_a", address: "192.0.2.201" }))).toMatchObject({ status: 400 });
+  });
+});
+
 describe("a login from start to token", () => {
   test("start answers a fresh code pair in the documented shapes", () => {
     const { flow } = setup();
@@ -68,9 +108,10 @@ describe("a login from start to token", () => {
       decision: "approve",
       accountId: "acct_a",
       machineName: "mac-1",
+      tokenExpiresInSeconds: null,
     });
     advance(5_000);
-    expect(flow.poll(s.deviceCode)).toEqual({ status: "approved", accountId: "acct_a", machineName: "mac-1" });
+    expect(flow.poll(s.deviceCode)).toEqual({ status: "approved", accountId: "acct_a", machineName: "mac-1", tokenExpiresInSeconds: null });
     advance(5_000);
     expect(flow.poll(s.deviceCode)).toEqual({ status: "invalid_grant" });
     expect(flow.size).toBe(0);
@@ -79,6 +120,28 @@ describe("a login from start to token", () => {
       status: 404,
       code: "device_code_not_found",
     });
+  });
+
+  test("an approval may set the token's lifetime; the poll hands it on; a denial carries none", () => {
+    const { flow } = setup();
+    const s = start(flow);
+    expect(flow.decide({ userCode: s.userCode, decision: "approve", tokenExpiresInSeconds: 86_400, ...approver })).toEqual({
+      userCode: s.userCode,
+      decision: "approve",
+      accountId: "acct_a",
+      machineName: "mac-1",
+      tokenExpiresInSeconds: 86_400,
+    });
+    expect(flow.poll(s.deviceCode)).toEqual({
+      status: "approved",
+      accountId: "acct_a",
+      machineName: "mac-1",
+      tokenExpiresInSeconds: 86_400,
+    });
+    const d = start(flow);
+    expect(
+      flow.decide({ userCode: d.userCode, decision: "deny", tokenExpiresInSeconds: 60, ...approver }).tokenExpiresInSeconds,
+    ).toBeNull();
   });
 
   test("an approval is answered even to a poll that comes early (slow_down only while pending)", () => {
@@ -97,6 +160,7 @@ describe("a login from start to token", () => {
       decision: "deny",
       accountId: "acct_a",
       machineName: null,
+      tokenExpiresInSeconds: null,
     });
     expect(flow.poll(s.deviceCode)).toEqual({ status: "access_denied" });
     advance(5_000);

@@ -11,6 +11,8 @@ interface Script {
   readonly answers: readonly string[];
   readonly interval?: number;
   readonly codeStatus?: number;
+  /** The token answer's `expires_in`, when the approver gave the token a lifetime. */
+  readonly expiresIn?: number;
 }
 
 let server: ReturnType<typeof Bun.serve> | undefined;
@@ -46,7 +48,14 @@ function coordinator(script: Script) {
       if (path === "/v1/provider/device/token") {
         polls.push((await request.json()) as Record<string, unknown>);
         const answer = script.answers[polls.length - 1] ?? "expired_token";
-        if (answer === "token") return Response.json({ access_token: "prov_new", token_type: "Bearer", account_id: "acct_1" });
+        if (answer === "token") {
+          return Response.json({
+            access_token: "prov_new",
+            token_type: "Bearer",
+            account_id: "acct_1",
+            ...(script.expiresIn === undefined ? {} : { expires_in: script.expiresIn }),
+          });
+        }
         return Response.json({ error: answer, error_description: "scripted" }, { status: 400 });
       }
       return new Response("not found", { status: 404 });
@@ -73,7 +82,7 @@ describe("deviceLogin", () => {
       },
       { sleep },
     );
-    expect(result).toEqual({ token: "prov_new", accountId: "acct_1" });
+    expect(result).toEqual({ token: "prov_new", accountId: "acct_1", expiresIn: null });
     expect(shown).toBe("BCDF-GHJK");
     expect(waits).toEqual([5000, 5000, 10000, 10000]);
     expect(c.started()).toEqual({ client_id: "umbra-provider", machine_name: "studio-1" });
@@ -82,6 +91,12 @@ describe("deviceLogin", () => {
       device_code: "dc_1",
       client_id: "umbra-provider",
     });
+  });
+
+  test("a token with a lifetime: expires_in is handed on", async () => {
+    const { sleep } = recordingSleep();
+    const result = await deviceLogin(coordinator({ answers: ["token"], expiresIn: 86_400 }).base, "m", () => {}, { sleep });
+    expect(result).toEqual({ token: "prov_new", accountId: "acct_1", expiresIn: 86_400 });
   });
 
   test("the coordinator's interval is honoured, but never below one second", async () => {

@@ -223,3 +223,51 @@ describe("upgrading a database made by earlier migrations", () => {
     expect(rows).toEqual({ n: 0 });
   });
 });
+
+describe("upgrading a database made before 0003 (key permission to link machines, device token expiry)", () => {
+  test("existing keys may not link machines; existing device tokens never expire; both keep every other field", async () => {
+    using dir = tempDir();
+    const path = join(dir.path, "umbra.db");
+    {
+      // The database as the coordinator left it before 0003: the first three migrations, marked applied.
+      using db = new Database(path, { create: true, strict: true });
+      applyMigrations(db, MIGRATIONS.slice(0, 3));
+      db.exec("INSERT INTO accounts (id, name, created_at) VALUES ('acct-1', 'a', 1)");
+      db.exec(`INSERT INTO api_keys (id, account_id, key_hash, hint, name, allowed_models, spend_cap_micro_usd, spent_micro_usd,
+        rpm, tpm, self_route_only, created_at, revoked_at) VALUES ('key-1', 'acct-1', 'hash-1', 'abcd', 'ci', '["org/model"]',
+        500, 20, 60, NULL, 0, 2, NULL)`);
+      db.exec(`INSERT INTO provider_tokens (id, account_id, token_hash, hint, created_at, revoked_at)
+        VALUES ('pt-1', 'acct-1', 'hash-2', 'wxyz', 3, NULL)`);
+    }
+    const store = createSqliteStore(path);
+    try {
+      expect(await store.keys.findByHash("hash-1")).toEqual({
+        id: "key-1",
+        accountId: "acct-1",
+        keyHash: "hash-1",
+        hint: "abcd",
+        name: "ci",
+        allowedModels: ["org/model"],
+        spendCap: 500,
+        spent: 20,
+        rpm: 60,
+        tpm: null,
+        selfRouteOnly: false,
+        linkMachines: false,
+        createdAt: 2,
+        revokedAt: null,
+      });
+      expect(await store.providerTokens.findByHash("hash-2")).toEqual({
+        id: "pt-1",
+        accountId: "acct-1",
+        tokenHash: "hash-2",
+        hint: "wxyz",
+        createdAt: 3,
+        expiresAt: null,
+        revokedAt: null,
+      });
+    } finally {
+      store.close();
+    }
+  });
+});
