@@ -15,9 +15,10 @@
  *   secure_enclave  the identity helper (`--identity-helper`) names a P-256 key and signs a probe that
  *                   verifies (helperIdentity); without a helper: warn (a software key, self_signed at most).
  *   memory          total RAM >= weights x 1.2 + 4 GiB pass, within 10% below warn, else fail; weights
- *                   are estimated from the model ids (model-size.ts); an unknown size warns.
+ *                   are estimated from the model ids (model-size.ts); an unknown size warns. The echo
+ *                   engine loads no weights: pass, "weights: none needed (echo engine)".
  *   disk            free space of --models-dir or the provider home: < 2 GiB fails; less than the
- *                   weights warns (they may already be downloaded).
+ *                   weights warns (they may already be downloaded); echo: no weights to compare.
  *   engine          echo passes (development engine); openai: GET {upstream}/models must list every
  *                   model's upstream name. No --engine: skip.
  *   coordinator     GET {coordinator}/healthz answers 200 (plain http only for loopback hosts).
@@ -405,7 +406,11 @@ function weightsOf(models: readonly ModelMapping[]) {
   return { bytes, unknown };
 }
 
-function checkMemory({ probe, models }: Context): CheckResult {
+/** The echo engine answers from the prompt alone: it loads no weights. */
+const NO_WEIGHTS = "weights: none needed (echo engine)";
+
+function checkMemory({ probe, models, engine }: Context): CheckResult {
+  if (engine === "echo") return result("memory", "pass", `${formatGiB(probe.totalMemory())} RAM; ${NO_WEIGHTS}`);
   if (models.length === 0) return result("memory", "skip", "no --model given", "name the models to serve: --model BUILD[=UPSTREAM_NAME]");
   const { bytes, unknown } = weightsOf(models);
   const total = probe.totalMemory();
@@ -423,12 +428,13 @@ function checkMemory({ probe, models }: Context): CheckResult {
   return result("memory", "pass", against);
 }
 
-function checkDisk({ probe, models, modelsDir, home }: Context): CheckResult {
+function checkDisk({ probe, models, modelsDir, home, engine }: Context): CheckResult {
   const path = modelsDir ?? home.dir;
   const free = probe.freeDisk(path);
   if (free === undefined) return result("disk", "warn", `could not read the free space of ${path}`, "check with df -h");
   const where = `${formatGiB(free)} free in ${path}`;
   if (free < 2 * GIB) return result("disk", "fail", `${where}: less than 2 GiB`, "free some space on that volume");
+  if (engine === "echo") return result("disk", "pass", `${where}; ${NO_WEIGHTS}`);
   if (models.length === 0) return result("disk", "pass", where);
   const { bytes, unknown } = weightsOf(models);
   if (free < bytes) {

@@ -37,7 +37,8 @@ const MODEL = "meta/llama-3.1-8b=llama3.1:8b-instruct-q4_K_M";
 /** A provider that serves one quantized 8B model through a local runtime, with the Secure Enclave helper. */
 const SERVE = ["--engine", "openai", "--upstream", UPSTREAM, "--model", MODEL, "--identity-helper", HELPER];
 const NO_HELPER = SERVE.slice(0, -2);
-const echo = (model: string) => ["--engine", "echo", "--model", model, "--identity-helper", HELPER];
+/** Serves `build` through the runtime's model "other" (listed, of unknown size): sized by the build id. */
+const sized = (build: string) => ["--engine", "openai", "--upstream", UPSTREAM, "--model", `${build}=other`, "--identity-helper", HELPER];
 
 const SIP_ON = "System Integrity Protection status: enabled.\n";
 const bridge = (level: string) => JSON.stringify({ SPiBridgeDataType: [{ ibridge_secure_boot: level, ibridge_sb_sip: "Enabled" }] });
@@ -303,9 +304,9 @@ const CONDITIONS: [string, Fake, string[], string, string, string, number][] = [
     1,
   ],
   ["macOS 13", { commands: { "/usr/bin/sw_vers -productVersion": "13.6.7\n" } }, SERVE, "macos", "fail", "Software Update", 1],
-  ["low memory", { memoryGiB: 16 }, echo("meta/llama-3.3-70b-4bit"), "memory", "fail", "the models need about", 1],
+  ["low memory", { memoryGiB: 16 }, sized("meta/llama-3.3-70b-4bit"), "memory", "fail", "the models need about", 1],
   ["memory within 10%", { memoryGiB: 9 }, SERVE, "memory", "warn", "within 10%", 0],
-  ["a model of unknown size", {}, echo("org/m"), "memory", "warn", "size unknown for org/m", 0],
+  ["a model of unknown size", {}, sized("org/m"), "memory", "warn", "size unknown for org/m", 0],
   ["under 2 GiB of disk", { freeGiB: 1.5 }, SERVE, "disk", "fail", "less than 2 GiB", 1],
   ["less disk than the weights", { freeGiB: 3 }, SERVE, "disk", "warn", "already downloaded", 0],
   [
@@ -404,6 +405,25 @@ describe.each(CONDITIONS)("%s", (_what, fake, flags, id, status, text, exit) => 
   });
 });
 
+describe("the echo engine", () => {
+  test("loads no weights: memory and disk say so instead of sizing the model id", async () => {
+    const { code, report } = await doctorJson(
+      ["--engine", "echo", "--model", "meta/llama-3.3-70b-4bit", "--identity-helper", HELPER],
+      fakeProbe({ memoryGiB: 8 }),
+    );
+    expect(code).toBe(0);
+    expect(report.checks.filter((c) => c.id === "memory" || c.id === "disk")).toEqual([
+      { id: "memory", title: "Memory", status: "pass", detail: "8.0 GiB RAM; weights: none needed (echo engine)" },
+      { id: "disk", title: "Disk", status: "pass", detail: `500.0 GiB free in ${HOME}; weights: none needed (echo engine)` },
+    ]);
+  });
+
+  test("still needs 2 GiB of free disk", async () => {
+    const { check } = await doctorJson(["--engine", "echo", "--model", "org/m"], fakeProbe({ freeGiB: 1.5 }));
+    expect(check("disk")).toMatchObject({ status: "fail", detail: `1.5 GiB free in ${HOME}: less than 2 GiB` });
+  });
+});
+
 describe("platforms other than an Apple Silicon Mac", () => {
   const linux = { platform: "linux", arch: "x64" } as const;
   const devFlags = ["--engine", "echo", "--model", "org/m"];
@@ -427,9 +447,7 @@ describe("platforms other than an Apple Silicon Mac", () => {
     const { code, out } = await doctor([...devFlags, "--trust", "none"], fakeProbe(linux));
     expect(code).toBe(0);
     expect(out).toContain("FAIL  Apple Silicon");
-    expect(out.trimEnd().split("\n").at(-1)).toBe(
-      "ready to serve at trust level none (2 warnings; failed but not needed at this level: platform)",
-    );
+    expect(out.trimEnd().split("\n").at(-1)).toBe("ready to serve at trust level none (failed but not needed at this level: platform)");
   });
 
   test("darwin x64 under Rosetta: run the arm64 build", async () => {
@@ -587,7 +605,7 @@ describe("the other settings", () => {
     expect(code).toBe(0);
     expect(probe.diskPaths).toEqual(["/Volumes/Models"]);
     expect(check("engine")?.detail).toContain("echo");
-    expect(check("memory")?.detail).toContain("weights 5.6 GiB");
+    expect(check("memory")?.detail).toBe("64.0 GiB RAM; weights: none needed (echo engine)");
   });
 
   test("an unreadable free space warns", async () => {
