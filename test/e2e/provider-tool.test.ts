@@ -286,6 +286,18 @@ describe("start --detach, status, stop", () => {
     expect((await tool(home, ["stop"])).code).toBe(0);
   }, 90_000);
 
+  test("a login for 127.0.0.1, start --coordinator localhost: says which coordinator the login is for (exit 2)", async () => {
+    const home = newHome();
+    expect(coordinator.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+    expect((await tool(home, ["login", "--coordinator", coordinator.url, "--token", seeded.providerToken])).code).toBe(0);
+    const localhost = coordinator.url.replace("127.0.0.1", "localhost");
+    const r = await tool(home, ["start", "--coordinator", localhost, "--engine", "echo", "--model", BUILD]);
+    expect({ code: r.code, said: r.stderr.split("\n")[0] }).toEqual({
+      code: 2,
+      said: `umbra-provider: --token is required: the stored login is for ${coordinator.url}, not ${localhost}; run 'umbra-provider login --coordinator ${localhost}' or use --coordinator ${coordinator.url}`,
+    });
+  });
+
   test("a bad setting stops --detach at once with the foreground's message (exit 2)", async () => {
     const r = await tool(newHome(), ["start", "--detach", "--coordinator", coordinator.url, "--token", "x", "--engine", "echo"]);
     expect({ code: r.code, said: r.stderr.includes("--model is required") }).toEqual({ code: 2, said: true });
