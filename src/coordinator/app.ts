@@ -116,6 +116,8 @@ export function createApp(deps: AppDeps): App {
     heartbeatIntervalMs: config.providerHeartbeatMs,
     livenessTimeoutMs: config.providerLivenessMs,
     requireSealed: config.mode === "production",
+    // `catalog` is built below, before any provider can say hello. A store failure warns about nothing.
+    modelWarnings: (ids) => catalog.servedModelWarnings(ids).catch(() => []),
     assess: async (evidence, encryptionKey) => {
       if (encryptionKey === undefined || evidence === undefined) return NO_ATTESTATION;
       try {

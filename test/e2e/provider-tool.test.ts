@@ -286,6 +286,19 @@ describe("start --detach, status, stop", () => {
     expect((await tool(home, ["stop"])).code).toBe(0);
   }, 90_000);
 
+  test("serving an alias: start --detach and status name the build to serve", async () => {
+    const alias = "org/tool-alias";
+    await coordinator.admin("PUT", `/aliases/${alias}`, { build_id: BUILD });
+    const home = newHome();
+    const args = ["--coordinator", coordinator.url, "--token", seeded.providerToken, "--engine", "echo", "--model", alias];
+    const started = await tool(home, ["start", "--detach", ...args]);
+    const line = `${alias} is an alias; serve its build ${BUILD} (requests are routed by build: this id gets none)`;
+    expect({ code: started.code, stderr: started.stderr }).toEqual({ code: 0, stderr: `umbra-provider: warning: ${line}\n` });
+    expect((await tool(home, ["status"])).stdout).toContain(`  warning         ${line}\n`);
+    expect((await tool(home, ["stop"])).code).toBe(0);
+    expect(readFileSync(join(home, "provider.log"), "utf8")).toContain(`umbra-provider: warning: ${line}\n`);
+  }, 60_000);
+
   test("a login for 127.0.0.1, start --coordinator localhost: says which coordinator the login is for (exit 2)", async () => {
     const home = newHome();
     expect(coordinator.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
