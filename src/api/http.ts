@@ -10,6 +10,7 @@
  *   POST /v1/provider/device/approve               consumer auth -> wrong-code limit -> decision
  *   GET  /device                                   no auth; the approval page
  *   GET  /v1/provider/me                           provider device token
+ *   GET  /v1/provider/models                       provider device token; builds and their aliases (provider-models.ts)
  *   GET  /v1/models, /v1/models/{id...}            consumer auth (API key or JWT)
  *   POST /v1/chat/completions                      consumer auth
  *   GET  /v1/provider/connect (WebSocket)          provider device token (provider-socket.ts, wired in server.ts)
@@ -41,6 +42,7 @@ import { errorHandling } from "./errors.ts";
 import { healthRoutes } from "./health.ts";
 import { modelRoutes } from "./models.ts";
 import { pricingRoutes } from "./pricing.ts";
+import { providerModelRoutes } from "./provider-models.ts";
 
 export interface HttpDeps {
   readonly store: Store;
@@ -104,6 +106,7 @@ export function createHttpApp(deps: HttpDeps): HttpApp {
     .use(modelRoutes(deps))
     .use(chatRoutes({ ...deps, connection: (request) => connections.get(request) }))
     .use(deviceRoutes({ ...deps, clientAddress: (request) => connections.get(request)?.address() }))
+    .use(providerModelRoutes(deps))
     .use(adminRoutes(deps));
 
   return {

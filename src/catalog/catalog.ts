@@ -94,6 +94,15 @@ export class CatalogService {
     return warnings;
   }
 
+  /** Every build with the aliases that name it (GET /v1/provider/models), sorted by id. */
+  async buildsWithAliases(): Promise<{ id: string; aliases: string[] }[]> {
+    const [builds, aliases] = await Promise.all([this.store.listBuilds(), this.store.listAliases()]);
+    const byBuild = new Map(builds.map((b) => [b.id, [] as string[]]));
+    for (const a of aliases) byBuild.get(a.buildId)?.push(a.alias);
+    const order = (x: string, y: string) => (x < y ? -1 : x > y ? 1 : 0);
+    return [...byBuild].map(([id, names]) => ({ id, aliases: names.sort(order) })).sort((x, y) => order(x.id, y.id));
+  }
+
   async list(includeBuilds: boolean, filter: ModelFilter): Promise<Model[]> {
     const [builds, aliases] = await Promise.all([this.store.listBuilds(), this.store.listAliases()]);
     const byId = new Map(builds.map((b) => [b.id, b]));

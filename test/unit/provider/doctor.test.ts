@@ -40,6 +40,12 @@ const NO_HELPER = SERVE.slice(0, -2);
 /** Serves `build` through the runtime's model "other" (listed, of unknown size): sized by the build id. */
 const sized = (build: string) => ["--engine", "openai", "--upstream", UPSTREAM, "--model", `${build}=other`, "--identity-helper", HELPER];
 
+/** The coordinator's catalog: every build the tests serve, and one alias. */
+const CATALOG = ["a/x-1b", "b/y-2b", "meta/llama-3.1-8b", "meta/llama-3.3-70b-4bit", "org/m"].map((id) => ({
+  id,
+  aliases: id === "meta/llama-3.1-8b" ? ["meta/llama"] : [],
+}));
+
 const SIP_ON = "System Integrity Protection status: enabled.\n";
 const bridge = (level: string) => JSON.stringify({ SPiBridgeDataType: [{ ibridge_secure_boot: level, ibridge_sb_sip: "Enabled" }] });
 const json = (body: unknown, init: ResponseInit = {}) => new Response(JSON.stringify(body), init);
@@ -76,6 +82,7 @@ function fakeProbe(fake: Fake = {}): FakeProbe {
     [`${COORDINATOR}/healthz`]: () =>
       json({ status: "ok" }, { headers: { date: new Date(NOW + (fake.serverAheadMs ?? 0)).toUTCString() } }),
     [`${COORDINATOR}/v1/provider/me`]: () => json({ account_id: "acct_1", provider_tokens: 1 }),
+    [`${COORDINATOR}/v1/provider/models`]: () => json({ object: "list", data: CATALOG }),
     ...fake.routes,
   };
   const requests: FakeProbe["requests"] = [];
@@ -189,25 +196,31 @@ describe("doctor on a healthy Mac", () => {
           status: "pass",
           detail: `present (from ${CREDENTIALS}); accepted for account acct_1`,
         },
+        { id: "catalog", title: "Catalog", status: "pass", detail: "catalog builds: meta/llama-3.1-8b" },
       ],
     });
     expect(probe.helpersClosed).toEqual([1]);
-    expect(probe.requests.find((r) => r.url.endsWith("/v1/provider/me"))?.authorization).toBe(`Bearer ${TOKEN}`);
-    expect(probe.requests.filter((r) => !r.url.endsWith("/v1/provider/me")).map((r) => r.authorization)).toEqual([null, null]);
+    const provider = (r: { url: string }) => /\/v1\/provider\/(me|models)$/.test(r.url);
+    expect(probe.requests.filter(provider).map((r) => r.authorization)).toEqual([`Bearer ${TOKEN}`, `Bearer ${TOKEN}`]);
+    expect(probe.requests.filter((r) => !provider(r)).map((r) => r.authorization)).toEqual([null, null]);
   });
 
   test("human output: one aligned line per check, then the verdict; no colour off a terminal", async () => {
     const { code, out } = await doctor(SERVE, fakeProbe());
     expect(code).toBe(0);
     const lines = out.trimEnd().split("\n");
-    expect(lines).toHaveLength(13);
+    expect(lines).toHaveLength(14);
     expect(lines.slice(0, 4)).toEqual([
       "pass  Apple Silicon   Apple M2 Max",
       "pass  macOS version   15.1",
       "pass  SIP             enabled",
       "pass  Secure Boot     Full Security",
     ]);
-    expect(lines.slice(11)).toEqual(["", "ready to serve at trust level hardware"]);
+    expect(lines.slice(11)).toEqual([
+      "pass  Catalog         catalog builds: meta/llama-3.1-8b",
+      "",
+      "ready to serve at trust level hardware",
+    ]);
     expect(out).not.toContain("\x1b[");
   });
 
@@ -405,6 +418,53 @@ describe.each(CONDITIONS)("%s", (_what, fake, flags, id, status, text, exit) => 
   });
 });
 
+describe("the catalog check: requests are routed by build", () => {
+  test("an alias fails, naming the build to serve; exit 1 at every level", async () => {
+    const flags = ["--engine", "echo", "--model", "meta/llama", "--identity-helper", HELPER];
+    const { code, check } = await doctorJson([...flags, "--trust", "none"], fakeProbe());
+    expect({ code, check: check("catalog") }).toEqual({
+      code: 1,
+      check: {
+        id: "catalog",
+        title: "Catalog",
+        status: "fail",
+        detail: "meta/llama is an alias; serve its build meta/llama-3.1-8b (requests are routed by build: this id gets none)",
+        fix: "give --model BUILD[=UPSTREAM_NAME] with the build id: requests are routed by build",
+      },
+    });
+  });
+
+  test("an unknown id fails when it is the only model (listing the builds), warns next to a build", async () => {
+    const alone = await doctorJson(["--engine", "echo", "--model", "org/typo", "--trust", "none"], fakeProbe());
+    expect({ code: alone.code, check: alone.check("catalog") }).toEqual({
+      code: 1,
+      check: {
+        id: "catalog",
+        title: "Catalog",
+        status: "fail",
+        detail: "org/typo: not a build in the coordinator's catalog (it gets no requests)",
+        fix: "check the id; the catalog's builds: a/x-1b, b/y-2b, meta/llama-3.1-8b, meta/llama-3.3-70b-4bit, org/m",
+      },
+    });
+    const next = await doctorJson(["--engine", "echo", "--model", "org/typo", "--model", "org/m", "--trust", "none"], fakeProbe());
+    expect({ code: next.code, status: next.check("catalog")?.status }).toEqual({ code: 0, status: "warn" });
+  });
+
+  test("an older coordinator (404) or no answer: not checked, a warning", async () => {
+    const old = fakeProbe({ routes: { [`${COORDINATOR}/v1/provider/models`]: () => new Response("", { status: 404 }) } });
+    const { code, check } = await doctorJson(SERVE, old);
+    expect({ code, check: check("catalog") }).toEqual({
+      code: 0,
+      check: {
+        id: "catalog",
+        title: "Catalog",
+        status: "warn",
+        detail: `not checked: ${COORDINATOR}/v1/provider/models: the coordinator has no /v1/provider/models (older version)`,
+      },
+    });
+  });
+});
+
 describe("the echo engine", () => {
   test("loads no weights: memory and disk say so instead of sizing the model id", async () => {
     const { code, report } = await doctorJson(
@@ -518,6 +578,7 @@ describe("trust levels", () => {
         coordinator: "ok",
         clock: "ok",
         device_token: "ok",
+        catalog: "ok",
       },
       self_signed: {
         platform: "pass",
@@ -530,8 +591,9 @@ describe("trust levels", () => {
         coordinator: "ok",
         clock: "ok",
         device_token: "ok",
+        catalog: "ok",
       },
-      none: { engine: "ok", coordinator: "ok", clock: "ok", device_token: "ok" },
+      none: { engine: "ok", coordinator: "ok", clock: "ok", device_token: "ok", catalog: "ok" },
     });
   });
 
