@@ -85,7 +85,12 @@ export const PROVIDER_SETTINGS = {
     kind: "string",
     help: "OpenAI-compatible base URL including /v1 (openai engine)",
   },
-  model: { flag: "model", env: "UMBRA_PROVIDER_MODEL", kind: "list", help: "BUILD or BUILD=UPSTREAM_NAME, repeatable" },
+  model: {
+    flag: "model",
+    env: "UMBRA_PROVIDER_MODEL",
+    kind: "list",
+    help: "BUILD or BUILD=UPSTREAM_NAME, repeatable; BUILD is a catalog build id, not an alias",
+  },
   maxConcurrency: { flag: "max-concurrency", env: "UMBRA_PROVIDER_MAX_CONCURRENCY", kind: "int", help: "attempts served at once" },
   echoTokensPerSecond: {
     flag: "echo-tokens-per-second",
