@@ -18,7 +18,7 @@ const noisyCurls = (text: string) =>
 
 describe("README commands", () => {
   test("every curl is silent (-s), in the README and in the make dev banner", () => {
-    const banner = devBanner("http://127.0.0.1:8080", { accountId: "acct_1", apiKey: "sk-umbra-x" } as Parameters<typeof devBanner>[1], "adm");
+    const banner = devBanner("http://127.0.0.1:8080", { accountId: "acct_1", apiKey: "sk-umbra-x", providerToken: "pt" }, "adm");
     expect({ readme: noisyCurls(code), banner: noisyCurls(banner.replace(/\\\n\s*/g, " ")) }).toEqual({ readme: [], banner: [] });
   });
 
