@@ -291,11 +291,15 @@ describe("start --detach, status, stop", () => {
     await coordinator.admin("PUT", `/aliases/${alias}`, { build_id: BUILD });
     const home = newHome();
     const args = ["--coordinator", coordinator.url, "--token", seeded.providerToken, "--engine", "echo", "--model", alias];
-    const started = await tool(home, ["start", "--detach", ...args]);
     const line = `${alias} is an alias; serve its build ${BUILD} (requests are routed by build: this id gets none)`;
-    expect({ code: started.code, stderr: started.stderr }).toEqual({ code: 0, stderr: `umbra-provider: warning: ${line}\n` });
-    expect((await tool(home, ["status"])).stdout).toContain(`  warning         ${line}\n`);
-    expect((await tool(home, ["stop"])).code).toBe(0);
+    try {
+      const started = await tool(home, ["start", "--detach", ...args]);
+      expect({ code: started.code, stderr: started.stderr }).toEqual({ code: 0, stderr: `umbra-provider: warning: ${line}\n` });
+      expect((await tool(home, ["status"])).stdout).toContain(`  warning         ${line}\n`);
+    } finally {
+      // A failed expectation must not leave the background process running.
+      expect((await tool(home, ["stop"])).code).toBe(0);
+    }
     expect(readFileSync(join(home, "provider.log"), "utf8")).toContain(`umbra-provider: warning: ${line}\n`);
   }, 60_000);
 
