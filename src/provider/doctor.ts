@@ -24,7 +24,8 @@
  *   coordinator     GET {coordinator}/healthz answers 200 (plain http only for loopback hosts).
  *   clock           that answer's Date header (whole seconds: read as its mid-second) against the
  *                   midpoint of the round trip: <= 5 s pass, <= 60 s warn, more fail.
- *   device_token    present (--token, UMBRA_PROVIDER_TOKEN[_FILE], or the credentials of `login`), the
+ *   device_token    present (--token, UMBRA_PROVIDER_TOKEN[_FILE], or the credentials of `login` when they
+ *                   are for the coordinator checked: never sent to another), the
  *                   credentials file not readable by group or others, and GET /v1/provider/me with it:
  *                   200 pass, 401/403 fail, 404 (older coordinator) or no answer warn. Never printed.
  *   catalog         GET /v1/provider/models with the token: every --model build id is a catalog build
@@ -50,7 +51,14 @@ import { statfsSync } from "node:fs";
 import { cpus, release, totalmem } from "node:os";
 import { dirname, resolve } from "node:path";
 import { parseArgs } from "node:util";
-import { coordinatorBaseOf, type EngineName, type ModelMapping, modelsOf, PROVIDER_SETTINGS } from "../config/provider-config.ts";
+import {
+  coordinatorBaseOf,
+  type EngineName,
+  type ModelMapping,
+  modelsOf,
+  PROVIDER_SETTINGS,
+  sameCoordinator,
+} from "../config/provider-config.ts";
 import { ConfigError, type Env, enumSetting, processEnv, readList, readSetting } from "../config/settings.ts";
 import { VERSION } from "../version.ts";
 import { type ProviderHome, providerHome, readCredentials, type StoredCredentials } from "./home.ts";
@@ -260,12 +268,19 @@ function contextOf(flags: Record<string, unknown>, probe: Probe, timeouts: Timeo
     tokenProblem = messageOf(error);
   }
   let token: Context["token"];
+  const given = readSetting(PROVIDER_SETTINGS.coordinator, f, env);
   try {
     const value = readSetting(PROVIDER_SETTINGS.token, f, env);
     const envName = PROVIDER_SETTINGS.token.env;
     const source = typeof f.token === "string" ? "--token" : env[envName] ? envName : `${envName}_FILE`;
     if (value !== undefined && value !== "") token = { value, source };
-    else if (stored) token = { value: stored.credentials.token, source: home.credentialsFile };
+    else if (stored && (given === undefined || sameCoordinator(given, stored.credentials.coordinator))) {
+      token = { value: stored.credentials.token, source: home.credentialsFile };
+    } else if (stored && given !== undefined) {
+      // As start: the stored token is never sent to another coordinator than its login's.
+      const login = stored.credentials.coordinator;
+      tokenProblem = `the stored login is for ${login}, not ${given}; run 'umbra-provider login --coordinator ${given}' or use --coordinator ${login}`;
+    }
   } catch (error) {
     tokenProblem = messageOf(error);
   }
@@ -277,7 +292,7 @@ function contextOf(flags: Record<string, unknown>, probe: Probe, timeouts: Timeo
     timeouts,
     home,
     models: parseModels(readList(PROVIDER_SETTINGS.model, f, env)),
-    coordinator: coordinatorTarget(readSetting(PROVIDER_SETTINGS.coordinator, f, env) ?? stored?.credentials.coordinator),
+    coordinator: coordinatorTarget(given ?? stored?.credentials.coordinator),
     ...(engine !== undefined ? { engine } : {}),
     ...(upstream !== undefined ? { upstream } : {}),
     ...(identityHelper ? { identityHelper } : {}),

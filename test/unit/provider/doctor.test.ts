@@ -465,6 +465,25 @@ describe("the catalog check: requests are routed by build", () => {
   });
 });
 
+describe("a stored login for another coordinator", () => {
+  test("its token is not sent there; the device token check says which coordinator the login is for", async () => {
+    const other = "https://other.example";
+    const probe = fakeProbe({ routes: { [`${other}/healthz`]: () => json({ status: "ok" }) } });
+    const { code, check } = await doctorJson([...SERVE, "--coordinator", other], probe);
+    expect({ code, check: check("device_token") }).toEqual({
+      code: 1,
+      check: {
+        id: "device_token",
+        title: "Device token",
+        status: "fail",
+        detail: `the stored login is for ${COORDINATOR}, not ${other}; run 'umbra-provider login --coordinator ${other}' or use --coordinator ${COORDINATOR}`,
+        fix: "run umbra-provider login (or give --token / UMBRA_PROVIDER_TOKEN)",
+      },
+    });
+    expect(probe.requests.filter((r) => r.authorization !== null)).toEqual([]);
+  });
+});
+
 describe("the echo engine", () => {
   test("loads no weights: memory and disk say so instead of sizing the model id", async () => {
     const { code, report } = await doctorJson(
