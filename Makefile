@@ -9,14 +9,16 @@ BUILD_FLAGS := --compile --minify --bytecode --format=esm --sourcemap=none --no-
 
 deps: $(STAMP)
 
-# npm ci brings the pinned Bun (devDependency). npm 11 can refuse a lockfile that npm install itself
-# wrote when optional per-platform packages are involved (npm/cli#9846); then npm install, which keeps
-# every locked version, does the same job. If Bun's postinstall was skipped, its binary is a stub:
-# repair it once here rather than fail later with a confusing error.
+# npm ci brings the pinned Bun (devDependency) and installs exactly package-lock.json, which it never
+# rewrites: the tree stays clean. package-lock.json lists every platform's optional packages (npm
+# install can drop them, npm/cli#9846; .ci/run checks npm ci accepts the lockfile) and its packages all
+# run on the Node that package.json's engines names (test/unit/packaging). If npm ci refuses the
+# lockfile, stop: the fix is a reviewed, committed lockfile, not a silent npm install here. If Bun's postinstall was skipped, its binary is a stub: repair it once here rather
+# than fail later with a confusing error.
 $(STAMP): package.json package-lock.json
-	@npm ci --no-audit --no-fund --loglevel=error 2>/dev/null || { \
-	  echo "npm ci refused the lockfile (npm/cli#9846); installing with npm install"; \
-	  npm install --no-audit --no-fund --loglevel=error; }
+	@npm ci --no-audit --no-fund || { \
+	  echo "npm ci refused package-lock.json (above). Run npm install, review and commit package-lock.json." >&2; \
+	  exit 1; }
 	@$(BUN) --version >/dev/null 2>&1 || node node_modules/bun/install.js
 	@$(BUN) --version >/dev/null
 	@touch $@

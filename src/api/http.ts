@@ -11,6 +11,7 @@
  *   POST /v1/provider/device/approve               account-holder auth -> wrong-code limit -> decision
  *   GET  /device                                   no auth; the approval page
  *   GET  /v1/provider/me                           provider device token
+ *   GET  /v1/provider/models                       provider device token; builds and their aliases (provider-models.ts)
  *   GET  /v1/models, /v1/models/{id...}            consumer auth (API key or JWT)
  *   POST /v1/chat/completions                      consumer auth
  *   GET  /v1/provider/connect (WebSocket)          provider device token (provider-socket.ts, wired in server.ts)
@@ -45,6 +46,7 @@ import { errorHandling, errorResponse } from "./errors.ts";
 import { healthRoutes } from "./health.ts";
 import { modelRoutes } from "./models.ts";
 import { pricingRoutes } from "./pricing.ts";
+import { providerModelRoutes } from "./provider-models.ts";
 
 export interface HttpDeps {
   readonly store: Store;
@@ -111,6 +113,7 @@ export function createHttpApp(deps: HttpDeps): HttpApp {
     .use(modelRoutes(deps))
     .use(chatRoutes({ ...deps, connection: (request) => connections.get(request) }))
     .use(deviceRoutes({ ...deps, clientAddress: (request) => connections.get(request)?.address() }))
+    .use(providerModelRoutes(deps))
     .use(adminRoutes(deps));
 
   return {

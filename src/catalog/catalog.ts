@@ -5,10 +5,12 @@
  * Rules: an alias hides the build it points to from the default list (`include_builds=1` shows it); a
  * hidden build stays retrievable by exact id; required Model and ModelMetadata fields are always present,
  * optional ones only when known. A key's model allowlist filters both listing and retrieval.
+ * Requests are routed by build: a provider serving an alias or an unknown id gets none (servedModelWarnings).
  */
 
 import { type ModelPricing, modelPricing, type PricingService } from "../billing/pricing.ts";
 import type { FleetView } from "../fleet/fleet-view.ts";
+import type { ModelWarning } from "../protocol/messages.ts";
 import type { CatalogStore, ModelBuild } from "../store/types.ts";
 
 export interface ModelAttestation {
@@ -76,6 +78,29 @@ export class CatalogService {
     }
     const build = await this.store.getBuild(id);
     return build && { id, build, isAlias: false };
+  }
+
+  /**
+   * The ids a provider says it serves that are not builds: an alias (with the build to serve instead), or
+   * an id the catalog does not know. Empty when every id is a build.
+   */
+  async servedModelWarnings(ids: readonly string[]): Promise<ModelWarning[]> {
+    const warnings: ModelWarning[] = [];
+    for (const id of ids) {
+      if (await this.store.getBuild(id)) continue;
+      const alias = await this.store.getAlias(id);
+      warnings.push(alias ? { model: id, reason: "alias", build_id: alias.buildId } : { model: id, reason: "not_in_catalog" });
+    }
+    return warnings;
+  }
+
+  /** Every build with the aliases that name it (GET /v1/provider/models), sorted by id. */
+  async buildsWithAliases(): Promise<{ id: string; aliases: string[] }[]> {
+    const [builds, aliases] = await Promise.all([this.store.listBuilds(), this.store.listAliases()]);
+    const byBuild = new Map(builds.map((b) => [b.id, [] as string[]]));
+    for (const a of aliases) byBuild.get(a.buildId)?.push(a.alias);
+    const order = (x: string, y: string) => (x < y ? -1 : x > y ? 1 : 0);
+    return [...byBuild].map(([id, names]) => ({ id, aliases: names.sort(order) })).sort((x, y) => order(x.id, y.id));
   }
 
   async list(includeBuilds: boolean, filter: ModelFilter): Promise<Model[]> {

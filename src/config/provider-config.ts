@@ -85,7 +85,12 @@ export const PROVIDER_SETTINGS = {
     kind: "string",
     help: "OpenAI-compatible base URL including /v1 (openai engine)",
   },
-  model: { flag: "model", env: "UMBRA_PROVIDER_MODEL", kind: "list", help: "BUILD or BUILD=UPSTREAM_NAME, repeatable" },
+  model: {
+    flag: "model",
+    env: "UMBRA_PROVIDER_MODEL",
+    kind: "list",
+    help: "BUILD or BUILD=UPSTREAM_NAME, repeatable; BUILD is a catalog build id, not an alias",
+  },
   maxConcurrency: { flag: "max-concurrency", env: "UMBRA_PROVIDER_MAX_CONCURRENCY", kind: "int", help: "attempts served at once" },
   echoTokensPerSecond: {
     flag: "echo-tokens-per-second",
@@ -254,6 +259,14 @@ export function loadProviderConfig(flags: FlagValues, env: Env, sources: { file?
       ? sources.login.token
       : undefined;
   const token = raw("token") ?? storedToken;
+  if ((token === undefined || token === "") && sources.login !== undefined && storedToken === undefined) {
+    // A login exists but for another coordinator (127.0.0.1 and localhost are different origins).
+    const stored = displayBase(sources.login.coordinator);
+    const given = displayBase(coordinator);
+    throw new ConfigError(
+      `--token is required: the stored login is for ${stored}, not ${given}; run 'umbra-provider login --coordinator ${given}' or use --coordinator ${stored}`,
+    );
+  }
   if (token === undefined || token === "") {
     throw new ConfigError(
       "--token is required: the provider device token (or UMBRA_PROVIDER_TOKEN / UMBRA_PROVIDER_TOKEN_FILE, or run 'umbra-provider login')",
@@ -300,6 +313,15 @@ function scheduleOf(windows: readonly string[]): string[] {
 }
 
 /** Whether two coordinator URLs name the same origin (the scheme's ws/http forms are the same server). */
+/** A coordinator URL as the operator would type it again: its http(s) base, or the text itself. */
+function displayBase(value: string): string {
+  try {
+    return coordinatorBaseOf(value);
+  } catch {
+    return value;
+  }
+}
+
 export function sameCoordinator(a: string, b: string): boolean {
   try {
     const origin = (u: string) => {

@@ -123,6 +123,8 @@ export function createApp(deps: AppDeps): App {
     livenessTimeoutMs: config.providerLivenessMs,
     requireSealed: config.mode === "production",
     refuseUntrusted: config.mode === "production",
+    // `catalog` is built below, before any provider can say hello. A store failure warns about nothing.
+    modelWarnings: (ids) => catalog.servedModelWarnings(ids).catch(() => []),
     assess: async (evidence, encryptionKey) => {
       if (encryptionKey === undefined || evidence === undefined) return NO_ATTESTATION;
       try {

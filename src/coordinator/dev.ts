@@ -143,7 +143,7 @@ Chat, as one JSON answer and as a stream:
 
   curl -s ${url}/v1/chat/completions -H "Authorization: Bearer ${seed.apiKey}" -H "Content-Type: application/json" \\
     -d '{"model":"${model}","messages":[{"role":"user","content":"Hello from Umbra"}]}'
-  curl -N ${url}/v1/chat/completions -H "Authorization: Bearer ${seed.apiKey}" -H "Content-Type: application/json" \\
+  curl -sN ${url}/v1/chat/completions -H "Authorization: Bearer ${seed.apiKey}" -H "Content-Type: application/json" \\
     -d '{"model":"${model}","stream":true,"messages":[{"role":"user","content":"Hello from Umbra, streaming"}]}'
 
 With the official openai client (npm i openai), in a file demo.mjs:

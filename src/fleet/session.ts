@@ -6,7 +6,8 @@
  * (second hello, a frame for an attempt never dispatched here, chunk before accepted, a seq gap, a
  * frame after the attempt's terminal frame) ends the session with a logged reason, and every attempt
  * still open on it receives `lost` so its request can fail over. Frames for attempts the coordinator
- * cancelled are expected (they cross in flight) and ignored.
+ * cancelled are expected (they cross in flight) and ignored. Hello models that are not catalog builds
+ * (an alias, an unknown id) get no requests: the welcome names them (`model_warnings`).
  *
  * `active` counts attempts the coordinator assigned and not yet released: it is the authoritative load,
  * independent of what heartbeats report. Output text far beyond an attempt's budget (outputCharLimit in
@@ -31,6 +32,7 @@ import {
   encode,
   type Hello,
   type Inference,
+  type ModelWarning,
   PROTOCOL_VERSION,
   ProtocolError,
   type ProviderFrame,
@@ -82,6 +84,8 @@ export interface SessionSettings {
    * `welcome`, never admitted (self-route applies the routing floor too, so no path would use them).
    */
   readonly refuseUntrusted: boolean;
+  /** The hello's model ids that are not catalog builds (welcome.model_warnings); never throws. */
+  readonly modelWarnings: (buildIds: readonly string[]) => Promise<readonly ModelWarning[]>;
   /** Verifies a hello's evidence against its encryption key; never throws (failures earn `none`). */
   readonly assess: (evidence: unknown, encryptionKey: Uint8Array | undefined) => Promise<ProviderAttestation>;
   /** Starts the challenge schedule of an attested provider (the trust policy's interval and timeout). */
@@ -219,6 +223,9 @@ export class ProviderSession implements AttemptOwner {
     this.trust = attestation.level;
     this.challenges = attestation.level === "none" ? undefined : await this.settings.challenge(attestation);
     if (this.state !== "verifying") return;
+    // Aliases and unknown ids stay in `models` but are never asked for (routing is by build): say so.
+    const modelWarnings = await this.settings.modelWarnings(frame.models.map((m) => m.build_id));
+    if (this.state !== "verifying") return;
     this.state = "ready";
     this.transport.send(
       encode({
@@ -230,8 +237,17 @@ export class ProviderSession implements AttemptOwner {
         liveness_timeout_ms: this.settings.livenessTimeoutMs,
         batch_frames: true,
         ...(sessionEnc !== undefined ? { session_enc: toBase64url(sessionEnc) } : {}),
+        ...(modelWarnings.length > 0 ? { model_warnings: modelWarnings } : {}),
       }),
     );
+    for (const w of modelWarnings) {
+      this.logger.warn("provider serves a model that is not a catalog build", {
+        provider_id: this.id,
+        model: w.model,
+        reason: w.reason,
+        ...(w.build_id !== undefined ? { build_id: w.build_id } : {}),
+      });
+    }
     this.logger.info("provider connected", {
       provider_id: this.id,
       account_id: this.identity.accountId,

@@ -76,6 +76,17 @@ export interface ServedModel {
   readonly weight_hash?: string;
 }
 
+/**
+ * A `hello` model the coordinator cannot route to (`welcome.model_warnings`): `alias` (the id is an alias;
+ * `build_id` names the build to serve instead) or `not_in_catalog` (no build has this id). Receivers
+ * treat another `reason` as a warning they cannot explain.
+ */
+export interface ModelWarning {
+  readonly model: string;
+  readonly reason: string;
+  readonly build_id?: string;
+}
+
 export interface Hello {
   readonly type: "hello";
   readonly protocol_versions: readonly number[];
@@ -206,6 +217,8 @@ export interface Welcome {
    * Every `sealed_inference` of the session then carries `n` instead of `enc`.
    */
   readonly session_enc?: string;
+  /** The hello's models that are not catalog builds (at most 64; absent when every model is a build). */
+  readonly model_warnings?: readonly ModelWarning[];
 }
 
 /** The chat request as the engine sees it: messages, output budget, sampling and pass-through fields. */
@@ -474,6 +487,15 @@ function providerFrameOf(o: Obj): ProviderFrame {
   }
 }
 
+function modelWarnings(v: unknown): ModelWarning[] {
+  if (!Array.isArray(v) || v.length === 0 || v.length > 64) fail("field 'model_warnings' must hold 1..64 warnings");
+  return v.map((w): ModelWarning => {
+    const o = obj(w, "model warning");
+    const buildId = optStr(o, "build_id");
+    return { model: str(o, "model"), reason: str(o, "reason", 64), ...(buildId !== undefined ? { build_id: buildId } : {}) };
+  });
+}
+
 /** Parses and validates one frame the coordinator sent. Throws ProtocolError. */
 export function parseCoordinatorFrame(text: string | Buffer | ArrayBuffer | Uint8Array): CoordinatorFrame {
   const o = decode(text, MAX_INFERENCE_FRAME_BYTES);
@@ -488,6 +510,7 @@ export function parseCoordinatorFrame(text: string | Buffer | ArrayBuffer | Uint
         liveness_timeout_ms: int(o, "liveness_timeout_ms", 10, 3_600_000),
         ...(o.batch_frames === true ? { batch_frames: true } : {}),
         ...(o.session_enc !== undefined ? { session_enc: b64url(o, "session_enc", 43, 43) } : {}),
+        ...(o.model_warnings !== undefined ? { model_warnings: modelWarnings(o.model_warnings) } : {}),
       };
     case "inference": {
       return {

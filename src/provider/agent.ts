@@ -30,6 +30,7 @@ import {
   type Hello,
   type Inference,
   MAX_BATCH_CHARS,
+  type ModelWarning,
   PROTOCOL_VERSION,
   ProtocolError,
   type ProviderErrorCode,
@@ -98,6 +99,8 @@ export interface AgentState {
   readonly tokensServed: number;
   /** Welcomes received since start (1 after the first connection). */
   readonly sessions: number;
+  /** The current welcome's `model_warnings`: served ids the coordinator routes nothing to (aliases, unknown). */
+  readonly modelWarnings?: readonly ModelWarning[];
 }
 
 export type AgentExitReason = "stopped" | "drained" | "unauthorized" | "version";
@@ -197,6 +200,7 @@ class ProviderAgent implements Agent {
       requestsServed: this.served,
       tokensServed: this.tokens,
       sessions: this.sessions,
+      ...(this.welcome?.model_warnings ? { modelWarnings: this.welcome.model_warnings } : {}),
     };
   }
 
@@ -506,6 +510,13 @@ class ProviderAgent implements Agent {
     this.failures = 0;
     this.sessions++;
     this.logger.info("connected to coordinator", { provider_id: welcome.provider_id, status: welcome.trust_level, version: VERSION });
+    for (const w of welcome.model_warnings ?? []) {
+      this.logger.warn("the coordinator routes no requests to this model", {
+        model: w.model,
+        reason: w.reason,
+        ...(w.build_id !== undefined ? { build_id: w.build_id } : {}),
+      });
+    }
     this.sendHeartbeat();
     this.heartbeatTimer = setInterval(() => this.sendHeartbeat(), welcome.heartbeat_interval_ms);
     this.changed();

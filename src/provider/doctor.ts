@@ -15,17 +15,23 @@
  *   secure_enclave  the identity helper (`--identity-helper`) names a P-256 key and signs a probe that
  *                   verifies (helperIdentity); without a helper: warn (a software key, self_signed at most).
  *   memory          total RAM >= weights x 1.2 + 4 GiB pass, within 10% below warn, else fail; weights
- *                   are estimated from the model ids (model-size.ts); an unknown size warns.
+ *                   are estimated from the model ids (model-size.ts); an unknown size warns. The echo
+ *                   engine loads no weights: pass, "weights: none needed (echo engine)".
  *   disk            free space of --models-dir or the provider home: < 2 GiB fails; less than the
- *                   weights warns (they may already be downloaded).
+ *                   weights warns (they may already be downloaded); echo: no weights to compare.
  *   engine          echo passes (development engine); openai: GET {upstream}/models must list every
  *                   model's upstream name. No --engine: skip.
  *   coordinator     GET {coordinator}/healthz answers 200 (plain http only for loopback hosts).
  *   clock           that answer's Date header (whole seconds: read as its mid-second) against the
  *                   midpoint of the round trip: <= 5 s pass, <= 60 s warn, more fail.
- *   device_token    present (--token, UMBRA_PROVIDER_TOKEN[_FILE], or the credentials of `login`), the
+ *   device_token    present (--token, UMBRA_PROVIDER_TOKEN[_FILE], or the credentials of `login` when they
+ *                   are for the coordinator checked: never sent to another), the
  *                   credentials file not readable by group or others, and GET /v1/provider/me with it:
  *                   200 pass, 401/403 fail, 404 (older coordinator) or no answer warn. Never printed.
+ *   catalog         GET /v1/provider/models with the token: every --model build id is a catalog build
+ *                   pass; an alias fails naming its build (requests are routed by build); an unknown id
+ *                   warns, or fails when no model is a build; not checkable (no model, coordinator,
+ *                   token or answer) warns.
  *
  * Exit rule (0 ready, 1 not ready, 2 bad usage). Each trust level names the checks it needs: "pass"
  * means only pass counts, "ok" means pass or warn. A needed check that failed, warned where a pass is
@@ -38,20 +44,28 @@
  *                pass; secure_boot and secure_enclave may warn (unread level, software key); macOS 14 is
  *                not needed (no MDA).
  *   none         development: no evidence; any machine with the echo engine qualifies.
- *   All levels need engine, coordinator, clock and device_token (ok); hardware and self_signed also need
+ *   All levels need engine, coordinator, clock, device_token and catalog (ok); hardware and self_signed also need
  *   memory and disk (ok): a machine that cannot hold the weights cannot serve them.
  */
 import { statfsSync } from "node:fs";
 import { cpus, release, totalmem } from "node:os";
 import { dirname, resolve } from "node:path";
 import { parseArgs } from "node:util";
-import { coordinatorBaseOf, type EngineName, type ModelMapping, modelsOf, PROVIDER_SETTINGS } from "../config/provider-config.ts";
+import {
+  coordinatorBaseOf,
+  type EngineName,
+  type ModelMapping,
+  modelsOf,
+  PROVIDER_SETTINGS,
+  sameCoordinator,
+} from "../config/provider-config.ts";
 import { ConfigError, type Env, enumSetting, processEnv, readList, readSetting } from "../config/settings.ts";
 import { VERSION } from "../version.ts";
 import { type ProviderHome, providerHome, readCredentials, type StoredCredentials } from "./home.ts";
 import { helperIdentity, type ProviderIdentity } from "./identity.ts";
 import { estimateModelSize, formatGiB } from "./model-size.ts";
 import { fetchProviderMe } from "./provider-me.ts";
+import { describeModelWarning } from "./runtime.ts";
 
 export type Status = "pass" | "warn" | "fail" | "skip";
 export type TrustLevel = "hardware" | "self_signed" | "none";
@@ -116,9 +130,10 @@ const TITLES = {
   coordinator: "Coordinator",
   clock: "Clock",
   device_token: "Device token",
+  catalog: "Catalog",
 } as const;
 
-const SERVICE = { engine: "ok", coordinator: "ok", clock: "ok", device_token: "ok" } as const;
+const SERVICE = { engine: "ok", coordinator: "ok", clock: "ok", device_token: "ok", catalog: "ok" } as const;
 /** What each trust level needs of each check (absent: advice only). */
 export const REQUIREMENTS: Readonly<Record<TrustLevel, Partial<Record<CheckId, "pass" | "ok">>>> = {
   hardware: {
@@ -151,7 +166,8 @@ const USAGE = `usage: umbra-provider doctor [--trust hardware|self_signed|none] 
 
 Checks this machine and prints one line per check (pass, warn, FAIL, skip) with what to do:
 Apple Silicon, macOS version, SIP, Secure Boot, Secure Enclave helper, memory and disk for the models,
-engine, coordinator, clock skew, device token. The token is never printed.
+engine, coordinator, clock skew, device token, whether each model is a catalog build (not an alias).
+The token is never printed.
 
   --trust LEVEL        the level this machine must serve at (default hardware); none is development
   --json               one JSON object on stdout: {version, trust_required, ready, blocking, checks}
@@ -252,12 +268,19 @@ function contextOf(flags: Record<string, unknown>, probe: Probe, timeouts: Timeo
     tokenProblem = messageOf(error);
   }
   let token: Context["token"];
+  const given = readSetting(PROVIDER_SETTINGS.coordinator, f, env);
   try {
     const value = readSetting(PROVIDER_SETTINGS.token, f, env);
     const envName = PROVIDER_SETTINGS.token.env;
     const source = typeof f.token === "string" ? "--token" : env[envName] ? envName : `${envName}_FILE`;
     if (value !== undefined && value !== "") token = { value, source };
-    else if (stored) token = { value: stored.credentials.token, source: home.credentialsFile };
+    else if (stored && (given === undefined || sameCoordinator(given, stored.credentials.coordinator))) {
+      token = { value: stored.credentials.token, source: home.credentialsFile };
+    } else if (stored && given !== undefined) {
+      // As start: the stored token is never sent to another coordinator than its login's.
+      const login = stored.credentials.coordinator;
+      tokenProblem = `the stored login is for ${login}, not ${given}; run 'umbra-provider login --coordinator ${given}' or use --coordinator ${login}`;
+    }
   } catch (error) {
     tokenProblem = messageOf(error);
   }
@@ -269,7 +292,7 @@ function contextOf(flags: Record<string, unknown>, probe: Probe, timeouts: Timeo
     timeouts,
     home,
     models: parseModels(readList(PROVIDER_SETTINGS.model, f, env)),
-    coordinator: coordinatorTarget(readSetting(PROVIDER_SETTINGS.coordinator, f, env) ?? stored?.credentials.coordinator),
+    coordinator: coordinatorTarget(given ?? stored?.credentials.coordinator),
     ...(engine !== undefined ? { engine } : {}),
     ...(upstream !== undefined ? { upstream } : {}),
     ...(identityHelper ? { identityHelper } : {}),
@@ -405,7 +428,11 @@ function weightsOf(models: readonly ModelMapping[]) {
   return { bytes, unknown };
 }
 
-function checkMemory({ probe, models }: Context): CheckResult {
+/** The echo engine answers from the prompt alone: it loads no weights. */
+const NO_WEIGHTS = "weights: none needed (echo engine)";
+
+function checkMemory({ probe, models, engine }: Context): CheckResult {
+  if (engine === "echo") return result("memory", "pass", `${formatGiB(probe.totalMemory())} RAM; ${NO_WEIGHTS}`);
   if (models.length === 0) return result("memory", "skip", "no --model given", "name the models to serve: --model BUILD[=UPSTREAM_NAME]");
   const { bytes, unknown } = weightsOf(models);
   const total = probe.totalMemory();
@@ -423,12 +450,13 @@ function checkMemory({ probe, models }: Context): CheckResult {
   return result("memory", "pass", against);
 }
 
-function checkDisk({ probe, models, modelsDir, home }: Context): CheckResult {
+function checkDisk({ probe, models, modelsDir, home, engine }: Context): CheckResult {
   const path = modelsDir ?? home.dir;
   const free = probe.freeDisk(path);
   if (free === undefined) return result("disk", "warn", `could not read the free space of ${path}`, "check with df -h");
   const where = `${formatGiB(free)} free in ${path}`;
   if (free < 2 * GIB) return result("disk", "fail", `${where}: less than 2 GiB`, "free some space on that volume");
+  if (engine === "echo") return result("disk", "pass", `${where}; ${NO_WEIGHTS}`);
   if (models.length === 0) return result("disk", "pass", where);
   const { bytes, unknown } = weightsOf(models);
   if (free < bytes) {
@@ -574,6 +602,53 @@ async function checkDeviceToken({ probe, timeouts, token, tokenProblem, stored, 
   }
 }
 
+/** How many catalog builds a failing check lists as examples. */
+const BUILDS_SHOWN = 5;
+
+async function checkCatalog({ probe, timeouts, token, coordinator, models }: Context): Promise<CheckResult> {
+  const base = coordinator.base;
+  if (models.length === 0 || base === undefined || token === undefined) {
+    return result("catalog", "warn", "not checked: needs --model, a coordinator and a device token");
+  }
+  const url = `${base}/v1/provider/models`;
+  let catalog: { id: string; aliases: string[] }[];
+  try {
+    catalog = await within(timeouts.networkMs, async (signal) => {
+      const headers = { authorization: `Bearer ${token.value}`, accept: "application/json" };
+      // The token goes to this coordinator only, never to where a redirect points.
+      const response = await probe.fetch(url, { signal, redirect: "manual", headers });
+      if (response.status === 404) throw new Error("the coordinator has no /v1/provider/models (older version)");
+      if (!response.ok) throw new Error(`HTTP ${response.status}`);
+      const body = (await response.json()) as { data?: { id?: unknown; aliases?: unknown }[] };
+      return (body.data ?? []).flatMap((m) =>
+        typeof m?.id === "string"
+          ? [{ id: m.id, aliases: Array.isArray(m.aliases) ? m.aliases.filter((a) => typeof a === "string") : [] }]
+          : [],
+      );
+    });
+  } catch (error) {
+    return result("catalog", "warn", `not checked: ${url}: ${messageOf(error)}`);
+  }
+  const builds = new Set(catalog.map((b) => b.id));
+  const aliasOf = new Map(catalog.flatMap((b) => b.aliases.map((a) => [a, b.id] as const)));
+  const served = models.filter((m) => builds.has(m.buildId)).map((m) => m.buildId);
+  const aliases = models.filter((m) => !builds.has(m.buildId) && aliasOf.has(m.buildId));
+  const unknown = models.filter((m) => !builds.has(m.buildId) && !aliasOf.has(m.buildId)).map((m) => m.buildId);
+  const fix = "give --model BUILD[=UPSTREAM_NAME] with the build id: requests are routed by build";
+  if (aliases.length > 0) {
+    const lines = aliases.map((m) => describeModelWarning({ model: m.buildId, reason: "alias", build_id: aliasOf.get(m.buildId) ?? "?" }));
+    return result("catalog", "fail", lines.join("; "), fix);
+  }
+  if (unknown.length > 0) {
+    const shown = catalog.slice(0, BUILDS_SHOWN).map((b) => b.id);
+    const more = catalog.length > BUILDS_SHOWN ? ` and ${catalog.length - BUILDS_SHOWN} more` : "";
+    const list = shown.length > 0 ? `the catalog's builds: ${shown.join(", ")}${more}` : "the catalog has no builds yet";
+    const detail = `${unknown.join(", ")}: not a build in the coordinator's catalog (it gets no requests)`;
+    return result("catalog", served.length > 0 ? "warn" : "fail", detail, `check the id; ${list}`);
+  }
+  return result("catalog", "pass", `catalog builds: ${served.join(", ")}`);
+}
+
 /** Runs every check (independent ones at once) and returns them in the documented order. */
 async function runChecks(context: Context): Promise<CheckResult[]> {
   const health = checkCoordinator(context);
@@ -589,6 +664,7 @@ async function runChecks(context: Context): Promise<CheckResult[]> {
     health.then((h) => h.check),
     health.then(checkClock),
     checkDeviceToken(context),
+    checkCatalog(context),
   ]);
   return checks;
 }

@@ -5,6 +5,7 @@
  * content: ids, counts, times.
  */
 import { readFileSync, rmSync } from "node:fs";
+import type { ModelWarning } from "../protocol/messages.ts";
 import { ensureHome, type ProviderHome, writePrivateFile } from "./home.ts";
 
 /** The live state `status` shows. Times in Unix ms. */
@@ -33,6 +34,8 @@ export interface RuntimeState {
   readonly schedule: { readonly windows: readonly string[]; readonly open: boolean; readonly next_change_at: number | null };
   readonly detached: boolean;
   readonly log_file: string | null;
+  /** What the coordinator said about served ids it routes nothing to (describeModelWarning); absent in older files. */
+  readonly model_warnings?: readonly string[];
 }
 
 /** Whether a process with this pid exists (signal 0 probes without sending anything). */
@@ -122,4 +125,19 @@ export function describeState(s: RuntimeState): string {
   const where = s.connected ? `${s.phase} as ${s.provider_id ?? "?"} (trust ${s.trust_level ?? "?"})` : s.phase;
   const models = s.models.length === 1 ? (s.models[0] ?? "") : `${s.models.length} models`;
   return `umbra-provider ${where} · ${models} · active ${s.active}/${s.max_concurrency} · served ${s.requests_served} requests, ${s.tokens_served} tokens · ${s.tokens_per_second} tok/s`;
+}
+
+/** Printable: control and format characters from the wire become "?". */
+const printable = (text: string) => text.replace(/[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]/gu, "?");
+
+/** One line for the operator about a served id the coordinator routes nothing to (welcome.model_warnings). */
+export function describeModelWarning(w: ModelWarning): string {
+  const model = printable(w.model);
+  if (w.reason === "alias" && w.build_id !== undefined) {
+    return `${model} is an alias; serve its build ${printable(w.build_id)} (requests are routed by build: this id gets none)`;
+  }
+  if (w.reason === "not_in_catalog") {
+    return `${model} is not a build in the coordinator's catalog: it gets no requests (check the id; umbra-provider doctor lists the builds)`;
+  }
+  return `${model}: the coordinator routes no requests to it (${printable(w.reason)})`;
 }

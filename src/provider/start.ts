@@ -8,6 +8,9 @@
  * through the pid file. Settings come from flags, `UMBRA_PROVIDER_*`, the config file and the stored
  * login (src/config/provider-config.ts).
  *
+ * The welcome's model warnings (a served id that is an alias or not a catalog build: it gets no requests)
+ * are printed on stderr, in the state file and by `--detach`, naming the build to serve.
+ *
  * Schedule windows: outside every window it drains and waits; when one opens it connects again.
  * SIGTERM or SIGINT drains (finishes active requests, then exits 0); a second signal stops at once.
  *
@@ -38,6 +41,7 @@ import { ensureHome, type ProviderHome, providerHome, readCredentials } from "./
 import { helperIdentity, type ProviderIdentity, signChallengeAnswer, signEvidence, softwareIdentity } from "./identity.ts";
 import {
   AlreadyRunning,
+  describeModelWarning,
   describeState,
   type RuntimeState,
   readState,
@@ -245,6 +249,7 @@ async function detach(argv: readonly string[], env: Env, home: ProviderHome, con
     `umbra-provider started in the background (pid ${pid}), ${what}, serving ${config.models.length} model(s) to ${coordinatorBaseOf(config.connectUrl)}\n` +
       `log: ${home.logFile}\nstatus: umbra-provider status    stop: umbra-provider stop\n`,
   );
+  for (const w of now?.model_warnings ?? []) printErr(`umbra-provider: warning: ${w}`);
   return 0;
 }
 
@@ -302,13 +307,23 @@ async function serve(config: ProviderConfig, home: ProviderHome, detached: boole
       schedule: { windows: config.schedule, open: schedule.open(at), next_change_at: next?.getTime() ?? null },
       detached,
       log_file: detached ? home.logFile : null,
+      model_warnings: (s?.modelWarnings ?? []).map(describeModelWarning),
     };
+  };
+  // The coordinator's warnings about served ids (aliases, unknown builds), printed once per change.
+  let warned = "";
+  const warn = (state: RuntimeState) => {
+    const text = (state.model_warnings ?? []).map((w) => `umbra-provider: warning: ${w}`).join("\n");
+    if (!state.connected || text === warned) return;
+    warned = text;
+    if (text !== "") (line ? line.sink : printErr)(text);
   };
   const publish = (force: boolean) => {
     const now = Date.now();
     if (!force && now - lastWrite < STATE_MIN_INTERVAL_MS) return;
     lastWrite = now;
     const state = snapshot();
+    warn(state);
     try {
       writeState(home, state);
     } catch {

@@ -128,6 +128,7 @@ export function formatStatus(r: StatusReport): string {
       );
       const warm = new Set(s.warm_models);
       lines.push(`  models          ${s.models.map((m) => `${m} (${warm.has(m) ? "warm" : "cold"})`).join(", ")} · engine ${s.engine}`);
+      for (const w of s.model_warnings ?? []) lines.push(`  warning         ${w}`);
       lines.push(
         `  requests        active ${s.active}/${s.max_concurrency} · served ${s.requests_served}, ${s.tokens_served} tokens · ${s.tokens_per_second} tok/s`,
       );

@@ -15,6 +15,7 @@ const APPLE_SILICON = process.platform === "darwin" && process.arch === "arm64";
 
 interface Check {
   id: string;
+  title: string;
   status: string;
   detail: string;
   fix?: string;
@@ -65,6 +66,7 @@ describe("umbra-provider doctor (process)", () => {
         "coordinator",
         "clock",
         "device_token",
+        "catalog",
       ]);
     },
   );
@@ -88,6 +90,7 @@ describe("umbra-provider doctor (process)", () => {
     expect(checks.get("engine")?.status).toBe("pass");
     expect(checks.get("coordinator")?.status).toBe("pass");
     expect(checks.get("clock")?.status).toBe("pass");
+    expect(checks.get("catalog")).toEqual({ id: "catalog", title: "Catalog", status: "pass", detail: "catalog builds: org/m" });
     // 200 once the coordinator has /v1/provider/me (then it names the account); 404 before: not verified.
     const token = checks.get("device_token");
     if (token?.status === "pass") expect(token.detail).toContain(accountId);
@@ -105,6 +108,19 @@ describe("umbra-provider doctor (process)", () => {
     expect(hardware.code).toBe(1);
     expect(hardware.stdout).toContain("not ready for trust level hardware");
     expect(hardware.stdout).not.toContain(providerToken);
+  });
+
+  test("--model naming an alias: the catalog check fails and names the build to serve (exit 1)", async () => {
+    await using coordinator = await startCoordinator();
+    await using home = tempHome();
+    const { providerToken } = await coordinator.seed(["org/m-build-4bit"]);
+    await coordinator.admin("PUT", "/aliases/org/m", { build_id: "org/m-build-4bit" });
+    const flags = ["--engine", "echo", "--model", "org/m", "--coordinator", coordinator.url, "--token", providerToken, "--trust", "none"];
+    const { code, stdout } = await doctor(flags, home.dir);
+    expect(code).toBe(1);
+    expect(stdout).toContain(
+      "FAIL  Catalog         org/m is an alias; serve its build org/m-build-4bit (requests are routed by build: this id gets none) — give --model BUILD[=UPSTREAM_NAME] with the build id",
+    );
   });
 
   test("--help prints the usage, exit 0", async () => {

@@ -287,6 +287,35 @@ describe("start --detach, status, stop", () => {
     expect((await tool(home, ["stop"])).code).toBe(0);
   }, 90_000);
 
+  test("serving an alias: start --detach and status name the build to serve", async () => {
+    const alias = "org/tool-alias";
+    await coordinator.admin("PUT", `/aliases/${alias}`, { build_id: BUILD });
+    const home = newHome();
+    const args = ["--coordinator", coordinator.url, "--token", seeded.providerToken, "--engine", "echo", "--model", alias];
+    const line = `${alias} is an alias; serve its build ${BUILD} (requests are routed by build: this id gets none)`;
+    try {
+      const started = await tool(home, ["start", "--detach", ...args]);
+      expect({ code: started.code, stderr: started.stderr }).toEqual({ code: 0, stderr: `umbra-provider: warning: ${line}\n` });
+      expect((await tool(home, ["status"])).stdout).toContain(`  warning         ${line}\n`);
+    } finally {
+      // A failed expectation must not leave the background process running.
+      expect((await tool(home, ["stop"])).code).toBe(0);
+    }
+    expect(readFileSync(join(home, "provider.log"), "utf8")).toContain(`umbra-provider: warning: ${line}\n`);
+  }, 60_000);
+
+  test("a login for 127.0.0.1, start --coordinator localhost: says which coordinator the login is for (exit 2)", async () => {
+    const home = newHome();
+    expect(coordinator.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+    expect((await tool(home, ["login", "--coordinator", coordinator.url, "--token", seeded.providerToken])).code).toBe(0);
+    const localhost = coordinator.url.replace("127.0.0.1", "localhost");
+    const r = await tool(home, ["start", "--coordinator", localhost, "--engine", "echo", "--model", BUILD]);
+    expect({ code: r.code, said: r.stderr.split("\n")[0] }).toEqual({
+      code: 2,
+      said: `umbra-provider: --token is required: the stored login is for ${coordinator.url}, not ${localhost}; run 'umbra-provider login --coordinator ${localhost}' or use --coordinator ${coordinator.url}`,
+    });
+  });
+
   test("a bad setting stops --detach at once with the foreground's message (exit 2)", async () => {
     const r = await tool(newHome(), ["start", "--detach", "--coordinator", coordinator.url, "--token", "x", "--engine", "echo"]);
     expect({ code: r.code, said: r.stderr.includes("--model is required") }).toEqual({ code: 2, said: true });

@@ -37,7 +37,14 @@ const MODEL = "meta/llama-3.1-8b=llama3.1:8b-instruct-q4_K_M";
 /** A provider that serves one quantized 8B model through a local runtime, with the Secure Enclave helper. */
 const SERVE = ["--engine", "openai", "--upstream", UPSTREAM, "--model", MODEL, "--identity-helper", HELPER];
 const NO_HELPER = SERVE.slice(0, -2);
-const echo = (model: string) => ["--engine", "echo", "--model", model, "--identity-helper", HELPER];
+/** Serves `build` through the runtime's model "other" (listed, of unknown size): sized by the build id. */
+const sized = (build: string) => ["--engine", "openai", "--upstream", UPSTREAM, "--model", `${build}=other`, "--identity-helper", HELPER];
+
+/** The coordinator's catalog: every build the tests serve, and one alias. */
+const CATALOG = ["a/x-1b", "b/y-2b", "meta/llama-3.1-8b", "meta/llama-3.3-70b-4bit", "org/m"].map((id) => ({
+  id,
+  aliases: id === "meta/llama-3.1-8b" ? ["meta/llama"] : [],
+}));
 
 const SIP_ON = "System Integrity Protection status: enabled.\n";
 const bridge = (level: string) => JSON.stringify({ SPiBridgeDataType: [{ ibridge_secure_boot: level, ibridge_sb_sip: "Enabled" }] });
@@ -75,6 +82,7 @@ function fakeProbe(fake: Fake = {}): FakeProbe {
     [`${COORDINATOR}/healthz`]: () =>
       json({ status: "ok" }, { headers: { date: new Date(NOW + (fake.serverAheadMs ?? 0)).toUTCString() } }),
     [`${COORDINATOR}/v1/provider/me`]: () => json({ account_id: "acct_1", provider_tokens: 1 }),
+    [`${COORDINATOR}/v1/provider/models`]: () => json({ object: "list", data: CATALOG }),
     ...fake.routes,
   };
   const requests: FakeProbe["requests"] = [];
@@ -188,25 +196,31 @@ describe("doctor on a healthy Mac", () => {
           status: "pass",
           detail: `present (from ${CREDENTIALS}); accepted for account acct_1`,
         },
+        { id: "catalog", title: "Catalog", status: "pass", detail: "catalog builds: meta/llama-3.1-8b" },
       ],
     });
     expect(probe.helpersClosed).toEqual([1]);
-    expect(probe.requests.find((r) => r.url.endsWith("/v1/provider/me"))?.authorization).toBe(`Bearer ${TOKEN}`);
-    expect(probe.requests.filter((r) => !r.url.endsWith("/v1/provider/me")).map((r) => r.authorization)).toEqual([null, null]);
+    const provider = (r: { url: string }) => /\/v1\/provider\/(me|models)$/.test(r.url);
+    expect(probe.requests.filter(provider).map((r) => r.authorization)).toEqual([`Bearer ${TOKEN}`, `Bearer ${TOKEN}`]);
+    expect(probe.requests.filter((r) => !provider(r)).map((r) => r.authorization)).toEqual([null, null]);
   });
 
   test("human output: one aligned line per check, then the verdict; no colour off a terminal", async () => {
     const { code, out } = await doctor(SERVE, fakeProbe());
     expect(code).toBe(0);
     const lines = out.trimEnd().split("\n");
-    expect(lines).toHaveLength(13);
+    expect(lines).toHaveLength(14);
     expect(lines.slice(0, 4)).toEqual([
       "pass  Apple Silicon   Apple M2 Max",
       "pass  macOS version   15.1",
       "pass  SIP             enabled",
       "pass  Secure Boot     Full Security",
     ]);
-    expect(lines.slice(11)).toEqual(["", "ready to serve at trust level hardware"]);
+    expect(lines.slice(11)).toEqual([
+      "pass  Catalog         catalog builds: meta/llama-3.1-8b",
+      "",
+      "ready to serve at trust level hardware",
+    ]);
     expect(out).not.toContain("\x1b[");
   });
 
@@ -303,9 +317,9 @@ const CONDITIONS: [string, Fake, string[], string, string, string, number][] = [
     1,
   ],
   ["macOS 13", { commands: { "/usr/bin/sw_vers -productVersion": "13.6.7\n" } }, SERVE, "macos", "fail", "Software Update", 1],
-  ["low memory", { memoryGiB: 16 }, echo("meta/llama-3.3-70b-4bit"), "memory", "fail", "the models need about", 1],
+  ["low memory", { memoryGiB: 16 }, sized("meta/llama-3.3-70b-4bit"), "memory", "fail", "the models need about", 1],
   ["memory within 10%", { memoryGiB: 9 }, SERVE, "memory", "warn", "within 10%", 0],
-  ["a model of unknown size", {}, echo("org/m"), "memory", "warn", "size unknown for org/m", 0],
+  ["a model of unknown size", {}, sized("org/m"), "memory", "warn", "size unknown for org/m", 0],
   ["under 2 GiB of disk", { freeGiB: 1.5 }, SERVE, "disk", "fail", "less than 2 GiB", 1],
   ["less disk than the weights", { freeGiB: 3 }, SERVE, "disk", "warn", "already downloaded", 0],
   [
@@ -404,6 +418,91 @@ describe.each(CONDITIONS)("%s", (_what, fake, flags, id, status, text, exit) => 
   });
 });
 
+describe("the catalog check: requests are routed by build", () => {
+  test("an alias fails, naming the build to serve; exit 1 at every level", async () => {
+    const flags = ["--engine", "echo", "--model", "meta/llama", "--identity-helper", HELPER];
+    const { code, check } = await doctorJson([...flags, "--trust", "none"], fakeProbe());
+    expect({ code, check: check("catalog") }).toEqual({
+      code: 1,
+      check: {
+        id: "catalog",
+        title: "Catalog",
+        status: "fail",
+        detail: "meta/llama is an alias; serve its build meta/llama-3.1-8b (requests are routed by build: this id gets none)",
+        fix: "give --model BUILD[=UPSTREAM_NAME] with the build id: requests are routed by build",
+      },
+    });
+  });
+
+  test("an unknown id fails when it is the only model (listing the builds), warns next to a build", async () => {
+    const alone = await doctorJson(["--engine", "echo", "--model", "org/typo", "--trust", "none"], fakeProbe());
+    expect({ code: alone.code, check: alone.check("catalog") }).toEqual({
+      code: 1,
+      check: {
+        id: "catalog",
+        title: "Catalog",
+        status: "fail",
+        detail: "org/typo: not a build in the coordinator's catalog (it gets no requests)",
+        fix: "check the id; the catalog's builds: a/x-1b, b/y-2b, meta/llama-3.1-8b, meta/llama-3.3-70b-4bit, org/m",
+      },
+    });
+    const next = await doctorJson(["--engine", "echo", "--model", "org/typo", "--model", "org/m", "--trust", "none"], fakeProbe());
+    expect({ code: next.code, status: next.check("catalog")?.status }).toEqual({ code: 0, status: "warn" });
+  });
+
+  test("an older coordinator (404) or no answer: not checked, a warning", async () => {
+    const old = fakeProbe({ routes: { [`${COORDINATOR}/v1/provider/models`]: () => new Response("", { status: 404 }) } });
+    const { code, check } = await doctorJson(SERVE, old);
+    expect({ code, check: check("catalog") }).toEqual({
+      code: 0,
+      check: {
+        id: "catalog",
+        title: "Catalog",
+        status: "warn",
+        detail: `not checked: ${COORDINATOR}/v1/provider/models: the coordinator has no /v1/provider/models (older version)`,
+      },
+    });
+  });
+});
+
+describe("a stored login for another coordinator", () => {
+  test("its token is not sent there; the device token check says which coordinator the login is for", async () => {
+    const other = "https://other.example";
+    const probe = fakeProbe({ routes: { [`${other}/healthz`]: () => json({ status: "ok" }) } });
+    const { code, check } = await doctorJson([...SERVE, "--coordinator", other], probe);
+    expect({ code, check: check("device_token") }).toEqual({
+      code: 1,
+      check: {
+        id: "device_token",
+        title: "Device token",
+        status: "fail",
+        detail: `the stored login is for ${COORDINATOR}, not ${other}; run 'umbra-provider login --coordinator ${other}' or use --coordinator ${COORDINATOR}`,
+        fix: "run umbra-provider login (or give --token / UMBRA_PROVIDER_TOKEN)",
+      },
+    });
+    expect(probe.requests.filter((r) => r.authorization !== null)).toEqual([]);
+  });
+});
+
+describe("the echo engine", () => {
+  test("loads no weights: memory and disk say so instead of sizing the model id", async () => {
+    const { code, report } = await doctorJson(
+      ["--engine", "echo", "--model", "meta/llama-3.3-70b-4bit", "--identity-helper", HELPER],
+      fakeProbe({ memoryGiB: 8 }),
+    );
+    expect(code).toBe(0);
+    expect(report.checks.filter((c) => c.id === "memory" || c.id === "disk")).toEqual([
+      { id: "memory", title: "Memory", status: "pass", detail: "8.0 GiB RAM; weights: none needed (echo engine)" },
+      { id: "disk", title: "Disk", status: "pass", detail: `500.0 GiB free in ${HOME}; weights: none needed (echo engine)` },
+    ]);
+  });
+
+  test("still needs 2 GiB of free disk", async () => {
+    const { check } = await doctorJson(["--engine", "echo", "--model", "org/m"], fakeProbe({ freeGiB: 1.5 }));
+    expect(check("disk")).toMatchObject({ status: "fail", detail: `1.5 GiB free in ${HOME}: less than 2 GiB` });
+  });
+});
+
 describe("platforms other than an Apple Silicon Mac", () => {
   const linux = { platform: "linux", arch: "x64" } as const;
   const devFlags = ["--engine", "echo", "--model", "org/m"];
@@ -427,9 +526,7 @@ describe("platforms other than an Apple Silicon Mac", () => {
     const { code, out } = await doctor([...devFlags, "--trust", "none"], fakeProbe(linux));
     expect(code).toBe(0);
     expect(out).toContain("FAIL  Apple Silicon");
-    expect(out.trimEnd().split("\n").at(-1)).toBe(
-      "ready to serve at trust level none (2 warnings; failed but not needed at this level: platform)",
-    );
+    expect(out.trimEnd().split("\n").at(-1)).toBe("ready to serve at trust level none (failed but not needed at this level: platform)");
   });
 
   test("darwin x64 under Rosetta: run the arm64 build", async () => {
@@ -500,6 +597,7 @@ describe("trust levels", () => {
         coordinator: "ok",
         clock: "ok",
         device_token: "ok",
+        catalog: "ok",
       },
       self_signed: {
         platform: "pass",
@@ -512,8 +610,9 @@ describe("trust levels", () => {
         coordinator: "ok",
         clock: "ok",
         device_token: "ok",
+        catalog: "ok",
       },
-      none: { engine: "ok", coordinator: "ok", clock: "ok", device_token: "ok" },
+      none: { engine: "ok", coordinator: "ok", clock: "ok", device_token: "ok", catalog: "ok" },
     });
   });
 
@@ -587,7 +686,7 @@ describe("the other settings", () => {
     expect(code).toBe(0);
     expect(probe.diskPaths).toEqual(["/Volumes/Models"]);
     expect(check("engine")?.detail).toContain("echo");
-    expect(check("memory")?.detail).toContain("weights 5.6 GiB");
+    expect(check("memory")?.detail).toBe("64.0 GiB RAM; weights: none needed (echo engine)");
   });
 
   test("an unreadable free space warns", async () => {

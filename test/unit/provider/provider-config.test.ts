@@ -240,6 +240,16 @@ describe("the config file and the stored login", () => {
     expect(() => withFile(file, ["--coordinator", "https://other.example"], {}, LOGIN)).toThrow("--token is required");
   });
 
+  test("a login for another coordinator: the message names both and both ways out", () => {
+    const file = JSON.stringify({ engine: "echo", model: "org/m" });
+    const login = { coordinator: "http://127.0.0.1:8080", token: "tok_stored" };
+    expect(() => withFile(file, ["--coordinator", "http://localhost:8080"], {}, login)).toThrow(
+      new ConfigError(
+        "--token is required: the stored login is for http://127.0.0.1:8080, not http://localhost:8080; run 'umbra-provider login --coordinator http://localhost:8080' or use --coordinator http://127.0.0.1:8080",
+      ),
+    );
+  });
+
   test("without a login, --coordinator and --token say how to get them", () => {
     expect(() => withFile(JSON.stringify({ engine: "echo", model: "org/m" }), [])).toThrow("run 'umbra-provider login' first");
   });
