@@ -7,7 +7,9 @@
  *              output, rounded up once to 1 micro-USD and never more than the hold; release the rest;
  *              credit the provider's account with the charge less the platform fee;
  *   partial  - on a failure or cancellation after content, charge what was generated (estimated from
- *              the relayed text when the provider could not report usage); before content, nothing.
+ *              the relayed text when the provider could not report usage, at most the output budget);
+ *              before content, nothing. A provider's report beyond usage-bounds.ts fails the answer
+ *              first (invalid output), so it is never charged; the estimate is.
  * Self-routed requests hold nothing and are charged nothing; their usage is still recorded.
  */
 import type { Usage } from "../protocol/messages.ts";
@@ -65,9 +67,9 @@ export function feeFor(charge: number, percent: number): number {
   return Number((BigInt(charge) * BigInt(percent) + 99n) / 100n);
 }
 
-/** Usage for a request that ended without a provider report: what was relayed, estimated. */
-export function estimatedUsage(promptEstimate: number, completionChars: number): Usage {
-  return { prompt_tokens: promptEstimate, completion_tokens: Math.ceil(completionChars / CHARS_PER_TOKEN) };
+/** Usage for a request that ended without a provider report: what was relayed, estimated, at most the budget. */
+export function estimatedUsage(promptEstimate: number, completionChars: number, budget = Number.POSITIVE_INFINITY): Usage {
+  return { prompt_tokens: promptEstimate, completion_tokens: Math.min(budget, Math.ceil(completionChars / CHARS_PER_TOKEN)) };
 }
 
 export interface BillingSettings {

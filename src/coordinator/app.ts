@@ -142,6 +142,7 @@ export function createApp(deps: AppDeps): App {
         return undefined;
       }
     },
+    onUsageRejected: (bound) => metrics.observeUsageRejected(bound),
     logger,
     now,
   }).start();

@@ -13,6 +13,7 @@
  * dropped, the provider told to cancel (client_gone), `lost` (SLOW_CONSUMER) queued and
  * `onBacklogDropped` called (the response writer settles and ends the answer at once).
  */
+import type { UsageLimits } from "../billing/usage-bounds.ts";
 import type { ChunkOpener } from "../crypto/chunks.ts";
 import type { Delta, ProviderErrorCode, Usage } from "../protocol/messages.ts";
 
@@ -84,6 +85,10 @@ export class Attempt {
   /** Output text received so far, and the most the budget allows (outputCharLimit; set at dispatch). */
   outputChars = 0;
   maxOutputChars = Number.POSITIVE_INFINITY;
+  /** UTF-8 bytes of the content and reasoning relayed so far, and the bounds of the usage reported (set at dispatch). */
+  contentBytes = 0;
+  reasoningBytes = 0;
+  limits: UsageLimits | undefined;
   /** Called once if the backlog was dropped (see MAX_BACKLOG_CHARS). */
   onBacklogDropped: (() => void) | undefined;
   acceptedAt: number | undefined;

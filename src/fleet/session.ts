@@ -11,13 +11,15 @@
  *
  * `active` counts attempts the coordinator assigned and not yet released: it is the authoritative load,
  * independent of what heartbeats report. Output text far beyond an attempt's budget (outputCharLimit in
- * attempt.ts) is invalid output, like a frame that fails verification.
+ * attempt.ts) is invalid output, like a frame that fails verification, and so is a `complete` whose usage
+ * is beyond what the coordinator can believe (billing/usage-bounds.ts).
  */
 
 import { type ChallengeSession, challengeFields } from "../../attestation/src/challenge.ts";
 import { AttestationError } from "../../attestation/src/errors.ts";
 import { verifyIdentitySignature } from "../../attestation/src/identity-key.ts";
 import { type ProviderAttestation, withdrawTrust } from "../../attestation/src/levels.ts";
+import { type UsageBound, usageLimits, usageViolation, utf8Bytes } from "../billing/usage-bounds.ts";
 import type { TrustLevel } from "../config/config.ts";
 import { ChunkOpener } from "../crypto/chunks.ts";
 import { fromBase64url, toBase64url, toHex } from "../crypto/encoding.ts";
@@ -41,6 +43,7 @@ import {
   parseFinal,
   parseProviderMessage,
   type ServedModel,
+  type Usage,
 } from "../protocol/messages.ts";
 import { Attempt, type AttemptOwner, attemptKey, type CancelReason, deltaChars, outputCharLimit, type VerifiedReceipt } from "./attempt.ts";
 
@@ -90,6 +93,8 @@ export interface SessionSettings {
   readonly assess: (evidence: unknown, encryptionKey: Uint8Array | undefined) => Promise<ProviderAttestation>;
   /** Starts the challenge schedule of an attested provider (the trust policy's interval and timeout). */
   readonly challenge: (attestation: ProviderAttestation) => Promise<ChallengeSession | undefined>;
+  /** A provider reported usage beyond a bound (its answer failed, the session ends): metrics. */
+  readonly onUsageRejected?: (bound: UsageBound) => void;
 }
 
 type State = "awaiting_hello" | "verifying" | "ready" | "closed";
@@ -310,6 +315,7 @@ export class ProviderSession implements AttemptOwner {
       case "complete":
         if (attempt.acceptedAt === undefined) throw new ProtocolError("complete before accepted");
         if (frame.seq !== attempt.chunks) throw new ProtocolError(`complete after ${frame.seq} chunks, received ${attempt.chunks}`);
+        if (this.overReported(attempt, frame.usage)) return;
         this.served++;
         attempt.push({ type: "complete", finishReason: frame.finish_reason, usage: frame.usage });
         return;
@@ -339,6 +345,7 @@ export class ProviderSession implements AttemptOwner {
       payload = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(plaintext));
       if (final) {
         const end = parseFinal(payload);
+        if (this.overReported(attempt, end.usage)) return;
         const receipt = this.verifyReceipt(attempt, end);
         this.served++;
         attempt.push({ type: "complete", finishReason: end.finish_reason, usage: end.usage, ...(receipt ? { receipt } : {}) });
@@ -432,8 +439,22 @@ export class ProviderSession implements AttemptOwner {
    */
   private overBudget(attempt: Attempt, delta: Delta): boolean {
     attempt.outputChars += deltaChars(delta);
+    attempt.contentBytes += utf8Bytes(delta.content);
+    attempt.reasoningBytes += utf8Bytes(delta.reasoning_content);
     if (attempt.outputChars <= attempt.maxOutputChars) return false;
     this.untrust(attempt, "output far beyond the output budget");
+    return true;
+  }
+
+  /**
+   * Usage beyond the attempt's bounds (usageViolation: prompt bytes, budget, bytes relayed) is invalid
+   * output: no charge may rest on it, and a receipt signed over it is not shown. True when it ended the session.
+   */
+  private overReported(attempt: Attempt, usage: Usage): boolean {
+    const bound = attempt.limits && usageViolation(usage, attempt.limits, attempt);
+    if (bound === undefined) return false;
+    this.settings.onUsageRejected?.(bound);
+    this.untrust(attempt, `usage beyond its bound: ${bound}`);
     return true;
   }
 
@@ -467,6 +488,7 @@ export class ProviderSession implements AttemptOwner {
     }
     const attempt = new Attempt(frame.request_id, frame.attempt, this.id, this.identity.accountId, this.now(), this);
     attempt.maxOutputChars = outputCharLimit(frame.request.max_tokens);
+    attempt.limits = usageLimits(frame.request);
     this.attempts.set(attempt.key, attempt);
     this.active++;
     try {

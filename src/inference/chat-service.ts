@@ -227,7 +227,7 @@ export class ChatService {
     const ctx: ResponseContext = { id: completionId(), model: request.model, maxTokens, created: Math.floor(started / 1000) };
     const finish = async (o: Outcome): Promise<void> => {
       clearTimeout(timer);
-      const usage: Usage = o.usage ?? estimatedUsage(promptEstimate, o.completionChars);
+      const usage: Usage = o.usage ?? estimatedUsage(promptEstimate, o.completionChars, maxTokens);
       trueUp?.(usage.prompt_tokens + usage.completion_tokens);
       metrics.observeChat(o.status, request.stream);
       logger.debug("chat request ended", {

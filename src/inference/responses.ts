@@ -13,7 +13,9 @@
  * MAX_BACKLOG_CHARS) or the request deadline passes, what was relayed is settled at once and one
  * in-band timeout event is queued behind it, so no reservation waits for a reader that never comes.
  *
- * finish_reason is corrected to `length` when the provider used the whole output budget.
+ * finish_reason is `length` exactly when the provider used the whole output budget: its counts were
+ * bounded by then (billing/usage-bounds.ts: never above the budget), and a `length` claimed below the
+ * budget is shown as `stop`.
  */
 import { randomBytes } from "node:crypto";
 import { type ApiError, Errors } from "../errors/api-error.ts";
@@ -44,7 +46,8 @@ export function completionId(): string {
 }
 
 export function finishReason(reported: string, usage: Usage, maxTokens: number): string {
-  return usage.completion_tokens >= maxTokens ? "length" : reported;
+  if (usage.completion_tokens >= maxTokens) return "length";
+  return reported === "length" ? "stop" : reported;
 }
 
 export function usageJson(u: Usage) {

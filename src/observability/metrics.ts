@@ -9,6 +9,8 @@ export interface Metrics {
   observeHttp(method: string, route: string, status: number, seconds: number): void;
   /** One chat answer's end: completed, failed or cancelled; streamed or not. */
   observeChat(outcome: string, stream: boolean): void;
+  /** A provider's usage report beyond a bound (billing/usage-bounds.ts): its answer failed, it was cut off. */
+  observeUsageRejected(bound: string): void;
   /** One group commit of settlements: how many, and how long the commit took. */
   observeSettlementCommit(settlements: number, seconds: number): void;
   render(): Promise<string>;
@@ -35,6 +37,12 @@ export function createMetrics(): Metrics {
     labelNames: ["outcome", "stream"] as const,
     registers: [registry],
   });
+  const usageRejected = new Counter({
+    name: "umbra_provider_usage_rejected_total",
+    help: "Provider usage reports beyond the coordinator's bounds (answer failed as invalid_provider_output, provider cut off), by bound",
+    labelNames: ["bound"] as const,
+    registers: [registry],
+  });
   const commitSizes = new Histogram({
     name: "umbra_settlement_batch_size",
     help: "Settlements per group commit (durable before their responses complete)",
@@ -52,6 +60,9 @@ export function createMetrics(): Metrics {
     observeSettlementCommit(settlements, seconds) {
       commitSizes.observe(settlements);
       commitTime.observe(seconds);
+    },
+    observeUsageRejected(bound) {
+      usageRejected.inc({ bound });
     },
     observeChat(outcome, stream) {
       chats.inc({ outcome, stream: String(stream) });

@@ -20,12 +20,16 @@ async function setup(env: Record<string, string> = {}) {
   return { t, ...account, token };
 }
 
-/** Fixed answer: accept, "Hello", ", world", complete with the given finish reason and usage. */
+/**
+ * Fixed answer: accept, "Hello", ", world" (and padding, so that up to 2,048 completion tokens stay within
+ * the bytes relayed: src/billing/usage-bounds.ts), complete with the given finish reason and usage.
+ */
 function fixed(finishReason = "stop", completionTokens = 2): () => readonly Step[] {
   return () => [
     { do: "accept" },
     { do: "chunk", delta: { content: "Hello" } },
     { do: "chunk", delta: { content: ", world" } },
+    ...(completionTokens > 12 ? [{ do: "chunk", delta: { content: " ".repeat(completionTokens) } } as const] : []),
     { do: "complete", finishReason, usage: { prompt_tokens: 7, completion_tokens: completionTokens } },
   ];
 }
@@ -160,7 +164,7 @@ describe("answer details", () => {
     expect(body.choices[0]?.finish_reason).toBe(expected);
   });
 
-  test("a provider-reported length or other reason is kept below the budget", async () => {
+  test("a provider-reported reason other than length is kept below the budget", async () => {
     const { t, apiKey, token } = await setup();
     await using _t = t;
     await using server = startServer(t);

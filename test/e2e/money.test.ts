@@ -9,6 +9,7 @@
  */
 import { describe, expect, test } from "bun:test";
 import { chargeFor, feeFor, promptTokenBound, reservationFor } from "../../src/billing/billing.ts";
+import { PROMPT_TEMPLATE_ALLOWANCE } from "../../src/billing/usage-bounds.ts";
 import type { Inference } from "../../src/protocol/messages.ts";
 import { PLATFORM_ACCOUNT_ID } from "../../src/store/money-types.ts";
 import { connectFakeProvider, echo, type FakeProvider, type Step } from "../support/fake-provider.ts";
@@ -95,9 +96,9 @@ async function setup(
   };
 }
 
-/** A provider that answers with fixed usage. */
+/** A provider that answers with fixed usage (by default one byte of text per completion token: within the usage bounds). */
 const answer =
-  (usage: { prompt_tokens: number; completion_tokens: number; cached_tokens?: number }, text = "ok") =>
+  (usage: { prompt_tokens: number; completion_tokens: number; cached_tokens?: number }, text = "x".repeat(usage.completion_tokens)) =>
   (): readonly Step[] => [{ do: "accept" }, { do: "chunk", delta: { content: text } }, { do: "complete", usage }];
 
 const MESSAGES = [{ role: "user", content: "price me" }];
@@ -155,18 +156,21 @@ for (const grouping of GROUPINGS) {
       test("a model without a price is charged at the fallback rates", async () => {
         await using ctx = await setup(grouping, { credit: 1_000_000 });
         await ctx.t.app.admin.setAlias("org/unpriced", { build_id: BUILD });
-        await ctx.machine(answer({ prompt_tokens: 1_000, completion_tokens: 1_000 }));
+        await ctx.machine(answer({ prompt_tokens: 500, completion_tokens: 1_000 }));
         const response = await postChat(ctx.server.url, ctx.consumer.apiKey, { model: "org/unpriced", messages: MESSAGES });
         expect(response.status).toBe(200);
         await response.json();
         await ctx.t.app.flush();
-        // fallback 500,000 in + 1,500,000 out per million: 500 + 1,500 µUSD
-        expect(await ctx.balance(ctx.consumer.accountId)).toBe(1_000_000 - 2_000);
+        // fallback 500,000 in + 1,500,000 out per million: 250 + 1,500 µUSD
+        expect(await ctx.balance(ctx.consumer.accountId)).toBe(1_000_000 - 1_750);
       });
 
-      test("the charge never exceeds the reservation, even when the provider reports more", async () => {
+      test("the charge never exceeds the reservation, even when a report within the usage bounds costs more", async () => {
         await using ctx = await setup(grouping, { credit: 1_000_000 });
-        await ctx.machine(answer({ prompt_tokens: 10_000_000, completion_tokens: 10_000_000 }));
+        // The reservation holds the prompt's byte bound; the usage bounds also allow a chat template's text.
+        const usage = { prompt_tokens: promptTokenBound(MESSAGES) + PROMPT_TEMPLATE_ALLOWANCE, completion_tokens: MAX_TOKENS };
+        expect(chargeFor(usage, RATES)).toBeGreaterThan(RESERVATION);
+        await ctx.machine(answer(usage));
         const response = await postChat(ctx.server.url, ctx.consumer.apiKey, {
           model: "org/model",
           messages: MESSAGES,

@@ -108,10 +108,13 @@ async function rejected(response: Response) {
   return { status: response.status, headers: limitHeaders(response), body: await response.json() };
 }
 
-/** Reports usage equal to the estimate (9 prompt tokens + the whole budget): the true-up changes nothing. */
+/**
+ * Reports usage equal to the estimate (9 prompt tokens + the whole budget): the true-up changes nothing.
+ * One byte of text per token, so the report stays within the usage bounds (src/billing/usage-bounds.ts).
+ */
 const exactUsage: Behaviour = (inf) => [
   { do: "accept" },
-  { do: "chunk", delta: { content: "ok" } },
+  { do: "chunk", delta: { content: "x".repeat(inf.request.max_tokens) } },
   { do: "complete", usage: { prompt_tokens: 9, completion_tokens: inf.request.max_tokens ?? 0 } },
 ];
 

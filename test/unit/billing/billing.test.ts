@@ -91,6 +91,15 @@ describe("promptTokenEstimate and estimatedUsage", () => {
   ])("prompt %p with %p relayed characters", (prompt, chars, completion) => {
     expect(estimatedUsage(prompt, chars)).toEqual({ prompt_tokens: prompt, completion_tokens: completion });
   });
+
+  test.each([
+    [1_000, 10, 10],
+    [40, 10, 10],
+    [39, 10, 10],
+    [36, 10, 9],
+  ])("%p relayed characters under a budget of %p: %p completion tokens", (chars, budget, completion) => {
+    expect(estimatedUsage(10, chars, budget)).toEqual({ prompt_tokens: 10, completion_tokens: completion });
+  });
 });
 
 describe("reservationFor", () => {

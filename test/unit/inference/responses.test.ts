@@ -170,7 +170,8 @@ describe("finishReason and usageJson", () => {
     ["stop", 10, 10, "length"],
     ["stop", 11, 10, "length"],
     ["tool_calls", 3, 10, "tool_calls"],
-    ["length", 3, 10, "length"],
+    ["length", 3, 10, "stop"],
+    ["length", 10, 10, "length"],
   ])("%s with %d of %d tokens -> %s", (reported, used, budget, expected) => {
     expect(finishReason(reported, { prompt_tokens: 1, completion_tokens: used }, budget)).toBe(expected);
   });

@@ -1,0 +1,102 @@
+/**
+ * Bounds on the token usage a provider reports. The provider counts its own tokens and the coordinator
+ * bills them, so every count is bounded by what the coordinator knows itself (docs/security.md, "Usage
+ * a provider reports"):
+ *   prompt     <= promptTokenBound(messages) (the reservation's bound: UTF-8 bytes plus overheads)
+ *                 + UTF-8 bytes of the other forwarded fields (tool definitions reach the prompt)
+ *                 + PROMPT_TEMPLATE_ALLOWANCE (a chat template's own text: default system prompt, dates);
+ *   cached     <= prompt;
+ *   completion <= the output budget (the authoritative max_tokens), and
+ *              <= UTF-8 bytes of the content and reasoning relayed for the attempt + OUTPUT_ALLOWANCE_TOKENS
+ *                 + UTF-8 bytes of the request's stop strings (every token decodes to at least one byte;
+ *                 a matched stop string is generated but not returned);
+ *   reasoning  <= completion, and <= reasoning bytes relayed + OUTPUT_ALLOWANCE_TOKENS.
+ * The relayed-output bounds hold only when the runtime returns everything it generates as content or
+ * reasoning: a request forwarding any field outside VISIBLE_OUTPUT_FIELDS (`tools`, whose calls protocol
+ * v1 does not relay; runtime switches that hide reasoning) is bounded by the budget alone there.
+ * Pure functions; a report beyond a bound is invalid provider output (fleet/session.ts).
+ */
+import type { EngineRequestBody, Usage } from "../protocol/messages.ts";
+import { promptTokenBound } from "./billing.ts";
+
+/**
+ * Prompt tokens a chat template may add beyond the per-message and per-request overheads of
+ * promptTokenBound: default system prompts, date headers, a reasoning format's preamble, tool-use
+ * instructions (tens of tokens for most templates, a few hundred for the longest tool-use ones).
+ */
+export const PROMPT_TEMPLATE_ALLOWANCE = 512;
+/**
+ * Generated tokens that decode to no relayed text: end of turn, a reasoning format's channel markers and
+ * think tags, whitespace the runtime trims, an incomplete UTF-8 sequence at the end (a handful per answer
+ * in common formats).
+ */
+export const OUTPUT_ALLOWANCE_TOKENS = 32;
+/** Forwarded fields that never make the runtime generate text it does not return. */
+export const VISIBLE_OUTPUT_FIELDS: ReadonlySet<string> = new Set([
+  "temperature",
+  "top_p",
+  "top_k",
+  "min_p",
+  "seed",
+  "stop",
+  "frequency_penalty",
+  "presence_penalty",
+  "repetition_penalty",
+  "logit_bias",
+  "logprobs",
+  "top_logprobs",
+  "response_format",
+]);
+
+/** The bounds of one request, from what the coordinator sends the provider. */
+export interface UsageLimits {
+  readonly promptTokens: number;
+  /** The output budget (max_tokens as sent). */
+  readonly budget: number;
+  /** Tokens allowed beyond the relayed bytes; undefined when output may be hidden (budget only). */
+  readonly outputAllowance: number | undefined;
+}
+
+/** UTF-8 bytes of the text relayed for an attempt. */
+export interface RelayedOutput {
+  readonly contentBytes: number;
+  readonly reasoningBytes: number;
+}
+
+/** The bound a report broke (the label of umbra_provider_usage_rejected_total). */
+export type UsageBound = "prompt_tokens" | "cached_tokens" | "completion_budget" | "completion_output" | "reasoning_tokens";
+
+export function utf8Bytes(text: string | undefined): number {
+  return text ? Buffer.byteLength(text, "utf8") : 0;
+}
+
+export function usageLimits(body: EngineRequestBody): UsageLimits {
+  const { messages, max_tokens, ...forwarded } = body;
+  let visible = true;
+  let stopBytes = 0;
+  for (const [field, value] of Object.entries(forwarded)) {
+    if (!VISIBLE_OUTPUT_FIELDS.has(field)) visible = false;
+    if (field === "stop") stopBytes = typeof value === "string" ? utf8Bytes(value) : Array.isArray(value) ? utf8Bytes(value.join("")) : 0;
+  }
+  const forwardedBytes = Object.keys(forwarded).length === 0 ? 0 : utf8Bytes(JSON.stringify(forwarded));
+  return {
+    promptTokens: promptTokenBound(messages) + forwardedBytes + PROMPT_TEMPLATE_ALLOWANCE,
+    budget: max_tokens,
+    outputAllowance: visible ? OUTPUT_ALLOWANCE_TOKENS + stopBytes : undefined,
+  };
+}
+
+/** The first bound the report breaks, or undefined when it is within every bound. */
+export function usageViolation(usage: Usage, limits: UsageLimits, relayed: RelayedOutput): UsageBound | undefined {
+  if (usage.prompt_tokens > limits.promptTokens) return "prompt_tokens";
+  if ((usage.cached_tokens ?? 0) > usage.prompt_tokens) return "cached_tokens";
+  if (usage.completion_tokens > limits.budget) return "completion_budget";
+  const allowance = limits.outputAllowance;
+  if (allowance !== undefined && usage.completion_tokens > relayed.contentBytes + relayed.reasoningBytes + allowance) {
+    return "completion_output";
+  }
+  const reasoning = usage.reasoning_tokens ?? 0;
+  if (reasoning > usage.completion_tokens) return "reasoning_tokens";
+  if (allowance !== undefined && reasoning > relayed.reasoningBytes + OUTPUT_ALLOWANCE_TOKENS) return "reasoning_tokens";
+  return undefined;
+}
