@@ -8,11 +8,12 @@ import { CONFIG_OPTIONS, type Config, ConfigError, loadConfig, type Mode, parseF
  */
 import { processEnv } from "../config/settings.ts";
 import { createSqliteStore } from "../store/sqlite/index.ts";
+import { type DatabaseLock, lockDatabase } from "../store/sqlite/lock.ts";
 import { StoreOpenError } from "../store/types.ts";
 import { VERSION } from "../version.ts";
 import { createApp } from "./app.ts";
 import { devBanner, seedDevelopment, startDevProvider } from "./dev.ts";
-import { listen } from "./server.ts";
+import { ListenError, listen } from "./server.ts";
 
 const USAGE = `umbra-coordinator ${VERSION}
 
@@ -30,14 +31,23 @@ const SHUTDOWN_GRACE_MS = 5_000;
 const print = (text: string) => process.stdout.write(`${text}\n`);
 const printErr = (text: string) => process.stderr.write(`${text}\n`);
 
+/** One coordinator (or `migrate`) per database: refuses while another process holds it. */
+function lock(config: Config, command: string): DatabaseLock | undefined {
+  return config.db === ":memory:" ? undefined : lockDatabase(config.db, `umbra-coordinator ${command}`);
+}
+
 async function serve(config: Config, dev: boolean): Promise<void> {
+  // Before the store and its settlement journal are opened: a second coordinator never touches them.
+  const held = lock(config, dev ? "dev" : "serve");
   const store = createSqliteStore(config.db, { journal: true });
   const app = createApp({ config, store });
   // Settlements a killed predecessor left in the journal are applied before anything is served.
   await app.flush();
-  const seed = dev ? await seedDevelopment(app) : undefined;
+  // Bound before this run writes anything of its own (dev's demo key and device token): a busy port
+  // refuses the start with nothing minted.
   const server = listen(app);
   app.logger.info("coordinator listening", { url: server.url, mode: config.mode, db: config.db, version: VERSION });
+  const seed = dev ? await seedDevelopment(app) : undefined;
   const provider = seed ? await startDevProvider(app, server.url, seed.providerToken) : undefined;
   if (seed) print(devBanner(server.url, seed, config.adminToken ?? ""));
   let stopping = false;
@@ -75,6 +85,7 @@ async function serve(config: Config, dev: boolean): Promise<void> {
     await new Promise((resolve) => setImmediate(resolve));
     await app.flush();
     store.close();
+    held?.release();
     process.exit(0);
   };
   process.on("SIGINT", stop);
@@ -127,7 +138,10 @@ async function main(argv: readonly string[]): Promise<number> {
     case "migrate": {
       const { values } = parseFlags(rest);
       const config = loadConfig(values, processEnv(), "development");
+      // Not under a running coordinator: it runs on the schema it migrated at its start.
+      const held = lock(config, "migrate");
       createSqliteStore(config.db).close();
+      held?.release();
       print(`database ${config.db} is migrated`);
       return 0;
     }
@@ -157,7 +171,7 @@ main(process.argv.slice(2)).then(
       printErr(`umbra-coordinator: ${error.message}`);
       process.exit(2);
     }
-    if (error instanceof StoreOpenError) {
+    if (error instanceof StoreOpenError || error instanceof ListenError) {
       printErr(`umbra-coordinator: ${error.message}`);
       process.exit(1);
     }
