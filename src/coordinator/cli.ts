@@ -1,4 +1,6 @@
 import { randomBytes } from "node:crypto";
+import { existsSync } from "node:fs";
+import { resolve } from "node:path";
 import { ADMIN_COMMANDS, adminUsage, findVerb, runVerb, UsageError } from "../admin/admin-cli.ts";
 import { AdminService } from "../admin/admin-service.ts";
 import { CONFIG_OPTIONS, type Config, ConfigError, loadConfig, type Mode, parseFlags } from "../config/config.ts";
@@ -109,7 +111,18 @@ async function admin(argv: readonly string[]): Promise<number> {
       throw new UsageError(`--${name} does not apply to 'admin ${noun} ${verbName}'\nusage: umbra-coordinator admin ${verb.usage}`);
     }
   }
+  if (args.length !== verb.positionals) throw new UsageError(`usage: umbra-coordinator admin ${verb.usage}`);
   const config = loadConfig(values, processEnv(), "development");
+  // Which database, always (the default is relative to the current folder); a verb that could only
+  // list nothing or refuse on an empty one never creates it.
+  const database = config.db === ":memory:" ? config.db : resolve(config.db);
+  const exists = config.db === ":memory:" || existsSync(database);
+  if (!exists && verb.createsDatabase !== true) {
+    throw new StoreOpenError(
+      `no database at ${database}; point at yours with --db PATH or UMBRA_DB (the default, ./data/umbra.db, is relative to the current folder)`,
+    );
+  }
+  printErr(`database: ${database}${exists ? "" : " (new)"}`);
   const store = createSqliteStore(config.db);
   try {
     // The CLI needs the admin operations on the store, nothing else: no fleet, no timers, no

@@ -50,7 +50,7 @@ describe("one coordinator per database", () => {
       runCoordinator(["admin", "--db", db, "accounts", "create", "--name", "Beside"]),
     ]);
     expect({ serve, dev, migrate }).toEqual({ serve: refusal, dev: refusal, migrate: refusal });
-    expect({ code: admin.code, stderr: admin.stderr }).toEqual({ code: 0, stderr: "" });
+    expect({ code: admin.code, stderr: admin.stderr }).toEqual({ code: 0, stderr: `database: ${db}\n` });
     const created = JSON.parse(admin.stdout) as { id: string };
     expect(await first.admin("GET", `/accounts/${created.id}`)).toEqual(expect.objectContaining({ id: created.id, name: "Beside" }));
 
