@@ -53,14 +53,15 @@ export function lockPath(databasePath: string): string {
 
 /**
  * Takes the lock of the database at `databasePath` for `command`, or throws DatabaseInUseError (held by
- * another process) or StoreOpenError (the lock file cannot be created or used). Creates the folder.
+ * another process) or StoreOpenError (the lock file cannot be created or used). Creates the folder (0700).
  */
 export function lockDatabase(databasePath: string, command: string): DatabaseLock {
   const database = resolve(databasePath);
   const path = lockPath(database);
   let client: Database;
   try {
-    mkdirSync(dirname(path), { recursive: true });
+    // The lock comes first at start, so it makes the database's folder: owner-only, like the files.
+    mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
     // Created here with owner-only permissions; SQLite then opens the existing file.
     closeSync(openSync(path, "a", 0o600));
     client = new Database(path, { create: true, readwrite: true, strict: true });

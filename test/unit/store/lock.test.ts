@@ -49,9 +49,9 @@ describe("database lock", () => {
     second.release();
   });
 
-  test("the lock file sits next to the database, owner-only; the database itself stays usable by others", () => {
+  test("the lock file sits next to the database, owner-only in an owner-only new folder; the database itself stays usable by others", () => {
     using dir = tempDir();
-    const db = join(dir.path, "umbra.db");
+    const db = join(dir.path, "data/umbra.db");
     const lock = lockDatabase(db, "umbra-coordinator serve");
     try {
       const store = createSqliteStore(db);
@@ -59,11 +59,12 @@ describe("database lock", () => {
       const other = new Database(db);
       const tables = other.prepare("SELECT count(*) AS n FROM sqlite_master WHERE name = 'accounts'").get();
       other.close();
-      expect({ path: lock.path, mode: statSync(lock.path).mode & 0o777, tables }).toEqual({
-        path: lockPath(db),
-        mode: 0o600,
-        tables: { n: 1 },
-      });
+      expect({
+        path: lock.path,
+        mode: statSync(lock.path).mode & 0o777,
+        folderMode: statSync(join(dir.path, "data")).mode & 0o777,
+        tables,
+      }).toEqual({ path: lockPath(db), mode: 0o600, folderMode: 0o700, tables: { n: 1 } });
     } finally {
       lock.release();
     }
