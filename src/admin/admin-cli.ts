@@ -1,7 +1,8 @@
 /**
  * `umbra-coordinator admin <noun> <verb> [args]`: the CLI twin of /admin/v1, calling the same
  * AdminService on the configured database. Prints the JSON answer on stdout (exit 0), or the error
- * envelope on stderr (exit 1 for a refused operation, 2 for bad usage). Only the verbs that can succeed
+ * envelope on stderr (exit 1 for a refused operation, 2 for bad usage), after the line naming the
+ * database that the CLI (src/coordinator/cli.ts) prints on stderr first. Only the verbs that can succeed
  * on an empty database (`createsDatabase`) create a missing one; the others refuse to run without it.
  */
 import type { ParseArgsConfig } from "node:util";
