@@ -1,7 +1,9 @@
 /**
  * `umbra-coordinator admin <noun> <verb> [args]`: the CLI twin of /admin/v1, calling the same
  * AdminService on the configured database. Prints the JSON answer on stdout (exit 0), or the error
- * envelope on stderr (exit 1 for a refused operation, 2 for bad usage).
+ * envelope on stderr (exit 1 for a refused operation, 2 for bad usage), after the line naming the
+ * database that the CLI (src/coordinator/cli.ts) prints on stderr first. Only the verbs that can succeed
+ * on an empty database (`createsDatabase`) create a missing one; the others refuse to run without it.
  */
 import type { ParseArgsConfig } from "node:util";
 import { ApiError, Errors } from "../errors/api-error.ts";
@@ -14,6 +16,8 @@ interface Verb {
   readonly usage: string;
   readonly options?: Options;
   readonly positionals: number;
+  /** May create a missing database (first set-up); any other verb could only list nothing or refuse on one. */
+  readonly createsDatabase?: true;
   run(admin: AdminService, args: readonly string[], values: Values): Promise<unknown>;
 }
 
@@ -44,6 +48,7 @@ export const ADMIN_COMMANDS: Readonly<Record<string, Readonly<Record<string, Ver
       usage: "accounts create --name NAME [--jwt-subject SUBJECT]",
       options: { name: str, "jwt-subject": str },
       positionals: 0,
+      createsDatabase: true,
       run: (a, _, v) => a.createAccount(defined({ name: v.name, jwt_subject: v["jwt-subject"] })),
     },
     list: { usage: "accounts list", positionals: 0, run: (a) => a.listAccounts() },
@@ -136,6 +141,7 @@ export const ADMIN_COMMANDS: Readonly<Record<string, Readonly<Record<string, Ver
         "owned-by": str,
       },
       positionals: 1,
+      createsDatabase: true,
       run: (a, [id], v) => {
         const base = jsonFlag(v.json);
         const extra = defined({

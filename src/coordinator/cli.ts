@@ -1,4 +1,6 @@
 import { randomBytes } from "node:crypto";
+import { existsSync } from "node:fs";
+import { resolve } from "node:path";
 import { ADMIN_COMMANDS, adminUsage, findVerb, runVerb, UsageError } from "../admin/admin-cli.ts";
 import { AdminService } from "../admin/admin-service.ts";
 import { CONFIG_OPTIONS, type Config, ConfigError, loadConfig, type Mode, parseFlags } from "../config/config.ts";
@@ -8,11 +10,12 @@ import { CONFIG_OPTIONS, type Config, ConfigError, loadConfig, type Mode, parseF
  */
 import { processEnv } from "../config/settings.ts";
 import { createSqliteStore } from "../store/sqlite/index.ts";
+import { type DatabaseLock, lockDatabase } from "../store/sqlite/lock.ts";
 import { StoreOpenError } from "../store/types.ts";
 import { VERSION } from "../version.ts";
 import { createApp } from "./app.ts";
 import { devBanner, seedDevelopment, startDevProvider } from "./dev.ts";
-import { listen } from "./server.ts";
+import { ListenError, listen } from "./server.ts";
 
 const USAGE = `umbra-coordinator ${VERSION}
 
@@ -30,14 +33,23 @@ const SHUTDOWN_GRACE_MS = 5_000;
 const print = (text: string) => process.stdout.write(`${text}\n`);
 const printErr = (text: string) => process.stderr.write(`${text}\n`);
 
+/** One coordinator (or `migrate`) per database: refuses while another process holds it. */
+function lock(config: Config, command: string): DatabaseLock | undefined {
+  return config.db === ":memory:" ? undefined : lockDatabase(config.db, `umbra-coordinator ${command}`);
+}
+
 async function serve(config: Config, dev: boolean): Promise<void> {
+  // Before the store and its settlement journal are opened: a second coordinator never touches them.
+  const held = lock(config, dev ? "dev" : "serve");
   const store = createSqliteStore(config.db, { journal: true });
   const app = createApp({ config, store });
   // Settlements a killed predecessor left in the journal are applied before anything is served.
   await app.flush();
-  const seed = dev ? await seedDevelopment(app) : undefined;
+  // Bound before this run writes anything of its own (dev's demo key and device token): a busy port
+  // refuses the start with nothing minted.
   const server = listen(app);
   app.logger.info("coordinator listening", { url: server.url, mode: config.mode, db: config.db, version: VERSION });
+  const seed = dev ? await seedDevelopment(app) : undefined;
   const provider = seed ? await startDevProvider(app, server.url, seed.providerToken) : undefined;
   if (seed) print(devBanner(server.url, seed, config.adminToken ?? ""));
   let stopping = false;
@@ -75,6 +87,7 @@ async function serve(config: Config, dev: boolean): Promise<void> {
     await new Promise((resolve) => setImmediate(resolve));
     await app.flush();
     store.close();
+    held?.release();
     process.exit(0);
   };
   process.on("SIGINT", stop);
@@ -98,7 +111,18 @@ async function admin(argv: readonly string[]): Promise<number> {
       throw new UsageError(`--${name} does not apply to 'admin ${noun} ${verbName}'\nusage: umbra-coordinator admin ${verb.usage}`);
     }
   }
+  if (args.length !== verb.positionals) throw new UsageError(`usage: umbra-coordinator admin ${verb.usage}`);
   const config = loadConfig(values, processEnv(), "development");
+  // Which database, always (the default is relative to the current folder); a verb that could only
+  // list nothing or refuse on an empty one never creates it.
+  const database = config.db === ":memory:" ? config.db : resolve(config.db);
+  const exists = config.db === ":memory:" || existsSync(database);
+  if (!exists && verb.createsDatabase !== true) {
+    throw new StoreOpenError(
+      `no database at ${database}; point at yours with --db PATH or UMBRA_DB (the default, ./data/umbra.db, is relative to the current folder)`,
+    );
+  }
+  printErr(`database: ${database}${exists ? "" : " (new)"}`);
   const store = createSqliteStore(config.db);
   try {
     // The CLI needs the admin operations on the store, nothing else: no fleet, no timers, no
@@ -127,7 +151,10 @@ async function main(argv: readonly string[]): Promise<number> {
     case "migrate": {
       const { values } = parseFlags(rest);
       const config = loadConfig(values, processEnv(), "development");
+      // Not under a running coordinator: it runs on the schema it migrated at its start.
+      const held = lock(config, "migrate");
       createSqliteStore(config.db).close();
+      held?.release();
       print(`database ${config.db} is migrated`);
       return 0;
     }
@@ -157,7 +184,7 @@ main(process.argv.slice(2)).then(
       printErr(`umbra-coordinator: ${error.message}`);
       process.exit(2);
     }
-    if (error instanceof StoreOpenError) {
+    if (error instanceof StoreOpenError || error instanceof ListenError) {
       printErr(`umbra-coordinator: ${error.message}`);
       process.exit(1);
     }

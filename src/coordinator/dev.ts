@@ -1,8 +1,9 @@
 /**
  * `umbra-coordinator dev`: the newcomer's main job. Seeds (idempotently) a demo account with credit, a
- * demo catalog with aliases and prices, issues a fresh demo API key, connects one local provider (the
- * echo engine, in this process, over a real WebSocket to the listening port), and prints
- * ready-to-paste examples.
+ * demo catalog with aliases and prices (each price on the build and on its alias: the same build costs
+ * the same by either id), issues a fresh demo API key and device token and revokes the previous runs'
+ * (one live demo key at a time), connects one local provider (the echo engine, in this process, over a
+ * real WebSocket to the listening port), and prints ready-to-paste examples.
  */
 import { parseChallenge } from "../../attestation/src/challenge.ts";
 import { FULL_SECURITY } from "../../attestation/src/posture.ts";
@@ -16,6 +17,8 @@ const DEMO_PROVIDER_SUBJECT = "umbra-demo-provider";
 /** The demo provider streams at a readable pace. */
 const DEMO_TOKENS_PER_SECOND = 40;
 const DEMO_CREDIT = 10_000_000; // $10
+/** The name of the demo API key; only keys of this name on the demo account are revoked by a new run. */
+const DEMO_KEY_NAME = "demo";
 
 export const DEMO_CATALOG = [
   {
@@ -70,14 +73,22 @@ export async function seedDevelopment(app: App): Promise<DevSeed> {
   for (const m of DEMO_CATALOG) {
     await admin.upsertModel(m.id, m.body);
     await admin.setAlias(m.alias, { build_id: m.id });
+    await admin.setPrice(m.id, m.price);
     await admin.setPrice(m.alias, m.price);
   }
   // The demo account holder's key: it may also approve `umbra-provider login` (link machines).
-  const key = await admin.createKey({ account_id: account.id, name: "demo", link_machines: true });
+  const key = await admin.createKey({ account_id: account.id, name: DEMO_KEY_NAME, link_machines: true });
+  for (const k of await store.keys.list(account.id)) {
+    if (k.name === DEMO_KEY_NAME && k.revokedAt === null && k.id !== key.id) await admin.revokeKey(k.id);
+  }
   const provider =
     (await store.accounts.findBySubject(DEMO_PROVIDER_SUBJECT)) ??
     (await admin.createAccount({ name: "Demo provider", jwt_subject: DEMO_PROVIDER_SUBJECT }));
+  // The demo provider account holds only the local provider's device tokens.
   const token = await admin.createProviderToken({ account_id: provider.id });
+  for (const t of await store.providerTokens.list(provider.id)) {
+    if (t.revokedAt === null && t.id !== token.id) await admin.revokeProviderToken(t.id);
+  }
   return { accountId: account.id, apiKey: key.key, providerToken: token.token };
 }
 

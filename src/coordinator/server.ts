@@ -3,6 +3,8 @@
  * Port 0 picks a free port (tests). Chat requests opt out of the idle timeout once their body is in: a
  * quiet stream (a slow model) must never be cut by the server, callers own cancellation (spec: Events),
  * but a request whose body stalls is closed like any other idle connection.
+ * A socket that cannot be bound (port in use, address not on this host) is a ListenError naming the
+ * address; the CLI binds before it writes anything durable (the dev command's demo key).
  */
 import { PROVIDER_CONNECT_PATH, providerSocket, type SocketData } from "../api/provider-socket.ts";
 import { Errors } from "../errors/api-error.ts";
@@ -35,10 +37,37 @@ export interface ListenOptions {
 
 const IDLE_TIMEOUT_SECONDS = 120;
 
+/** The listening socket could not be bound; the message names the address (host:port) and why. */
+export class ListenError extends Error {
+  override readonly name = "ListenError";
+}
+
+const LISTEN_REASONS: Readonly<Record<string, string>> = {
+  EADDRINUSE: "address already in use",
+  EADDRNOTAVAIL: "address not available on this host",
+  EACCES: "permission denied",
+};
+
+/** `host:port`, with an IPv6 host in brackets. */
+function hostPort(host: string, port: number): string {
+  return `${host.includes(":") ? `[${host}]` : host}:${port}`;
+}
+
+/** Bun.serve, its failure to bind turned into a ListenError. */
+function bind<T>(host: string, port: number, options: Bun.Serve.Options<T>): Bun.Server<T> {
+  try {
+    return Bun.serve<T>(options);
+  } catch (e) {
+    const code = (e as { code?: unknown }).code;
+    const why = typeof code === "string" ? (LISTEN_REASONS[code] ?? code) : e instanceof Error ? e.message : String(e);
+    throw new ListenError(`cannot listen on ${hostPort(host, port)}: ${why}`);
+  }
+}
+
 export function listen(app: App, host = app.config.host, port = app.config.port, options: ListenOptions = {}): RunningServer {
   const socket = providerSocket({ authenticate: app.authenticateProvider, fleet: app.fleet, logger: app.logger });
   const idleTimeout = options.idleTimeoutSeconds ?? IDLE_TIMEOUT_SECONDS;
-  const server = Bun.serve<SocketData>({
+  const server = bind<SocketData>(host, port, {
     hostname: host,
     port,
     idleTimeout,
@@ -68,9 +97,8 @@ export function listen(app: App, host = app.config.host, port = app.config.port,
       return new Response(JSON.stringify(Errors.internal().toEnvelope()), { status: 500, headers: { "content-type": "application/json" } });
     },
   });
-  const shownHost = host.includes(":") ? `[${host}]` : host;
   return {
-    url: `http://${shownHost}:${server.port}`,
+    url: `http://${hostPort(host, server.port ?? port)}`,
     port: server.port ?? port,
     async stop(graceMs = 0) {
       if (graceMs > 0) {

@@ -21,7 +21,9 @@ async function cli(db: string, args: readonly string[]) {
     stderr: "pipe",
   });
   const [stdout, stderr, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
-  return { code, stdout, stderr };
+  // Every run that opens the database names it first (" (new)" when it creates it); the rest is the verb's.
+  const named = [`database: ${db}\n`, `database: ${db} (new)\n`].find((line) => stderr.startsWith(line)) ?? "";
+  return { code, stdout, stderr: stderr.slice(named.length) };
 }
 
 /** A run as its HTTP twin would answer it: 200 with the printed JSON, or 400 with the printed envelope. */

@@ -3,10 +3,14 @@
  * /admin/v1 (in-process): the same sequence of operations on two databases gives the same answers once
  * generated ids, secrets and times are normalized. Also: refusals print the envelope on stderr (exit 1),
  * bad usage exits 2, `--help` lists the verbs, and the CLI and a running app share one database file.
+ * Every run names the database it opened (stderr); read verbs never create one (run outside the checkout,
+ * the default ./data/umbra.db is not there).
  */
 import { describe, expect, test } from "bun:test";
+import { existsSync, realpathSync } from "node:fs";
 import { join } from "node:path";
 import { type CallResult, seedCatalog, type TestApp, tempDir, testApp } from "../support/harness.ts";
+import { runCoordinator } from "../support/processes.ts";
 
 const ROOT = join(import.meta.dir, "../..");
 const BUN = join(ROOT, "node_modules/.bin/bun");
@@ -26,7 +30,9 @@ async function cli(db: string, args: readonly string[]): Promise<Run> {
     stderr: "pipe",
   });
   const [stdout, stderr, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
-  return { code, stdout, stderr };
+  // Every run that opens the database names it first (" (new)" when it creates it); the rest is the verb's.
+  const named = [`database: ${db}\n`, `database: ${db} (new)\n`].find((line) => stderr.startsWith(line)) ?? "";
+  return { code, stdout, stderr: stderr.slice(named.length) };
 }
 
 /** Ids that later steps refer to, captured per side from earlier answers. */
@@ -564,5 +570,44 @@ describe("one database file, two processes", () => {
       body: { error: { message: expect.any(String), type: "authentication_error", code: "invalid_api_key" } },
     });
     expect((await t.admin("GET", `/keys?account_id=${account.id}`)).body).toEqual({ object: "list", data: [JSON.parse(revoked.stdout)] });
+  });
+});
+
+describe("which database", () => {
+  test.each([["accounts list"], ["accounts get acct_x"], ["keys list"], ["prices list"], ["accounts credit acct_x --amount 5"]])(
+    "outside the checkout without --db, `admin %s` exits 1 naming the missing database and how to point at one; nothing is created",
+    async (verb) => {
+      using dir = tempDir();
+      const cwd = realpathSync(dir.path);
+      expect(await runCoordinator(["admin", ...verb.split(" ")], { cwd })).toEqual({
+        code: 1,
+        stdout: "",
+        stderr: `umbra-coordinator: no database at ${cwd}/data/umbra.db; point at yours with --db PATH or UMBRA_DB (the default, ./data/umbra.db, is relative to the current folder)\n`,
+      });
+      expect(existsSync(join(cwd, "data"))).toBe(false);
+    },
+  );
+
+  test("`accounts create` makes a missing database and names it (new); later runs, by cwd or UMBRA_DB, name the same one", async () => {
+    using dir = tempDir();
+    const cwd = realpathSync(dir.path);
+    const db = join(cwd, "data/umbra.db");
+    const created = await runCoordinator(["admin", "accounts", "create", "--name", "First"], { cwd });
+    expect({ code: created.code, stderr: created.stderr }).toEqual({ code: 0, stderr: `database: ${db} (new)\n` });
+    const account = JSON.parse(created.stdout) as { id: string };
+    const listed = [
+      await runCoordinator(["admin", "accounts", "list"], { cwd }),
+      await runCoordinator(["admin", "accounts", "list"], { env: { UMBRA_DB: db } }),
+    ];
+    expect(
+      listed.map((r) => ({
+        code: r.code,
+        stderr: r.stderr,
+        ids: (JSON.parse(r.stdout) as { data: { id: string }[] }).data.map((a) => a.id),
+      })),
+    ).toEqual([
+      { code: 0, stderr: `database: ${db}\n`, ids: [account.id] },
+      { code: 0, stderr: `database: ${db}\n`, ids: [account.id] },
+    ]);
   });
 });

@@ -1,6 +1,7 @@
 /**
  * The compiled binaries: two builds from the same sources are byte-identical, and the coordinator
- * binary serves the real routes (minified Elysia breaks some hooks; only a binary test catches that).
+ * binary serves the real routes (minified Elysia breaks some hooks; only a binary test catches that)
+ * and refuses, through its own SQLite, a database another coordinator holds, and a busy port.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { createHash } from "node:crypto";
@@ -132,6 +133,50 @@ describe("compiled coordinator", () => {
     expect(await proc.exited).toBe(2);
     expect(await new Response(proc.stderr).text()).toContain("admin token");
   });
+
+  test("a second serve on a database in use, and serve on a busy port, exit 1 with one line naming what is taken", async () => {
+    const dir = dirs[1]!.path;
+    const spawn = (db: string, listen: string, logLevel = "warn") =>
+      Bun.spawn([join(dir, "umbra-coordinator"), "serve", "--listen", listen, "--db", join(dir, db)], {
+        env: { PATH: process.env.PATH ?? "", UMBRA_ADMIN_TOKEN: ADMIN, UMBRA_LOG_LEVEL: logLevel },
+        stdout: "pipe",
+        stderr: "pipe",
+      });
+    const exited = async (proc: ReturnType<typeof spawn>) => {
+      const [stdout, stderr, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
+      return { code, stdout, stderr };
+    };
+    const first = spawn("held.db", "127.0.0.1:0", "info");
+    try {
+      // Its "listening" log line carries the port the kernel picked.
+      const reader = first.stderr.getReader();
+      let text = "";
+      let port: string | undefined;
+      while (port === undefined) {
+        const { done, value } = await reader.read();
+        if (done) throw new Error(`coordinator exited before listening: ${text}`);
+        text += new TextDecoder().decode(value);
+        port = /"url":"http:\/\/127\.0\.0\.1:(\d+)"/.exec(text)?.[1];
+      }
+      expect(await exited(spawn("held.db", "127.0.0.1:0"))).toEqual({
+        code: 1,
+        stdout: "",
+        stderr: expect.stringMatching(
+          new RegExp(
+            `^umbra-coordinator: database ${join(dir, "held.db").replaceAll(".", "\\.")} is in use by another process \\(pid ${first.pid}: umbra-coordinator serve, started [^)]+\\); stop it first, or give this one another --db\\n$`,
+          ),
+        ),
+      });
+      expect(await exited(spawn("other.db", `127.0.0.1:${port}`))).toEqual({
+        code: 1,
+        stdout: "",
+        stderr: `umbra-coordinator: cannot listen on 127.0.0.1:${port}: address already in use\n`,
+      });
+    } finally {
+      first.kill("SIGTERM");
+      expect(await first.exited).toBe(0);
+    }
+  }, 60_000);
 
   test("the compiled provider tool detaches itself, reports status and stops", async () => {
     await using coordinator = await startCoordinator();

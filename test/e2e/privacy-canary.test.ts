@@ -426,7 +426,7 @@ describe("privacy canary", () => {
       identityFieldsForwarded: 0,
       coordinatorDebugLines: true,
       providerDebugLines: true,
-      filesWhileRunning: ["umbra.db", "umbra.db-settlements", "umbra.db-shm", "umbra.db-wal"],
+      filesWhileRunning: ["umbra.db", "umbra.db-lock", "umbra.db-lock-journal", "umbra.db-settlements", "umbra.db-shm", "umbra.db-wal"],
       exitCode: 0,
     });
 

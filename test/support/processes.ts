@@ -1,7 +1,8 @@
 /**
  * Real processes for end-to-end tests and benchmarks: a coordinator (`serve`, development mode, on a
- * temp database, port 0) seeded over its admin API, and providers (`umbra-provider start`). Every
- * handle is AsyncDisposable: `await using` kills the process and removes its files.
+ * temp database, port 0) seeded over its admin API, `umbra-coordinator dev` with its banner read,
+ * providers (`umbra-provider start`), and any coordinator command run to its exit. Every handle is
+ * AsyncDisposable: `await using` kills the process and removes its files.
  */
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -80,6 +81,75 @@ export async function startCoordinator(env: Record<string, string> = {}, options
       proc.kill("SIGKILL");
       await proc.exited;
       if (!options.dir) rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+export interface Exited {
+  readonly code: number;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/** Runs `umbra-coordinator ARGS` from source in `cwd` (default: the checkout) with no UMBRA_* variables but `env`, to its exit. */
+export async function runCoordinator(
+  args: readonly string[],
+  options: { cwd?: string; env?: Record<string, string> } = {},
+): Promise<Exited> {
+  const proc = Bun.spawn([BUN, join(ROOT, "src/coordinator/main.ts"), ...args], {
+    cwd: options.cwd ?? ROOT,
+    env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "", ...options.env },
+    stdin: "ignore",
+    stdout: "pipe",
+    stderr: "pipe",
+  });
+  const [stdout, stderr, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
+  return { code, stdout, stderr };
+}
+
+export interface DevProcess extends AsyncDisposable {
+  readonly proc: Subprocess<"ignore", "pipe", "pipe">;
+  /** What the banner printed. */
+  readonly url: string;
+  readonly apiKey: string;
+  readonly adminToken: string;
+  admin<T = Record<string, unknown>>(method: string, path: string, body?: unknown): Promise<T>;
+}
+
+/** `umbra-coordinator dev` on `db`, port 0; resolves once its banner is printed (its provider is connected). */
+export async function startDev(db: string): Promise<DevProcess> {
+  const proc = Bun.spawn([BUN, join(ROOT, "src/coordinator/main.ts"), "dev", "--listen", "127.0.0.1:0", "--db", db], {
+    cwd: ROOT,
+    env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "", UMBRA_LOG_LEVEL: "warn" },
+    stdin: "ignore",
+    stdout: "pipe",
+    stderr: "pipe",
+  });
+  // Drained all along (a full pipe would stall the process); shown when it exits before its banner.
+  const stderr = new Response(proc.stderr).text();
+  const banner = await waitForLine(
+    proc.stdout,
+    /(Umbra development coordinator on [\s\S]*Press Ctrl-C to stop\.)/,
+    "umbra-coordinator dev",
+  ).catch(async (e: unknown) => {
+    throw new Error(`${e instanceof Error ? e.message : String(e)}\nstderr:\n${(await stderr).slice(-2000)}`);
+  });
+  const field = (pattern: RegExp) => {
+    const value = pattern.exec(banner)?.[1];
+    if (value === undefined) throw new Error(`the dev banner has no ${pattern}:\n${banner}`);
+    return value;
+  };
+  const url = field(/coordinator on (http:\/\/\S+)/);
+  const adminToken = field(/Admin token: +(\S+)/);
+  return {
+    proc,
+    url,
+    apiKey: field(/Demo API key: +(\S+)/),
+    adminToken,
+    admin: adminClient(url, adminToken),
+    async [Symbol.asyncDispose]() {
+      proc.kill("SIGKILL");
+      await proc.exited;
     },
   };
 }
