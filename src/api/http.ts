@@ -119,11 +119,16 @@ export function createHttpApp(deps: HttpDeps): HttpApp {
   return {
     async handle(request, connection) {
       const started = performance.now();
-      if (!URL.canParse(request.url) && request.headers.get("host") !== null) {
-        // A space, slash, `@` ... in the Host header (HTTP/1.0 without one is fine: Bun gives the path).
-        deps.logger.info("request refused: invalid Host header", { method: request.method, status: 400 });
+      if (!URL.canParse(request.url)) {
+        // A space, slash, `@` ... in the Host header, or none at all (HTTP/1.0): Bun then gives a bare
+        // path, which Elysia would route wrongly by its length.
+        const missing = request.headers.get("host") === null;
+        deps.logger.info(missing ? "request refused: no Host header" : "request refused: invalid Host header", {
+          method: request.method,
+          status: 400,
+        });
         deps.metrics.observeHttp(request.method, "unmatched", 400, (performance.now() - started) / 1000);
-        return errorResponse(Errors.invalidValue("the Host header is not a valid host name"));
+        return errorResponse(Errors.invalidValue(missing ? "a Host header is required" : "the Host header is not a valid host name"));
       }
       if (connection !== undefined) connections.set(request, connection);
       try {

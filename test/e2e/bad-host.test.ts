@@ -11,10 +11,11 @@ import { testApp } from "../support/harness.ts";
 import { startServer } from "../support/server.ts";
 
 /** One request on its own connection (`Connection: close`); the whole response as text. */
-function raw(port: number, head: string): Promise<string> {
+function raw(port: number, head: string, body = ""): Promise<string> {
+  const length = body === "" ? "" : `\r\nContent-Length: ${Buffer.byteLength(body)}`;
   return new Promise((resolve, reject) => {
     let received = "";
-    const socket = connect(port, "127.0.0.1", () => socket.write(`${head}\r\nConnection: close\r\n\r\n`));
+    const socket = connect(port, "127.0.0.1", () => socket.write(`${head}${length}\r\nConnection: close\r\n\r\n${body}`));
     socket.on("data", (data) => {
       received += data.toString();
     });
@@ -57,10 +58,24 @@ describe("a Host header that is not a host", () => {
     expect(t.logs.filter((l) => l.includes('"level":"error"'))).toEqual([]);
   });
 
-  test("a good Host and HTTP/1.0 without one still route", async () => {
+  test("a good Host routes; HTTP/1.0 without one is 400 on every route, not a misrouted path", async () => {
     await using t = await testApp();
     await using server = startServer(t);
     expect(answer(await raw(server.port, "GET /v1/pricing HTTP/1.1\r\nHost: api")).status).toBe(200);
-    expect(answer(await raw(server.port, "GET /v1/pricing HTTP/1.0")).status).toBe(200);
+    expect(answer(await raw(server.port, "GET /v1/pricing HTTP/1.0\r\nHost: api")).status).toBe(200);
+    const noHost = {
+      status: 400,
+      body: { error: { message: "a Host header is required", type: "invalid_request_error", code: "invalid_value" } },
+    };
+    expect(answer(await raw(server.port, "GET /v1/pricing HTTP/1.0"))).toEqual(noHost);
+    // Before: Elysia cut the bare path by an absolute URL's length and answered 404 (or a 500 from the
+    // device routes, which build the approval page's origin from the URL).
+    const body = JSON.stringify({ client_id: "umbra-provider" });
+    expect(answer(await raw(server.port, "POST /v1/provider/device/code HTTP/1.0\r\nContent-Type: application/json", body))).toEqual(
+      noHost,
+    );
+    expect(answer(await raw(server.port, "GET /v1/provider/device/preview?user_code=ABCD-EFGH HTTP/1.0"))).toEqual(noHost);
+    expect(t.logs.filter((l) => l.includes("request refused: no Host header"))).toHaveLength(3);
+    expect(t.logs.filter((l) => l.includes('"level":"error"'))).toEqual([]);
   });
 });
