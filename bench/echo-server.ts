@@ -26,7 +26,7 @@ const server = Bun.serve({
       let usage = { prompt_tokens: 0, completion_tokens: 0 };
       for await (const e of events) {
         if (e.type === "delta") content += e.delta.content ?? "";
-        else {
+        else if (e.type === "done") {
           finish = e.finishReason;
           usage = e.usage;
         }
@@ -48,7 +48,7 @@ const server = Bun.serve({
             controller.enqueue(
               encoder.encode(`data: ${head}"choices":[{"index":0,"delta":${JSON.stringify(e.delta)},"finish_reason":null}]}\n\n`),
             );
-          } else {
+          } else if (e.type === "done") {
             controller.enqueue(encoder.encode(`data: ${head}"choices":[],"usage":${JSON.stringify(e.usage)}}\n\n`));
             controller.enqueue(encoder.encode(`data: ${head}"choices":[{"index":0,"delta":{},"finish_reason":"${e.finishReason}"}]}\n\n`));
           }

@@ -5,15 +5,15 @@
  * Per side, non-streaming and streaming: 200, the mock's whole answer (ANSWER), usage with WORDS
  * completion tokens, a stream ending with `data: [DONE]`; Portkey must have routed as `openai`.
  * Umbra, besides: the answer's receipt (`se_signature`, `response_hash`, `metadata`; on a stream's
- * terminal chunk) verified as a consumer can (docs/examples/verify-receipt.ts: the content's hash, the
+ * terminal chunk) verified as a consumer can (docs/examples/verify-receipt.ts: the response hash, the
  * identity key from GET /v1/providers/attestation, the signature over the receipt bytes), which also
  * proves the hop was sealed (receipts only travel in sealed frames); the request's charge in the payer's
  * ledger; the key's x-ratelimit-* headers; 401 without a key and with a wrong one; and a key with rpm 1
  * answered 200 then 429. Throws on the first failure; returns what it saw for the results file.
  */
-import { createHash } from "node:crypto";
 import { parseIdentityKey, verifyIdentitySignature } from "../attestation/src/identity-key.ts";
-import { receiptBytes } from "../src/crypto/receipts.ts";
+import { toHex } from "../src/crypto/encoding.ts";
+import { receiptBytes, responseSha256 } from "../src/crypto/receipts.ts";
 import type { CoordinatorProcess } from "../test/support/processes.ts";
 
 export const MODEL = "bench/mock";
@@ -97,7 +97,7 @@ async function verifyReceipt(url: string, a: Answer): Promise<{ trust_level: str
     metadata?: Record<string, string>;
   };
   if (!se_signature || !response_hash || !metadata) throw new Error("umbra: the answer carries no receipt");
-  if (createHash("sha256").update(a.content).digest("hex") !== response_hash) throw new Error("umbra: response_hash does not match");
+  if (toHex(responseSha256(a.content)) !== response_hash) throw new Error("umbra: response_hash does not match");
   const providers = (await (await fetch(`${url}/v1/providers/attestation`)).json()) as {
     data: { identity_key: string | null; identity_key_sha256: string | null }[];
   };

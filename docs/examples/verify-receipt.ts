@@ -2,31 +2,49 @@
  * Verifies a provider's signed receipt as a consumer can: one chat request, then the signature over
  * the receipt bytes with the provider's identity key from GET /v1/providers/attestation.
  *
- *   node_modules/.bin/bun docs/examples/verify-receipt.ts http://127.0.0.1:8080 sk-umbra-... meta-llama/llama-3.2-3b-instruct
+ *   node_modules/.bin/bun docs/examples/verify-receipt.ts http://127.0.0.1:8080 sk-umbra-... meta-llama/llama-3.2-3b-instruct [--tools]
  *
- * Receipt bytes (src/crypto/receipts.ts): domain tag "umbra-receipt-v1", then length-prefixed request id
- * (the x-request-id header), model build (metadata.model_build), SHA-256 of the request the coordinator
- * sealed (metadata.request_hash), SHA-256 of the response content (response_hash; check it yourself
- * against the content you received), then prompt, cached and completion tokens as big-endian u64.
+ * `--tools` offers the model one function tool (`get_weather`) and asks it to call it, so the receipt
+ * covers a tool call (a model may still answer with text: both verify the same way).
+ * Receipt version 2 (src/crypto/receipts.ts, docs/security.md "Verifying a receipt"): response_hash =
+ * SHA-256 of the canonical response (tag "umbra-response-v2", SHA-256 of the content, the number of tool
+ * calls, each call's id, function name and SHA-256 of its arguments), recomputed here from the answer
+ * received; the receipt bytes: tag "umbra-receipt-v2", then length-prefixed request id (the x-request-id
+ * header), model build (metadata.model_build), SHA-256 of the request the coordinator sealed
+ * (metadata.request_hash), response_hash, then prompt, cached and completion tokens as big-endian u64.
  * The signature (se_signature) is DER ECDSA P-256 over SHA-256 of those bytes.
  */
-import { createHash } from "node:crypto";
 import { parseIdentityKey, verifyIdentitySignature } from "../../attestation/src/index.ts";
-import { receiptBytes } from "../../src/crypto/receipts.ts";
+import { toHex } from "../../src/crypto/encoding.ts";
+import { receiptBytes, responseSha256 } from "../../src/crypto/receipts.ts";
 
-const [url, apiKey, model] = process.argv.slice(2);
-if (!url || !apiKey || !model) {
-  console.error("usage: verify-receipt.ts BASE_URL API_KEY MODEL");
+const [url, apiKey, model, flag] = process.argv.slice(2);
+if (!url || !apiKey || !model || (flag !== undefined && flag !== "--tools")) {
+  console.error("usage: verify-receipt.ts BASE_URL API_KEY MODEL [--tools]");
   process.exit(2);
 }
 
+const tools = [
+  {
+    type: "function",
+    function: {
+      name: "get_weather",
+      description: "The current weather in a city",
+      parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] },
+    },
+  },
+];
 const response = await fetch(`${url}/v1/chat/completions`, {
   method: "POST",
   headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
-  body: JSON.stringify({ model, messages: [{ role: "user", content: "Please sign this answer" }] }),
+  body: JSON.stringify({
+    model,
+    messages: [{ role: "user", content: flag ? "Please call get_weather for Paris" : "Please sign this answer" }],
+    ...(flag ? { tools } : {}),
+  }),
 });
 const answer = (await response.json()) as {
-  choices: { message: { content: string } }[];
+  choices: { message: { content: string | null; tool_calls?: { id: string; function: { name: string; arguments: string } }[] } }[];
   usage: { prompt_tokens: number; completion_tokens: number; prompt_tokens_details?: { cached_tokens: number } };
   se_signature?: string;
   response_hash?: string;
@@ -36,9 +54,10 @@ if (!answer.se_signature || !answer.response_hash || !answer.metadata) {
   console.error("no receipt: the serving provider has no verified identity (trust level none)");
   process.exit(1);
 }
-const content = answer.choices[0]?.message.content ?? "";
-if (createHash("sha256").update(content).digest("hex") !== answer.response_hash) {
-  console.error("response_hash does not match the content received");
+const message = answer.choices[0]?.message;
+const calls = (message?.tool_calls ?? []).map((c) => ({ id: c.id, name: c.function.name, arguments: c.function.arguments }));
+if (toHex(responseSha256(message?.content ?? null, calls)) !== answer.response_hash) {
+  console.error("response_hash does not match the content and tool calls received");
   process.exit(1);
 }
 // Only the signer: a fleet may list more providers than one page holds.
@@ -63,4 +82,5 @@ const bytes = receiptBytes({
   },
 });
 verifyIdentitySignature(parseIdentityKey(Buffer.from(provider.identity_key, "base64url")), bytes, Buffer.from(answer.se_signature, "base64url"), "receipt");
-console.log(`receipt verified: provider ${answer.metadata.provider_key_id.slice(0, 16)}... (${provider.trust_level}) signed this answer`);
+const covered = calls.length > 0 ? ` (${calls.length} tool call${calls.length > 1 ? "s" : ""}: ${calls.map((c) => c.name).join(", ")})` : "";
+console.log(`receipt verified: provider ${answer.metadata.provider_key_id.slice(0, 16)}... (${provider.trust_level}) signed this answer${covered}`);

@@ -7,13 +7,14 @@
  *                 + PROMPT_TEMPLATE_ALLOWANCE (a chat template's own text: default system prompt, dates);
  *   cached     <= prompt;
  *   completion <= the output budget (the authoritative max_tokens), and
- *              <= UTF-8 bytes of the content and reasoning relayed for the attempt + OUTPUT_ALLOWANCE_TOKENS
- *                 + UTF-8 bytes of the request's stop strings (every token decodes to at least one byte;
- *                 a matched stop string is generated but not returned);
+ *              <= UTF-8 bytes of the content, reasoning and tool calls (function names and arguments)
+ *                 relayed for the attempt + OUTPUT_ALLOWANCE_TOKENS + TOOL_CALL_ALLOWANCE_TOKENS per tool
+ *                 call + UTF-8 bytes of the request's stop strings (every token decodes to at least one
+ *                 byte; a matched stop string is generated but not returned);
  *   reasoning  <= completion, and <= reasoning bytes relayed + OUTPUT_ALLOWANCE_TOKENS.
- * The relayed-output bounds hold only when the runtime returns everything it generates as content or
- * reasoning: a request forwarding any field outside VISIBLE_OUTPUT_FIELDS (`tools`, whose calls protocol
- * v1 does not relay; runtime switches that hide reasoning) is bounded by the budget alone there.
+ * The relayed-output bounds hold only when the runtime returns everything it generates as content,
+ * reasoning or tool calls: a request forwarding any field outside VISIBLE_OUTPUT_FIELDS (runtime
+ * switches that hide reasoning) is bounded by the budget alone there.
  * Pure functions; a report beyond a bound is invalid provider output (fleet/session.ts).
  */
 import type { EngineRequestBody, Usage } from "../protocol/messages.ts";
@@ -31,6 +32,12 @@ export const PROMPT_TEMPLATE_ALLOWANCE = 512;
  * in common formats).
  */
 export const OUTPUT_ALLOWANCE_TOKENS = 32;
+/**
+ * Generated tokens per relayed tool call beyond its name and argument bytes: the call's markup in the
+ * model's format (tool-call tags, the JSON keys and quotes around name and arguments, whitespace the
+ * runtime's parser drops when it re-serializes the arguments).
+ */
+export const TOOL_CALL_ALLOWANCE_TOKENS = 32;
 /** Forwarded fields that never make the runtime generate text it does not return. */
 export const VISIBLE_OUTPUT_FIELDS: ReadonlySet<string> = new Set([
   "temperature",
@@ -46,6 +53,9 @@ export const VISIBLE_OUTPUT_FIELDS: ReadonlySet<string> = new Set([
   "logprobs",
   "top_logprobs",
   "response_format",
+  "tools",
+  "tool_choice",
+  "parallel_tool_calls",
 ]);
 
 /** The bounds of one request, from what the coordinator sends the provider. */
@@ -57,10 +67,14 @@ export interface UsageLimits {
   readonly outputAllowance: number | undefined;
 }
 
-/** UTF-8 bytes of the text relayed for an attempt. */
+/** UTF-8 bytes of the text relayed for an attempt, and its tool calls. */
 export interface RelayedOutput {
   readonly contentBytes: number;
   readonly reasoningBytes: number;
+  /** Function names and arguments of the tool calls relayed. */
+  readonly toolCallBytes: number;
+  /** Tool calls relayed. */
+  readonly toolCalls: number;
 }
 
 /** The bound a report broke (the label of umbra_provider_usage_rejected_total). */
@@ -92,7 +106,9 @@ export function usageViolation(usage: Usage, limits: UsageLimits, relayed: Relay
   if ((usage.cached_tokens ?? 0) > usage.prompt_tokens) return "cached_tokens";
   if (usage.completion_tokens > limits.budget) return "completion_budget";
   const allowance = limits.outputAllowance;
-  if (allowance !== undefined && usage.completion_tokens > relayed.contentBytes + relayed.reasoningBytes + allowance) {
+  const relayedTokens =
+    relayed.contentBytes + relayed.reasoningBytes + relayed.toolCallBytes + relayed.toolCalls * TOOL_CALL_ALLOWANCE_TOKENS;
+  if (allowance !== undefined && usage.completion_tokens > relayedTokens + allowance) {
     return "completion_output";
   }
   const reasoning = usage.reasoning_tokens ?? 0;

@@ -15,11 +15,14 @@
  */
 import type { UsageLimits } from "../billing/usage-bounds.ts";
 import type { ChunkOpener } from "../crypto/chunks.ts";
-import type { Delta, ProviderErrorCode, Usage } from "../protocol/messages.ts";
+import type { ResponseDigest } from "../crypto/receipts.ts";
+import type { Delta, ProviderErrorCode, ToolCallDelta, Usage } from "../protocol/messages.ts";
 
 export type AttemptEvent =
   | { readonly type: "accepted" }
   | { readonly type: "chunk"; readonly delta: Delta }
+  /** A tool-call fragment, in order (the session checked it: a call's first fragment has id and name). */
+  | { readonly type: "tool_call"; readonly call: ToolCallDelta }
   | { readonly type: "complete"; readonly finishReason: string; readonly usage: Usage; readonly receipt?: VerifiedReceipt }
   | { readonly type: "error"; readonly code: ProviderErrorCode }
   | { readonly type: "lost"; readonly reason: string }
@@ -30,7 +33,7 @@ export type AttemptEvent =
 export interface VerifiedReceipt {
   /** base64url DER ECDSA P-256 signature by the provider's identity key over the receipt bytes. */
   readonly signature: string;
-  /** Lowercase hex SHA-256 of the response content (the `content` deltas, in order, UTF-8). */
+  /** Lowercase hex SHA-256 of the canonical response: content and tool calls (src/crypto/receipts.ts). */
   readonly responseHash: string;
   /** Lowercase hex SHA-256 of the request plaintext the coordinator sealed. */
   readonly requestHash: string;
@@ -66,6 +69,16 @@ export function deltaChars(delta: Delta): number {
   return (delta.content?.length ?? 0) + (delta.reasoning_content?.length ?? 0);
 }
 
+/** Characters of a tool-call fragment (id, name and arguments). */
+export function toolCallChars(call: ToolCallDelta): number {
+  return (call.id?.length ?? 0) + (call.name?.length ?? 0) + (call.arguments?.length ?? 0);
+}
+
+/** Characters an event holds for the backlog bound (chunks and tool calls; 0 for the others). */
+function eventChars(event: AttemptEvent): number {
+  return event.type === "chunk" ? deltaChars(event.delta) : event.type === "tool_call" ? toolCallChars(event.call) : 0;
+}
+
 export interface AttemptOwner {
   /** Frees the slot and tells the provider (when `notify`); called once per attempt. */
   release(attempt: Attempt, cancel: CancelReason | undefined): void;
@@ -80,14 +93,20 @@ export class Attempt {
   private cancelReason: CancelReason | undefined;
   /** Text of the queued chunks not yet consumed. */
   private backlogChars = 0;
-  /** Chunks received so far; the expected `seq` of the next chunk. */
+  /** Chunk and tool-call frames received so far; the expected `seq` of the next one. */
   chunks = 0;
+  /** Tool calls opened so far: the index a call's first fragment must carry next. */
+  toolCalls = 0;
   /** Output text received so far, and the most the budget allows (outputCharLimit; set at dispatch). */
   outputChars = 0;
   maxOutputChars = Number.POSITIVE_INFINITY;
-  /** UTF-8 bytes of the content and reasoning relayed so far, and the bounds of the usage reported (set at dispatch). */
+  /**
+   * UTF-8 bytes of the content, reasoning and tool calls (names and arguments) relayed so far, and the
+   * bounds of the usage reported (set at dispatch).
+   */
   contentBytes = 0;
   reasoningBytes = 0;
+  toolCallBytes = 0;
   limits: UsageLimits | undefined;
   /** Called once if the backlog was dropped (see MAX_BACKLOG_CHARS). */
   onBacklogDropped: (() => void) | undefined;
@@ -95,9 +114,9 @@ export class Attempt {
   firstContentAt: number | undefined;
   /** Sealed sessions: opens this attempt's response frames (set before the inference is sent). */
   opener: ChunkOpener | undefined;
-  /** Sealed sessions: SHA-256 of the request plaintext, and of the response content so far (receipts). */
+  /** Sealed sessions: SHA-256 of the request plaintext, and the response's digest so far (receipts). */
   requestSha256: Uint8Array | undefined;
-  responseHash: Bun.CryptoHasher | undefined;
+  responseDigest: ResponseDigest | undefined;
   /** The build the request was sent for (receipts name it). */
   model: string | undefined;
 
@@ -135,8 +154,8 @@ export class Attempt {
       return;
     }
     this.queue.push(event);
-    if (event.type !== "chunk") return;
-    this.backlogChars += deltaChars(event.delta);
+    if (event.type !== "chunk" && event.type !== "tool_call") return;
+    this.backlogChars += eventChars(event);
     if (this.backlogChars > MAX_BACKLOG_CHARS) this.dropBacklog();
   }
 
@@ -162,7 +181,7 @@ export class Attempt {
     if (this.head < this.queue.length) {
       const e = this.queue[this.head] as AttemptEvent;
       this.head++;
-      if (e.type === "chunk") this.backlogChars -= deltaChars(e.delta);
+      this.backlogChars -= eventChars(e);
       if (this.head > 64 && this.head * 2 > this.queue.length) {
         this.queue.splice(0, this.head);
         this.head = 0;

@@ -1,17 +1,19 @@
 /**
  * One connected provider: protocol state machine, capacity, and its in-flight attempts.
  *
- * States: awaiting_hello -> ready -> (draining) -> closed. The first frame must be `hello` with a
- * supported protocol version; then heartbeats and attempt frames. Any malformed or out-of-order frame
- * (second hello, a frame for an attempt never dispatched here, chunk before accepted, a seq gap, a
- * frame after the attempt's terminal frame) ends the session with a logged reason, and every attempt
+ * States: awaiting_hello -> ready -> (draining) -> closed. The first frame must be `hello` offering
+ * protocol version 2 (one offering only version 1 is refused with 4002, RETIRED_V1_REASON); then
+ * heartbeats and attempt frames. Any malformed or out-of-order frame (second hello, a frame for an
+ * attempt never dispatched here, chunk or tool_call before accepted, a seq gap over chunk and tool_call
+ * frames, a tool call out of order, a frame after the attempt's terminal frame) ends the session with a
+ * logged reason, and every attempt
  * still open on it receives `lost` so its request can fail over. Frames for attempts the coordinator
  * cancelled are expected (they cross in flight) and ignored. Hello models that are not catalog builds
  * (an alias, an unknown id) get no requests: the welcome names them (`model_warnings`).
  *
  * `active` counts attempts the coordinator assigned and not yet released: it is the authoritative load,
- * independent of what heartbeats report. Output text far beyond an attempt's budget (outputCharLimit in
- * attempt.ts) is invalid output, like a frame that fails verification, and so is a `complete` whose usage
+ * independent of what heartbeats report. Output text (tool calls included) far beyond an attempt's
+ * budget (outputCharLimit in attempt.ts) is invalid output, like a frame that fails verification, and so is a `complete` whose usage
  * is beyond what the coordinator can believe (billing/usage-bounds.ts).
  */
 
@@ -24,7 +26,7 @@ import type { TrustLevel } from "../config/config.ts";
 import { ChunkOpener } from "../crypto/chunks.ts";
 import { fromBase64url, toBase64url, toHex } from "../crypto/encoding.ts";
 import { CryptoError } from "../crypto/errors.ts";
-import { receiptBytes, sha256 } from "../crypto/receipts.ts";
+import { ResponseDigest, receiptBytes, sha256 } from "../crypto/receipts.ts";
 import { sealRequest } from "../crypto/seal.ts";
 import { openSenderSession, type SessionSealer } from "../crypto/session.ts";
 import type { Logger } from "../observability/logger.ts";
@@ -42,10 +44,22 @@ import {
   parseDelta,
   parseFinal,
   parseProviderMessage,
+  parseToolCall,
+  RETIRED_V1_REASON,
   type ServedModel,
+  type ToolCallDelta,
   type Usage,
 } from "../protocol/messages.ts";
-import { Attempt, type AttemptOwner, attemptKey, type CancelReason, deltaChars, outputCharLimit, type VerifiedReceipt } from "./attempt.ts";
+import {
+  Attempt,
+  type AttemptOwner,
+  attemptKey,
+  type CancelReason,
+  deltaChars,
+  outputCharLimit,
+  toolCallChars,
+  type VerifiedReceipt,
+} from "./attempt.ts";
 
 const encoder = new TextEncoder();
 
@@ -184,7 +198,10 @@ export class ProviderSession implements AttemptOwner {
     if (this.state === "awaiting_hello") {
       if (frame.type !== "hello") throw new ProtocolError(`expected hello, got ${frame.type}`);
       if (!frame.protocol_versions.includes(PROTOCOL_VERSION)) {
-        this.terminate(CLOSE.version, `no supported protocol version (coordinator speaks ${PROTOCOL_VERSION})`);
+        const reason = frame.protocol_versions.includes(1)
+          ? RETIRED_V1_REASON
+          : `no supported protocol version (coordinator speaks ${PROTOCOL_VERSION})`;
+        this.terminate(CLOSE.version, reason);
         return;
       }
       if (frame.encryption_key === undefined && this.settings.requireSealed) {
@@ -292,8 +309,8 @@ export class ProviderSession implements AttemptOwner {
   }
 
   private applyAttemptFrame(attempt: Attempt, frame: Exclude<ProviderFrame, Hello | { type: "heartbeat" }>): void {
-    const sealed = frame.type === "sealed_chunk" || frame.type === "sealed_complete";
-    if (attempt.opener !== undefined && (frame.type === "chunk" || frame.type === "complete")) {
+    const sealed = frame.type === "sealed_chunk" || frame.type === "sealed_tool_call" || frame.type === "sealed_complete";
+    if (attempt.opener !== undefined && (frame.type === "chunk" || frame.type === "tool_call" || frame.type === "complete")) {
       this.untrust(attempt, "plaintext frame in a sealed session");
       return;
     }
@@ -312,14 +329,20 @@ export class ProviderSession implements AttemptOwner {
         this.noteFirstContent(attempt);
         attempt.push({ type: "chunk", delta: frame.delta });
         return;
+      case "tool_call":
+        if (attempt.acceptedAt === undefined) throw new ProtocolError("tool_call before accepted");
+        if (frame.seq !== attempt.chunks) throw new ProtocolError(`tool_call seq ${frame.seq}, expected ${attempt.chunks}`);
+        this.relayToolCall(attempt, frame.tool_call);
+        return;
       case "complete":
         if (attempt.acceptedAt === undefined) throw new ProtocolError("complete before accepted");
-        if (frame.seq !== attempt.chunks) throw new ProtocolError(`complete after ${frame.seq} chunks, received ${attempt.chunks}`);
+        if (frame.seq !== attempt.chunks) throw new ProtocolError(`complete after ${frame.seq} frames, received ${attempt.chunks}`);
         if (this.overReported(attempt, frame.usage)) return;
         this.served++;
         attempt.push({ type: "complete", finishReason: frame.finish_reason, usage: frame.usage });
         return;
       case "sealed_chunk":
+      case "sealed_tool_call":
       case "sealed_complete":
         this.openSealed(attempt, frame);
         return;
@@ -334,7 +357,10 @@ export class ProviderSession implements AttemptOwner {
    * authenticity; the payload is then validated like a plaintext frame. Any failure is invalid output:
    * the attempt fails (no failover: the provider misbehaved) and the provider is cut off.
    */
-  private openSealed(attempt: Attempt, frame: Extract<ProviderFrame, { type: "sealed_chunk" | "sealed_complete" }>): void {
+  private openSealed(
+    attempt: Attempt,
+    frame: Extract<ProviderFrame, { type: "sealed_chunk" | "sealed_tool_call" | "sealed_complete" }>,
+  ): void {
     if (attempt.acceptedAt === undefined) throw new ProtocolError(`${frame.type} before accepted`);
     const opener = attempt.opener as ChunkOpener;
     const final = frame.type === "sealed_complete";
@@ -351,9 +377,13 @@ export class ProviderSession implements AttemptOwner {
         attempt.push({ type: "complete", finishReason: end.finish_reason, usage: end.usage, ...(receipt ? { receipt } : {}) });
         return;
       }
+      if (frame.type === "sealed_tool_call") {
+        this.relayToolCall(attempt, parseToolCall(payload));
+        return;
+      }
       const delta = parseDelta(payload);
       if (this.overBudget(attempt, delta)) return;
-      if (delta.content) attempt.responseHash?.update(delta.content);
+      if (delta.content) attempt.responseDigest?.addContent(delta.content);
       attempt.chunks++;
       this.noteFirstContent(attempt);
       attempt.push({ type: "chunk", delta });
@@ -373,14 +403,14 @@ export class ProviderSession implements AttemptOwner {
   /**
    * An attested provider must sign a receipt for every answer: its identity key over the canonical
    * receipt bytes (src/crypto/receipts.ts) of the request id, model build, SHA-256 of the request
-   * plaintext the coordinator sealed, SHA-256 of the content it relayed, and the usage. Throws
+   * plaintext the coordinator sealed, the digest of the content and tool calls it relayed, and the usage. Throws
    * AttestationError (missing or bad signature); a provider without verified identity signs nothing.
    */
   private verifyReceipt(attempt: Attempt, end: ReturnType<typeof parseFinal>): VerifiedReceipt | undefined {
     const identityKey = this.attestation?.identityKey;
-    if (!identityKey || !attempt.requestSha256 || !attempt.responseHash || attempt.model === undefined) return undefined;
+    if (!identityKey || !attempt.requestSha256 || !attempt.responseDigest || attempt.model === undefined) return undefined;
     if (!end.receipt) throw new AttestationError("signature", "an attested provider must sign a receipt");
-    const responseSha256 = new Uint8Array(attempt.responseHash.digest());
+    const responseSha256 = attempt.responseDigest.digest();
     const bytes = receiptBytes({
       requestId: attempt.requestId,
       modelBuild: attempt.model,
@@ -447,6 +477,32 @@ export class ProviderSession implements AttemptOwner {
   }
 
   /**
+   * A tool-call fragment (plaintext or opened), after its frame's seq was checked: one call after
+   * another (the next index with id and name opens a call; the last index without them continues it),
+   * within the output bound; then relayed, counted as first content and digested for the receipt.
+   * Throws ProtocolError for a fragment out of order.
+   */
+  private relayToolCall(attempt: Attempt, call: ToolCallDelta): void {
+    if (call.id !== undefined) {
+      if (call.index !== attempt.toolCalls)
+        throw new ProtocolError(`tool_call index ${call.index} opens a call, expected ${attempt.toolCalls}`);
+      attempt.toolCalls++;
+    } else if (call.index !== attempt.toolCalls - 1) {
+      throw new ProtocolError(`tool_call index ${call.index} continues no open call (last is ${attempt.toolCalls - 1})`);
+    }
+    attempt.outputChars += toolCallChars(call);
+    attempt.toolCallBytes += utf8Bytes(call.name) + utf8Bytes(call.arguments);
+    if (attempt.outputChars > attempt.maxOutputChars) {
+      this.untrust(attempt, "output far beyond the output budget");
+      return;
+    }
+    attempt.responseDigest?.addToolCall(call);
+    attempt.chunks++;
+    this.noteFirstContent(attempt);
+    attempt.push({ type: "tool_call", call });
+  }
+
+  /**
    * Usage beyond the attempt's bounds (usageViolation: prompt bytes, budget, bytes relayed) is invalid
    * output: no charge may rest on it, and a receipt signed over it is not shown. True when it ended the session.
    */
@@ -499,7 +555,7 @@ export class ProviderSession implements AttemptOwner {
       const binding = { protocolVersion: PROTOCOL_VERSION, requestId: frame.request_id, attempt: frame.attempt };
       const plaintext = encoder.encode(serialized);
       attempt.requestSha256 = sha256(plaintext);
-      attempt.responseHash = new Bun.CryptoHasher("sha256");
+      attempt.responseDigest = new ResponseDigest();
       attempt.model = frame.model;
       const head = {
         type: "sealed_inference",

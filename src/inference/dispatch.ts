@@ -4,7 +4,7 @@
  * Before first content, a provider error, refusal, disconnect, or silence (no `accepted` within the
  * accept timeout) moves the request to the next candidate, up to `maxAttempts` providers; the losing
  * attempt is cancelled. The first-content deadline covers all attempts together. Outcomes:
- *   - first content (a chunk with content, or `complete`): the committed attempt is returned;
+ *   - first content (a chunk with content, a tool call, or `complete`): the committed attempt is returned;
  *   - no provider serves the model: 503 model_unavailable;
  *   - providers exist but none has a free slot: the request waits in a bounded per-model queue until a
  *     slot frees (within the deadline); a full queue (or self-route) is 429 capacity_exhausted, and
@@ -48,8 +48,8 @@ export interface DispatchRequest {
 
 export interface Committed {
   readonly attempt: Attempt;
-  /** The event that committed: a chunk with content, or `complete`. */
-  readonly first: Extract<AttemptEvent, { type: "chunk" } | { type: "complete" }>;
+  /** The event that committed: a chunk with content, a tool call, or `complete`. */
+  readonly first: Extract<AttemptEvent, { type: "chunk" } | { type: "tool_call" } | { type: "complete" }>;
 }
 
 /** The client disconnected before the answer was ready. */
@@ -172,6 +172,7 @@ async function untilFirstContent(attempt: Attempt, settings: DispatchSettings, d
       case "chunk":
         if (!event.delta.content && !event.delta.reasoning_content) continue;
         return { kind: "committed", first: event };
+      case "tool_call":
       case "complete":
         return { kind: "committed", first: event };
       case "error":

@@ -1,12 +1,15 @@
 /**
  * Turning a committed attempt into the consumer's answer.
  *
- * Non-streaming: collect every delta until `complete`, then one ChatCompletion. A failure before
- * `complete` is still an HTTP error (nothing was sent yet).
+ * Non-streaming: collect every delta and tool-call fragment until `complete`, then one ChatCompletion
+ * (`message.tool_calls` as OpenAI shapes them, `content` null when there is none but tool calls). A
+ * failure before `complete` is still an HTTP error (nothing was sent yet).
  *
  * Streaming (the spec's phase table): the HTTP 200 and `text/event-stream` are sent by the caller only
- * after dispatch committed on first content. Then: content chunks, a usage-only chunk, the terminal
- * finish chunk, exactly one `data: [DONE]`. A failure after commit is one `data: {"error": ...}` event
+ * after dispatch committed on first content (text or a tool call). Then: content and `delta.tool_calls`
+ * chunks in the order received (a call's first fragment `{index, id, type, function: {name, arguments}}`,
+ * later ones `{index, function: {arguments}}`), a usage-only chunk, the terminal finish chunk, exactly
+ * one `data: [DONE]`. A failure after commit is one `data: {"error": ...}` event
  * and no [DONE]. No keepalive comments. A client that goes away cancels the attempt at once.
  *
  * A consumer that stops reading is not waited for: when its backlog is dropped (fleet/attempt.ts,
@@ -18,9 +21,10 @@
  * budget is shown as `stop`.
  */
 import { randomBytes } from "node:crypto";
+import { RECEIPT_VERSION } from "../crypto/receipts.ts";
 import { type ApiError, Errors } from "../errors/api-error.ts";
 import { type AttemptEvent, SLOW_CONSUMER, type VerifiedReceipt } from "../fleet/attempt.ts";
-import type { Usage } from "../protocol/messages.ts";
+import type { ToolCallDelta, Usage } from "../protocol/messages.ts";
 import type { Committed } from "./dispatch.ts";
 
 export interface ResponseContext {
@@ -67,7 +71,7 @@ export function receiptJson(receipt: VerifiedReceipt | undefined) {
     se_signature: receipt.signature,
     response_hash: receipt.responseHash,
     metadata: {
-      receipt_version: 1,
+      receipt_version: RECEIPT_VERSION,
       provider_key_id: receipt.providerKeyId,
       trust_level: receipt.trustLevel,
       request_hash: receipt.requestHash,
@@ -88,18 +92,48 @@ function failureOf(event: AttemptEvent): ApiError {
   return Errors.providerError("the provider failed while generating the response");
 }
 
+/** A tool call of a JSON answer, as OpenAI shapes it. */
+export interface ToolCallJson {
+  readonly id: string;
+  readonly type: "function";
+  readonly function: { readonly name: string; arguments: string };
+}
+
+/** Adds a fragment (in order, as the session checked) to the calls of a JSON answer; returns the characters added. */
+function addToolCall(calls: ToolCallJson[], call: ToolCallDelta): number {
+  if (call.id !== undefined && call.name !== undefined) {
+    calls.push({ id: call.id, type: "function", function: { name: call.name, arguments: call.arguments ?? "" } });
+    return call.name.length + (call.arguments?.length ?? 0);
+  }
+  const open = calls[call.index];
+  if (open && call.arguments) open.function.arguments += call.arguments;
+  return call.arguments?.length ?? 0;
+}
+
+/** The `delta.tool_calls` entry of a stream chunk: id, type and name on a call's first fragment only. */
+function toolCallDeltaJson(call: ToolCallDelta) {
+  if (call.id !== undefined && call.name !== undefined) {
+    return { index: call.index, id: call.id, type: "function", function: { name: call.name, arguments: call.arguments ?? "" } };
+  }
+  return { index: call.index, function: { arguments: call.arguments ?? "" } };
+}
+
 /** Collects the whole answer. Throws an ApiError when the attempt fails before `complete`. */
 export async function collectCompletion(committed: Committed, ctx: ResponseContext, onEnd: OnEnd) {
   let content = "";
   let reasoning = "";
+  const toolCalls: ToolCallJson[] = [];
+  let toolChars = 0;
   let event: AttemptEvent = committed.first;
   for (;;) {
     if (event.type === "chunk") {
       if (event.delta.content) content += event.delta.content;
       if (event.delta.reasoning_content) reasoning += event.delta.reasoning_content;
+    } else if (event.type === "tool_call") {
+      toolChars += addToolCall(toolCalls, event.call);
     } else if (event.type === "complete") {
       const reason = finishReason(event.finishReason, event.usage, ctx.maxTokens);
-      await onEnd({ status: "completed", usage: event.usage, completionChars: content.length, finishReason: reason });
+      await onEnd({ status: "completed", usage: event.usage, completionChars: content.length + toolChars, finishReason: reason });
       return {
         id: ctx.id,
         object: "chat.completion" as const,
@@ -108,7 +142,13 @@ export async function collectCompletion(committed: Committed, ctx: ResponseConte
         choices: [
           {
             index: 0,
-            message: { role: "assistant" as const, content, ...(reasoning ? { reasoning_content: reasoning } : {}) },
+            message: {
+              role: "assistant" as const,
+              // As OpenAI answers: null content beside tool calls when the model wrote none.
+              content: content === "" && toolCalls.length > 0 ? null : content,
+              ...(reasoning ? { reasoning_content: reasoning } : {}),
+              ...(toolCalls.length > 0 ? { tool_calls: toolCalls } : {}),
+            },
             finish_reason: reason,
           },
         ],
@@ -119,7 +159,7 @@ export async function collectCompletion(committed: Committed, ctx: ResponseConte
       await onEnd({
         status: event.type === "lost" && event.reason === "cancelled: client_gone" ? "cancelled" : "failed",
         usage: undefined,
-        completionChars: content.length,
+        completionChars: content.length + toolChars,
         finishReason: undefined,
       });
       throw failureOf(event);
@@ -203,6 +243,13 @@ export async function streamCompletion(
           if (!delta.content && !delta.reasoning_content) continue;
           chars += delta.content?.length ?? 0;
           out += chunk(`"choices":[{"index":0,"delta":${JSON.stringify(delta)},"finish_reason":null}]`);
+          continue;
+        }
+        case "tool_call": {
+          const call = event.call;
+          chars += (call.name?.length ?? 0) + (call.arguments?.length ?? 0);
+          const entry = JSON.stringify(toolCallDeltaJson(call));
+          out += chunk(`"choices":[{"index":0,"delta":{"tool_calls":[${entry}]},"finish_reason":null}]`);
           continue;
         }
         case "complete": {

@@ -1,5 +1,5 @@
 /**
- * Coordinator <-> provider protocol, version 1 (docs/protocol.md). Shared by both binaries.
+ * Coordinator <-> provider protocol, version 2 (docs/protocol.md). Shared by both binaries.
  *
  * Transport: one WebSocket per provider (`GET /v1/provider/connect`, bearer = provider device token),
  * one JSON object per text frame, discriminated by `type`. The provider speaks first (`hello`); the
@@ -8,18 +8,24 @@
  * ProtocolError, and the receiving side ends the session with that reason (never with content).
  *
  * Flow of one attempt (request id + attempt number):
- *   C->P inference -> P->C accepted -> P->C chunk (seq 0, 1, 2, ...) -> P->C complete (seq = chunks sent)
+ *   C->P inference -> P->C accepted -> P->C chunk / tool_call (one seq over both: 0, 1, 2, ...) ->
+ *   P->C complete (seq = chunk and tool_call frames sent)
  *   or, at any point: P->C error, or C->P cancel (after which late frames for the attempt are ignored).
+ * Tool calls (version 2): one call after another, index 0, 1, 2, ...; the first fragment of an index
+ * carries `id` and `name`, later fragments of it only `arguments`.
  *
  * Sealed sessions (the provider's hello carries an X25519 `encryption_key`): the same flow with
  * `sealed_inference` (the request HPKE-sealed to that key), `sealed_chunk` (each delta sealed with the
- * exported response key, numbered, final = false) and `sealed_complete` (`{finish_reason, usage}`
+ * exported response key, numbered, final = false), `sealed_tool_call` (a tool_call object, sealed the
+ * same way in the same numbered sequence) and `sealed_complete` (`{finish_reason, usage}`
  * sealed with final = true), per src/crypto. A sealed session never carries a plaintext frame. A provider
  * whose hello offers `session_keys` gets `welcome.session_enc` (one HPKE setup for the connection) and then
  * `sealed_inference` frames with a request counter `n` in place of a per-request `enc`.
  */
 
-export const PROTOCOL_VERSION = 1;
+export const PROTOCOL_VERSION = 2;
+/** The close reason for a hello that offers only protocol version 1 (retired: it cannot relay tool calls). */
+export const RETIRED_V1_REASON = "protocol version 1 is retired: upgrade umbra-provider";
 /** Largest frame either side accepts, in bytes (a WebSocket larger than this is closed with 1009). */
 export const MAX_FRAME_BYTES = 1024 * 1024;
 /** Most frames in one batch message (a provider talking to a coordinator whose welcome says `batch_frames`). */
@@ -31,6 +37,11 @@ export const MAX_BATCH_FRAMES = 4096;
 export const MAX_BATCH_CHARS = 256 * 1024;
 /** Largest output budget (and model context) the protocol carries, in tokens. */
 export const MAX_TOKENS_LIMIT = 100_000_000;
+/** Most tool calls in one answer (indexes 0..MAX_TOOL_CALLS - 1). */
+export const MAX_TOOL_CALLS = 128;
+/** Longest tool-call id and function name, in UTF-16 code units. */
+export const MAX_TOOL_CALL_ID = 256;
+export const MAX_TOOL_NAME = 256;
 /** Largest inference frame the coordinator sends (a whole chat request). */
 export const MAX_INFERENCE_FRAME_BYTES = 8 * 1024 * 1024;
 
@@ -132,6 +143,26 @@ export interface Delta {
   readonly reasoning_content?: string;
 }
 
+/**
+ * One fragment of a tool call (version 2). The first fragment of an index carries `id` and `name` (and
+ * optionally the first `arguments` text); later fragments of the same index carry only `arguments`.
+ */
+export interface ToolCallDelta {
+  readonly index: number;
+  readonly id?: string;
+  readonly name?: string;
+  readonly arguments?: string;
+}
+
+export interface ToolCallFrame {
+  readonly type: "tool_call";
+  readonly request_id: string;
+  readonly attempt: number;
+  /** One sequence with the attempt's chunk frames. */
+  readonly seq: number;
+  readonly tool_call: ToolCallDelta;
+}
+
 export interface Chunk {
   readonly type: "chunk";
   readonly request_id: string;
@@ -151,7 +182,7 @@ export interface Complete {
   readonly type: "complete";
   readonly request_id: string;
   readonly attempt: number;
-  /** Number of chunks sent before this frame. */
+  /** Number of chunk and tool_call frames sent before this frame. */
   readonly seq: number;
   readonly finish_reason: string;
   readonly usage: Usage;
@@ -175,12 +206,21 @@ export interface SealedChunk {
   readonly sealed: string;
 }
 
+/** A tool-call fragment of a sealed session: the tool_call object as JSON, sealed (final = false), base64url. */
+export interface SealedToolCall {
+  readonly type: "sealed_tool_call";
+  readonly request_id: string;
+  readonly attempt: number;
+  readonly seq: number;
+  readonly sealed: string;
+}
+
 /** The end of a sealed attempt: `{finish_reason, usage}` as JSON, sealed with final = true. */
 export interface SealedComplete {
   readonly type: "sealed_complete";
   readonly request_id: string;
   readonly attempt: number;
-  /** The seq of this final frame: the number of chunks before it. */
+  /** The seq of this final frame: the number of chunk and tool-call frames before it. */
   readonly seq: number;
   readonly sealed: string;
 }
@@ -197,8 +237,10 @@ export type ProviderFrame =
   | Heartbeat
   | Accepted
   | Chunk
+  | ToolCallFrame
   | Complete
   | SealedChunk
+  | SealedToolCall
   | SealedComplete
   | ProviderError
   | ChallengeResponse;
@@ -351,6 +393,29 @@ export function parseDelta(v: unknown): Delta {
 }
 
 /**
+ * Validates a tool-call fragment (tool_call frames, and the opened payload of a sealed_tool_call): index
+ * 0..MAX_TOOL_CALLS - 1; `id` and `name` together (the first fragment of an index) or neither (then
+ * `arguments` is required). Whether the index opens or continues a call is the receiver's check (order).
+ * Throws ProtocolError.
+ */
+export function parseToolCall(v: unknown): ToolCallDelta {
+  const o = obj(v, "tool_call");
+  const index = int(o, "index", 0, MAX_TOOL_CALLS - 1);
+  const id = optStr(o, "id", MAX_TOOL_CALL_ID);
+  const name = optStr(o, "name", MAX_TOOL_NAME);
+  const args = o.arguments;
+  if (args !== undefined && (typeof args !== "string" || args.length > MAX_FRAME_BYTES)) fail("tool_call.arguments must be a string");
+  if ((id === undefined) !== (name === undefined)) fail("tool_call.id and tool_call.name come together (the first fragment of a call)");
+  if (id === undefined && args === undefined) fail("a tool_call fragment without id and name needs arguments");
+  return {
+    index,
+    ...(id !== undefined ? { id } : {}),
+    ...(name !== undefined ? { name } : {}),
+    ...(args !== undefined ? { arguments: args } : {}),
+  };
+}
+
+/**
  * Validates the end of an attempt: `{finish_reason, usage}` (plaintext complete frames, and the opened
  * payload of a sealed complete). Throws ProtocolError.
  */
@@ -465,11 +530,15 @@ function providerFrameOf(o: Obj): ProviderFrame {
       return { type: "accepted", ...attemptIds(o) };
     case "chunk":
       return { type: "chunk", ...attemptIds(o), seq: int(o, "seq"), delta: parseDelta(o.delta) };
+    case "tool_call":
+      return { type: "tool_call", ...attemptIds(o), seq: int(o, "seq"), tool_call: parseToolCall(o.tool_call) };
     case "challenge_response":
       // The fields are checked by attestation/ (parseChallengeAnswer) against the outstanding challenge.
       return { type: "challenge_response", payload: str(o, "payload", 8192), signature: str(o, "signature", 512) };
     case "sealed_chunk":
       return { type: "sealed_chunk", ...attemptIds(o), seq: int(o, "seq"), sealed: b64url(o, "sealed", 22, MAX_FRAME_BYTES) };
+    case "sealed_tool_call":
+      return { type: "sealed_tool_call", ...attemptIds(o), seq: int(o, "seq"), sealed: b64url(o, "sealed", 22, MAX_FRAME_BYTES) };
     case "sealed_complete":
       return { type: "sealed_complete", ...attemptIds(o), seq: int(o, "seq"), sealed: b64url(o, "sealed", 22, MAX_FRAME_BYTES) };
     case "complete":

@@ -1,12 +1,13 @@
 /**
- * The provider agent: one outbound WebSocket to the coordinator, speaking protocol v1 (docs/protocol.md)
+ * The provider agent: one outbound WebSocket to the coordinator, speaking protocol v2 (docs/protocol.md)
  * on behalf of an Engine. Usable in-process (the coordinator's `dev` command, tests) and by
  * `umbra-provider start`.
  *
  * Session: connect (bearer = device token) -> send `hello` -> wait for `welcome` (else close 4008 and
  * retry) -> `heartbeat` at once and every `heartbeat_interval_ms` -> serve `inference` / `cancel`.
  * Attempt: refuse with `error` (draining, busy at max concurrency, model_not_loaded), or send
- * `accepted`, then `chunk` seq 0, 1, 2, ... and `complete` (seq = chunks sent), or one `error`.
+ * `accepted`, then `chunk` and `tool_call` frames (one seq: 0, 1, 2, ...) and `complete` (seq = those
+ * frames sent), or one `error`.
  * After a `cancel`, a lost connection, `stop()`, or a terminal `error`, nothing more is sent for the
  * attempt and its engine call is aborted at once. No first content within `first_content_deadline_ms`
  * -> `error` timeout (a backstop; the coordinator normally cancels first). Attempt execution lives in

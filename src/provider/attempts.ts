@@ -2,16 +2,19 @@
  * The attempts a provider is running: each one drives one engine call and turns its events into
  * protocol frames (docs/protocol.md, "One attempt").
  *
- * Frames per attempt: `accepted`, then `chunk` seq 0, 1, 2, ..., then `complete` (seq = chunks sent) or
- * exactly one `error`. After `end()` (cancel, lost connection, stop) or a terminal frame, nothing more
- * is sent for the attempt, its engine call is aborted and its slot is free at once. No first content
- * within `first_content_deadline_ms` -> `error` timeout. A delta too large for one frame is split over
- * several chunks (MAX_CHUNK_CHARS UTF-16 units each, surrogate pairs kept whole).
+ * Frames per attempt: `accepted`, then `chunk` and `tool_call` frames in the order the engine produced
+ * them, one seq over both (0, 1, 2, ...), then `complete` (seq = those frames sent) or exactly one
+ * `error`. After `end()` (cancel, lost connection, stop) or a terminal frame, nothing more is sent for
+ * the attempt, its engine call is aborted and its slot is free at once. No first content (text or a
+ * tool call) within `first_content_deadline_ms` -> `error` timeout. A delta or tool-call fragment too
+ * large for one frame is split over several (MAX_CHUNK_CHARS UTF-16 units each, surrogate pairs kept
+ * whole). Tool calls must come one after another (index 0, 1, ...; id and name on the first fragment
+ * only): an engine breaking that order fails the attempt with `engine_error`.
  */
 
 import { ChunkSealer } from "../crypto/chunks.ts";
 import { fromBase64url, toBase64url } from "../crypto/encoding.ts";
-import { receiptBytes, sha256 } from "../crypto/receipts.ts";
+import { ResponseDigest, receiptBytes, sha256 } from "../crypto/receipts.ts";
 import { type OpenedRequest, openRequest, type RequestBinding } from "../crypto/seal.ts";
 import type { SessionOpener } from "../crypto/session.ts";
 import type { Logger } from "../observability/logger.ts";
@@ -19,11 +22,13 @@ import {
   type Delta,
   type EngineRequestBody,
   type Inference,
+  MAX_TOOL_CALLS,
   PROTOCOL_VERSION,
   type ProviderErrorCode,
   type ProviderFrame,
   parseEngineRequest,
   type SealedInference,
+  type ToolCallDelta,
   type Usage,
 } from "../protocol/messages.ts";
 import { type Engine, EngineError } from "./engines/engine.ts";
@@ -55,11 +60,15 @@ interface Running {
   readonly sealer: ChunkSealer | undefined;
   /** Sealed attempts of a provider with an identity: what its receipt covers. */
   readonly receipt:
-    | { readonly signer: ReceiptSigner; readonly requestSha256: Uint8Array; readonly content: Bun.CryptoHasher; readonly model: string }
+    | { readonly signer: ReceiptSigner; readonly requestSha256: Uint8Array; readonly response: ResponseDigest; readonly model: string }
     | undefined;
   /** Text waiting to be sent as one chunk (see `buffer`). */
   pendingContent: string;
   pendingReasoning: string;
+  /** A tool-call fragment waiting to be sent (never at the same time as pending text). */
+  pendingTool: ToolCallDelta | undefined;
+  /** Tool calls opened so far (the next call's index). */
+  toolCalls: number;
   flushScheduled: boolean;
 }
 
@@ -137,7 +146,7 @@ export class Attempts {
       return;
     }
     const { enc: _enc, n: _n, ciphertext: _ciphertext, ...head } = frame;
-    const receipt = signer ? { signer, requestSha256, content: new Bun.CryptoHasher("sha256"), model: frame.model } : undefined;
+    const receipt = signer ? { signer, requestSha256, response: new ResponseDigest(), model: frame.model } : undefined;
     this.start({ ...head, type: "inference", request }, send, sealer, receipt);
   }
 
@@ -155,6 +164,8 @@ export class Attempts {
       receipt,
       pendingContent: "",
       pendingReasoning: "",
+      pendingTool: undefined,
+      toolCalls: 0,
       flushScheduled: false,
     };
     this.running.set(run.key, run);
@@ -196,6 +207,11 @@ export class Attempts {
         if (event.type === "delta") {
           clearTimeout(run.deadline);
           this.buffer(run, event.delta);
+          continue;
+        }
+        if (event.type === "tool_call") {
+          clearTimeout(run.deadline);
+          this.bufferTool(run, event.call);
           continue;
         }
         this.flush(run);
@@ -247,6 +263,7 @@ export class Attempts {
    * tokens one at a time still sends them one at a time; a burst shares a frame.
    */
   private buffer(run: Running, delta: Delta): void {
+    if (run.pendingTool) this.flush(run);
     if (delta.reasoning_content && run.pendingContent) this.flush(run);
     if (delta.reasoning_content) run.pendingReasoning += delta.reasoning_content;
     if (delta.content) run.pendingContent += delta.content;
@@ -258,9 +275,60 @@ export class Attempts {
     }
   }
 
+  /**
+   * Coalesces tool-call fragments like text: argument fragments of the same call produced in the same
+   * turn go out as one frame. Checks the order (throws EngineError engine_error when it is broken).
+   */
+  private bufferTool(run: Running, call: ToolCallDelta): void {
+    const opens = call.id !== undefined || call.name !== undefined;
+    const inOrder = opens
+      ? call.index === run.toolCalls && call.id !== undefined && call.name !== undefined && call.index < MAX_TOOL_CALLS
+      : call.index === run.toolCalls - 1;
+    if (!inOrder) throw new EngineError("engine_error", "engine produced tool calls out of order");
+    if (!opens && !call.arguments) return;
+    if (opens) run.toolCalls++;
+    if (run.pendingContent || run.pendingReasoning) this.flush(run);
+    const pending = run.pendingTool;
+    if (pending && !opens && pending.index === call.index) {
+      run.pendingTool = { ...pending, arguments: (pending.arguments ?? "") + (call.arguments ?? "") };
+    } else {
+      if (pending) this.flush(run);
+      run.pendingTool = call;
+    }
+    if ((run.pendingTool?.arguments?.length ?? 0) >= MAX_CHUNK_CHARS) {
+      this.flush(run);
+    } else if (!run.flushScheduled) {
+      run.flushScheduled = true;
+      setImmediate(() => this.flush(run));
+    }
+  }
+
   private flush(run: Running): void {
     run.flushScheduled = false;
-    if (run.silenced || (run.pendingContent === "" && run.pendingReasoning === "")) return;
+    if (run.silenced) return;
+    this.flushText(run);
+    const tool = run.pendingTool;
+    run.pendingTool = undefined;
+    if (!tool) return;
+    for (const fragment of splitToolCall(tool)) {
+      run.receipt?.response.addToolCall(fragment);
+      if (run.sealer) {
+        const frame = run.sealer.seal(encoder.encode(JSON.stringify(fragment)), false);
+        run.send({
+          type: "sealed_tool_call",
+          request_id: run.requestId,
+          attempt: run.attempt,
+          seq: frame.seq,
+          sealed: toBase64url(frame.ciphertext),
+        });
+      } else {
+        run.send({ type: "tool_call", request_id: run.requestId, attempt: run.attempt, seq: run.seq++, tool_call: fragment });
+      }
+    }
+  }
+
+  private flushText(run: Running): void {
+    if (run.pendingContent === "" && run.pendingReasoning === "") return;
     const pending: Delta = {
       ...(run.pendingReasoning ? { reasoning_content: run.pendingReasoning } : {}),
       ...(run.pendingContent ? { content: run.pendingContent } : {}),
@@ -269,7 +337,7 @@ export class Attempts {
     run.pendingReasoning = "";
     for (const delta of splitDelta(pending)) {
       if (run.sealer) {
-        if (delta.content) run.receipt?.content.update(delta.content);
+        if (delta.content) run.receipt?.response.addContent(delta.content);
         const frame = run.sealer.seal(encoder.encode(JSON.stringify(delta)), false);
         run.send({
           type: "sealed_chunk",
@@ -292,7 +360,7 @@ export class Attempts {
       requestId: run.requestId,
       modelBuild: r.model,
       requestSha256: r.requestSha256,
-      responseSha256: new Uint8Array(r.content.digest()),
+      responseSha256: r.response.digest(),
       usage: { promptTokens: usage.prompt_tokens, cachedTokens: usage.cached_tokens ?? 0, completionTokens: usage.completion_tokens },
     });
     return { receipt: { signature: toBase64url(await r.signer.sign(bytes)) } };
@@ -339,6 +407,13 @@ export function splitDelta(delta: Delta): Delta[] {
     ...splitText(reasoning).map((reasoning_content): Delta => ({ reasoning_content })),
     ...splitText(content).map((c): Delta => ({ content: c })),
   ];
+}
+
+/** Splits a tool-call fragment whose arguments would make an oversized frame (id and name stay on the first). */
+export function splitToolCall(call: ToolCallDelta): ToolCallDelta[] {
+  const args = call.arguments ?? "";
+  if (args.length <= MAX_CHUNK_CHARS) return [call];
+  return splitText(args).map((part, i): ToolCallDelta => (i === 0 ? { ...call, arguments: part } : { index: call.index, arguments: part }));
 }
 
 function splitText(text: string): string[] {

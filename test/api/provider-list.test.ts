@@ -39,7 +39,7 @@ function transport(): Recorded {
 const hello = (extra: Record<string, unknown> = {}) =>
   JSON.stringify({
     type: "hello",
-    protocol_versions: [1],
+    protocol_versions: [2],
     provider_version: "test",
     engine: "fake",
     models: [{ build_id: BUILD }],

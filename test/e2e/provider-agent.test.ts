@@ -66,7 +66,7 @@ describe("session", () => {
       conn: 1,
       frame: {
         type: "hello",
-        protocol_versions: [1],
+        protocol_versions: [PROTOCOL_VERSION],
         provider_version: VERSION,
         engine: "echo",
         models: [{ build_id: "org/echo" }],
@@ -312,7 +312,7 @@ describe("malformed coordinator frames close with 1002 and the agent reconnects"
       "a second welcome",
       JSON.stringify({
         type: "welcome",
-        protocol_version: 1,
+        protocol_version: 2,
         provider_id: "p",
         trust_level: "none",
         heartbeat_interval_ms: 10,
@@ -438,7 +438,7 @@ describe("refusals that stop the agent for good", () => {
   });
 
   test("a welcome with another protocol version: the agent closes with 4002 and stops", async () => {
-    await using fake = new FakeCoordinator({ welcome: { protocol_version: 2 } });
+    await using fake = new FakeCoordinator({ welcome: { protocol_version: 3 } });
     const agent = agentFor(fake);
     expect((await agent.done).reason).toBe("version");
     await waitFor(() => fake.closes[0], "close");

@@ -32,7 +32,7 @@ describe("hello with ids that are not catalog builds", () => {
     await using p = await connectFakeProvider({ url: server.url, token, models: [BUILD, ALIAS, "org/no-such-build"] });
     expect(p.received[0]).toEqual({
       type: "welcome",
-      protocol_version: 1,
+      protocol_version: 2,
       provider_id: p.providerId,
       trust_level: "none",
       heartbeat_interval_ms: expect.any(Number),

@@ -53,7 +53,7 @@ async function rawSocket(url: string, token: string) {
 function hello(extra: Record<string, unknown> = {}): string {
   return JSON.stringify({
     type: "hello",
-    protocol_versions: [1],
+    protocol_versions: [2],
     provider_version: "test",
     engine: "fake",
     models: [{ build_id: BUILD }],
@@ -237,7 +237,7 @@ describe("upgrade authentication", () => {
     await using p = await connectFakeProvider({ url: server.url, token, models: [BUILD] });
     expect(p.received[0]).toEqual({
       type: "welcome",
-      protocol_version: 1,
+      protocol_version: 2,
       provider_id: p.providerId,
       trust_level: "none",
       heartbeat_interval_ms: 1000,
@@ -448,17 +448,27 @@ describe("protocol violations close only the offending provider", () => {
     await using _t = t;
     await using server = startServer(t);
     await using p = await connectFakeProvider({ url: server.url, token, models: [BUILD], hello: { protocol_versions: [99] } });
-    expect((await p.closed).code).toBe(CLOSE.version);
+    expect(await p.closed).toEqual({ code: CLOSE.version, reason: "no supported protocol version (coordinator speaks 2)" });
     expect(p.received).toEqual([]);
     expect(t.app.fleet.size).toBe(0);
   });
 
-  test("a hello listing several versions including 1 is welcomed with version 1", async () => {
+  test("a version 1 hello (retired: it cannot relay tool calls) -> 4002 saying so, never welcomed", async () => {
+    const { t, token } = await setup();
+    await using _t = t;
+    await using server = startServer(t);
+    await using p = await connectFakeProvider({ url: server.url, token, models: [BUILD], hello: { protocol_versions: [1] } });
+    expect(await p.closed).toEqual({ code: CLOSE.version, reason: "protocol version 1 is retired: upgrade umbra-provider" });
+    expect(p.received).toEqual([]);
+    expect(t.app.fleet.size).toBe(0);
+  });
+
+  test("a hello listing several versions including 2 is welcomed with version 2", async () => {
     const { t, token } = await setup();
     await using _t = t;
     await using server = startServer(t);
     await using p = await connectFakeProvider({ url: server.url, token, models: [BUILD], hello: { protocol_versions: [3, 2, 1] } });
-    expect(p.received[0]?.type === "welcome" && p.received[0].protocol_version).toBe(1);
+    expect(p.received[0]?.type === "welcome" && p.received[0].protocol_version).toBe(2);
   });
 });
 

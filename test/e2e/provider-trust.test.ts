@@ -5,7 +5,6 @@
  * nothing unverified counts.
  */
 import { describe, expect, test } from "bun:test";
-import { createHash } from "node:crypto";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import {
@@ -17,7 +16,8 @@ import {
   SoftwareIdentity,
   verifyIdentitySignature,
 } from "../../attestation/src/index.ts";
-import { receiptBytes } from "../../src/crypto/receipts.ts";
+import { toHex } from "../../src/crypto/encoding.ts";
+import { receiptBytes, responseSha256 } from "../../src/crypto/receipts.ts";
 import { type Agent, type AgentOptions, startAgent } from "../../src/provider/agent.ts";
 import { createEchoEngine } from "../../src/provider/engines/echo.ts";
 import { seedAccount, seedCatalog, type TestApp, tempDir, testApp } from "../support/harness.ts";
@@ -202,8 +202,8 @@ describe("receipts", () => {
       metadata: { receipt_version: number; provider_key_id: string; trust_level: string; request_hash: string; model_build: string };
     };
     const content = body.choices[0]?.message.content ?? "";
-    expect(body.response_hash).toBe(createHash("sha256").update(content).digest("hex"));
-    expect([body.metadata.receipt_version, body.metadata.trust_level, body.metadata.model_build]).toEqual([1, "hardware", BUILD]);
+    expect(body.response_hash).toBe(toHex(responseSha256(content)));
+    expect([body.metadata.receipt_version, body.metadata.trust_level, body.metadata.model_build]).toEqual([2, "hardware", BUILD]);
 
     // What a consumer does: the provider's key from the public list, the receipt bytes from the answer.
     const providers = (await (await fetch(`${ctx.server.url}/v1/providers/attestation`)).json()) as {

@@ -3,12 +3,13 @@
  * real sockets: a dishonest provider inflating its counts fails the answer as invalid_provider_output
  * (502 before the answer, one in-band error after), is cut off (1002) and counted in metrics; the
  * consumer pays no more than what was relayed (the failure rule's estimate) and the provider earns only
- * its share of that. An honest report at exactly the bounds is billed as reported.
+ * its share of that. An honest report at exactly the bounds is billed as reported, tool calls' bytes
+ * (names and arguments) counting as relayed output.
  */
 import { describe, expect, test } from "bun:test";
 import { buildEvidence, FULL_SECURITY, SoftwareIdentity } from "../../attestation/src/index.ts";
 import { chargeFor, estimatedUsage, feeFor, promptTokenBound, promptTokenEstimate } from "../../src/billing/billing.ts";
-import { OUTPUT_ALLOWANCE_TOKENS, PROMPT_TEMPLATE_ALLOWANCE } from "../../src/billing/usage-bounds.ts";
+import { OUTPUT_ALLOWANCE_TOKENS, PROMPT_TEMPLATE_ALLOWANCE, TOOL_CALL_ALLOWANCE_TOKENS } from "../../src/billing/usage-bounds.ts";
 import { CLOSE, type Usage } from "../../src/protocol/messages.ts";
 import { startAgent } from "../../src/provider/agent.ts";
 import { createEchoEngine } from "../../src/provider/engines/echo.ts";
@@ -93,6 +94,25 @@ function answer(usage: Usage, text = "ok", reasoning?: string, finishReason = "s
     ...(reasoning ? [{ do: "chunk", delta: { reasoning_content: reasoning } } as const] : []),
     { do: "chunk", delta: { content: text } },
     { do: "complete", finishReason, usage },
+  ];
+}
+
+const TOOLS = { tools: [{ type: "function", function: { name: "get_weather", parameters: { type: "object" } } }] };
+/** Two tool calls (`get_weather` {"city":"Paris"}, `get_time` {}): 11 + 16 + 8 + 2 = 37 bytes of names and arguments. */
+const TWO_CALLS: readonly Step[] = [
+  { do: "tool_call", call: { index: 0, id: "call_a", name: "get_weather", arguments: '{"city":' } },
+  { do: "tool_call", call: { index: 0, arguments: '"Paris"}' } },
+  { do: "tool_call", call: { index: 1, id: "call_b", name: "get_time", arguments: "{}" } },
+];
+const TWO_CALLS_LIMIT = 37 + 2 * TOOL_CALL_ALLOWANCE_TOKENS + OUTPUT_ALLOWANCE_TOKENS;
+
+/** Accept, relay the tool calls (and `text`), then complete with `usage`. */
+function toolAnswer(usage: Usage, calls: readonly Step[], text?: string): readonly Step[] {
+  return [
+    { do: "accept" },
+    ...(text ? [{ do: "chunk", delta: { content: text } } as const] : []),
+    ...calls,
+    { do: "complete", finishReason: "tool_calls", usage },
   ];
 }
 
@@ -193,6 +213,18 @@ describe.each<[string, Record<string, unknown>, readonly Step[], string]>([
     answer({ prompt_tokens: 5, completion_tokens: 100, reasoning_tokens: 3 + OUTPUT_ALLOWANCE_TOKENS + 1 }, "x".repeat(100), "hmm"),
     "reasoning_tokens",
   ],
+  [
+    "the whole budget claimed for 'ok' with `tools` forwarded (tool calls are relayed and counted: none came)",
+    { max_tokens: 100, ...TOOLS },
+    answer({ prompt_tokens: 30, completion_tokens: 100 }, "ok"),
+    "completion_output",
+  ],
+  [
+    "completion tokens one beyond two relayed tool calls' bytes and allowances",
+    { max_tokens: 1000, ...TOOLS },
+    toolAnswer({ prompt_tokens: 30, completion_tokens: TWO_CALLS_LIMIT + 1 }, TWO_CALLS),
+    "completion_output",
+  ],
 ])("a report with %s", (_, extra, steps, bound) => {
   test("is invalid provider output: 502, the session closed with 1002, counted by bound", async () => {
     await using ctx = await setup();
@@ -226,10 +258,20 @@ describe.each<[string, Record<string, unknown>, readonly Step[], Usage]>([
     },
   ],
   [
-    "the whole budget spent on tool calls protocol v1 does not relay (`tools` forwarded)",
-    { max_tokens: 100, tools: [{ type: "function", function: { name: "f", parameters: { type: "object" } } }] },
-    answer({ prompt_tokens: 30, completion_tokens: 100 }, "ok"),
-    { prompt_tokens: 30, completion_tokens: 100 },
+    "two tool calls, completion at their bytes and allowances (`tools` forwarded)",
+    { max_tokens: 1000, ...TOOLS },
+    toolAnswer({ prompt_tokens: 30, completion_tokens: TWO_CALLS_LIMIT }, TWO_CALLS),
+    { prompt_tokens: 30, completion_tokens: TWO_CALLS_LIMIT },
+  ],
+  [
+    "content and a tool call, completion at their bytes and allowances",
+    { max_tokens: 1000, ...TOOLS },
+    toolAnswer(
+      { prompt_tokens: 30, completion_tokens: 2 + 27 + TOOL_CALL_ALLOWANCE_TOKENS + OUTPUT_ALLOWANCE_TOKENS },
+      TWO_CALLS.slice(0, 2),
+      "ok",
+    ),
+    { prompt_tokens: 30, completion_tokens: 2 + 27 + TOOL_CALL_ALLOWANCE_TOKENS + OUTPUT_ALLOWANCE_TOKENS },
   ],
   [
     "a matched stop string counted but not returned",

@@ -516,7 +516,7 @@ export async function connectFlooder(url: string, t: Tenant): Promise<Flooder> {
   });
   send({
     type: "hello",
-    protocol_versions: [1],
+    protocol_versions: [2],
     provider_version: "test",
     engine: "flood",
     models: [{ build_id: t.build }],

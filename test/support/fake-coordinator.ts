@@ -1,6 +1,6 @@
 /**
  * A small fake coordinator for provider tests: Bun.serve on 127.0.0.1 port 0 speaking the coordinator
- * side of protocol v1 at /v1/provider/connect. It checks the bearer (a wrong one is upgraded and closed
+ * side of protocol v2 at /v1/provider/connect. It checks the bearer (a wrong one is upgraded and closed
  * with 4001, or refused with an HTTP status when `refuseUpgradeWith` is set), answers `hello` with
  * `welcome`, records every frame and close, and lets the test send any frame or raw text. Batches (a
  * JSON array of frames in one message) are accepted as the coordinator accepts them; whether the

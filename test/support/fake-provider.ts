@@ -1,6 +1,7 @@
 /**
- * A scriptable provider for coordinator tests: a real WebSocket client speaking protocol v1, whose
- * answer to each inference is decided by a `behave` function. Use `await using`.
+ * A scriptable provider for coordinator tests: a real WebSocket client speaking protocol v2, whose
+ * answer to each inference is decided by a `behave` function (text chunks, tool-call fragments, raw
+ * frames ...). Use `await using`.
  */
 import { ChunkSealer } from "../../src/crypto/chunks.ts";
 import { fromBase64url, toBase64url } from "../../src/crypto/encoding.ts";
@@ -14,6 +15,7 @@ import {
   PROTOCOL_VERSION,
   parseCoordinatorFrame,
   parseEngineRequest,
+  type ToolCallDelta,
   type Usage,
 } from "../../src/protocol/messages.ts";
 
@@ -27,6 +29,8 @@ export interface SealedContext {
 export type Step =
   | { readonly do: "accept" }
   | { readonly do: "chunk"; readonly delta: Delta }
+  /** A tool-call fragment: `tool_call` (or `sealed_tool_call`), in the attempt's one seq with chunks. */
+  | { readonly do: "tool_call"; readonly call: ToolCallDelta }
   | { readonly do: "complete"; readonly finishReason?: string; readonly usage?: Usage }
   | { readonly do: "error"; readonly code: string }
   | { readonly do: "raw"; readonly text: string }
@@ -42,7 +46,8 @@ export type Behaviour = (inference: Inference) => readonly Step[];
 
 /** Accept, then one chunk per word of the last message, then complete. */
 export const echo: Behaviour = (inf) => {
-  const last = inf.request.messages.at(-1)?.content ?? "";
+  const content: unknown = inf.request.messages.at(-1)?.content;
+  const last = typeof content === "string" ? content : "";
   const words = last.split(/\s+/).filter(Boolean).slice(0, inf.request.max_tokens);
   return [
     { do: "accept" },
@@ -118,6 +123,14 @@ export async function connectFakeProvider(options: FakeProviderOptions): Promise
             send(encode({ type: "sealed_chunk", ...ids, ...sealPayload(step.delta, false) }));
           } else {
             send(encode({ type: "chunk", ...ids, seq: seq++, delta: step.delta }));
+          }
+          break;
+        case "tool_call":
+          if (sealer) {
+            seq++;
+            send(encode({ type: "sealed_tool_call", ...ids, ...sealPayload(step.call, false) }));
+          } else {
+            send(encode({ type: "tool_call", ...ids, seq: seq++, tool_call: step.call }));
           }
           break;
         case "complete": {
@@ -205,7 +218,7 @@ export async function connectFakeProvider(options: FakeProviderOptions): Promise
       type: "hello",
       ...(keys ? { encryption_key: toBase64url(keys.publicKey) } : {}),
       ...(keys && options.sessionKeys ? { session_keys: true } : {}),
-      protocol_versions: [1],
+      protocol_versions: [PROTOCOL_VERSION],
       provider_version: "test",
       engine: "fake",
       models: options.models.map((build_id) => ({ build_id })),

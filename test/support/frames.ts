@@ -1,9 +1,9 @@
 /** Protocol frames that several protocol tests start from. */
 
-/** A valid `welcome` (protocol v1) with no capabilities; spread and override fields per test. */
+/** A valid `welcome` (protocol v2) with no capabilities; spread and override fields per test. */
 export const WELCOME = {
   type: "welcome",
-  protocol_version: 1,
+  protocol_version: 2,
   provider_id: "prov_1",
   trust_level: "none",
   heartbeat_interval_ms: 1000,

@@ -2,14 +2,16 @@
  * The engine interface: what the provider agent calls to turn one chat request into a stream of deltas.
  *
  * Contract:
- * - `generate` yields zero or more `delta` events, then exactly one `done` event, then ends.
+ * - `generate` yields zero or more `delta` and `tool_call` events, then exactly one `done` event, then ends.
+ * - `tool_call` events come one call after another: index 0, 1, 2, ...; the first event of an index
+ *   carries `id` and `name`, later ones of it only `arguments` (protocol version 2, docs/protocol.md).
  * - A failure throws EngineError with a code from the protocol's closed vocabulary; its message is a
  *   fixed phrase (status codes allowed), never prompt or completion text.
  * - When `signal` aborts, the engine stops at once (pending waits and upstream requests included) and
  *   throws EngineError("cancelled") or simply ends; the agent sends nothing more for that attempt.
  * - Core code calls engines only through this interface; it never branches on `name`.
  */
-import type { Delta, EngineRequestBody, ProviderErrorCode, ServedModel, Usage } from "../../protocol/messages.ts";
+import type { Delta, EngineRequestBody, ProviderErrorCode, ServedModel, ToolCallDelta, Usage } from "../../protocol/messages.ts";
 
 export interface EngineRequest {
   /** The build id the coordinator routed (one of `models()`). */
@@ -19,6 +21,7 @@ export interface EngineRequest {
 
 export type EngineEvent =
   | { readonly type: "delta"; readonly delta: Delta }
+  | { readonly type: "tool_call"; readonly call: ToolCallDelta }
   | { readonly type: "done"; readonly finishReason: string; readonly usage: Usage };
 
 export interface Engine {

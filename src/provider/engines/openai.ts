@@ -7,16 +7,35 @@
  * field (temperature, top_p, stop, seed, penalties, ...) is forwarded as-is.
  * Stream: `data: <chat.completion.chunk JSON>` events until `data: [DONE]` (or the end of the body after
  * a finish_reason). `delta.content` and `delta.reasoning_content` (or `delta.reasoning`) become deltas;
- * the last `finish_reason` and the `usage` chunk become `done`. Without a usage chunk, usage is
- * estimated (prompt: 4 characters per token + 4 per message; completion: one token per delta).
+ * `delta.tool_calls` fragments become tool_call events (ToolCalls below); the last `finish_reason` and
+ * the `usage` chunk become `done` (a reported `stop` after tool calls is `tool_calls`, as some runtimes,
+ * e.g. older Ollama, say `stop`). Without a usage chunk, usage is estimated (prompt: 4 characters per
+ * token + 4 per message; completion: one token per delta or tool-call fragment).
+ * Tool calls: each runtime fragment `{index, id?, type?, function: {name?, arguments?}}` continues the
+ * current call when it has the same `index` (or none) and no new `id`, else opens the next call; calls
+ * are renumbered 0, 1, 2, ... in order of appearance (some runtimes send index 0 for every call, others
+ * whole calls in one fragment). A call's first fragment must name its function; a missing id is made up
+ * (`call_` + 24 random hex). A fragment going back to an earlier call (interleaved calls) is a malformed
+ * stream.
  * Errors (closed vocabulary; messages are fixed phrases with the status code, never content):
  *   unreachable -> engine_unavailable; 404 -> model_not_loaded; 400/422 naming the context length ->
  *   context_length_exceeded, other 400/422 -> invalid_request; 429, 503 -> busy; 401, 403 ->
  *   engine_unavailable; other statuses, 5xx, an in-stream error or a malformed stream -> engine_error;
  *   abort -> cancelled (the upstream request is aborted too).
  */
+
+import { randomBytes } from "node:crypto";
 import { createParser, type EventSourceMessage } from "eventsource-parser";
-import type { Delta, EngineRequestBody, ServedModel, Usage } from "../../protocol/messages.ts";
+import {
+  type Delta,
+  type EngineRequestBody,
+  MAX_TOOL_CALL_ID,
+  MAX_TOOL_CALLS,
+  MAX_TOOL_NAME,
+  type ServedModel,
+  type ToolCallDelta,
+  type Usage,
+} from "../../protocol/messages.ts";
 import type { Engine, EngineEvent, EngineRequest } from "./engine.ts";
 import { EngineError } from "./engine.ts";
 
@@ -159,6 +178,7 @@ export function createOpenAIEngine(options: OpenAIEngineOptions): Engine {
     let finishReason: string | undefined;
     let usage: Usage | undefined;
     let deltas = 0;
+    const tools = new ToolCalls();
     let finished = false;
     try {
       while (!finished) {
@@ -200,6 +220,10 @@ export function createOpenAIEngine(options: OpenAIEngineOptions): Engine {
             deltas++;
             yield { type: "delta", delta };
           }
+          for (const call of tools.fragments(choice.delta)) {
+            deltas++;
+            yield { type: "tool_call", call };
+          }
           const reason = choice.finish_reason;
           if (typeof reason === "string" && reason.length > 0 && reason.length <= 64) finishReason = reason;
         }
@@ -210,9 +234,10 @@ export function createOpenAIEngine(options: OpenAIEngineOptions): Engine {
     }
     if (signal.aborted) throw new EngineError("cancelled", "cancelled");
     if (!finished && finishReason === undefined) throw new EngineError("engine_error", "upstream stream ended early");
+    const reported = finishReason ?? "stop";
     yield {
       type: "done",
-      finishReason: finishReason ?? "stop",
+      finishReason: reported === "stop" && tools.count > 0 ? "tool_calls" : reported,
       usage: usage ?? { prompt_tokens: estimatePromptTokens(request.body), completion_tokens: deltas },
     };
   }
@@ -234,6 +259,46 @@ function deltaOf(v: unknown): Delta | undefined {
   if (content === undefined && reasoning === undefined) return undefined;
   return { ...(content !== undefined ? { content } : {}), ...(reasoning !== undefined ? { reasoning_content: reasoning } : {}) };
 }
+
+/** The runtime's tool-call fragments, renumbered into the protocol's order (see the file header). */
+class ToolCalls {
+  /** Calls opened so far. */
+  count = 0;
+  private current: { readonly runtimeIndex: number | undefined; readonly runtimeId: string | undefined } | undefined;
+  private readonly closed = new Set<number>();
+
+  *fragments(delta: unknown): Generator<ToolCallDelta> {
+    if (!isObj(delta) || delta.tool_calls === undefined || delta.tool_calls === null) return;
+    if (!Array.isArray(delta.tool_calls)) throw malformed();
+    for (const raw of delta.tool_calls) {
+      if (!isObj(raw)) throw malformed();
+      const fn = raw.function === undefined || raw.function === null ? {} : raw.function;
+      if (!isObj(fn)) throw malformed();
+      const runtimeIndex = typeof raw.index === "number" && Number.isInteger(raw.index) ? raw.index : undefined;
+      const id = typeof raw.id === "string" && raw.id.length > 0 ? raw.id : undefined;
+      const name = typeof fn.name === "string" && fn.name.length > 0 ? fn.name : undefined;
+      // Arguments are a JSON text; a runtime that sends the object itself gets it serialized.
+      const args = typeof fn.arguments === "string" ? fn.arguments : isObj(fn.arguments) ? JSON.stringify(fn.arguments) : undefined;
+      const current = this.current;
+      const continues =
+        current !== undefined &&
+        (runtimeIndex === undefined || runtimeIndex === current.runtimeIndex) &&
+        (id === undefined || id === current.runtimeId);
+      if (continues) {
+        if (args) yield { index: this.count - 1, arguments: args };
+        continue;
+      }
+      if (runtimeIndex !== undefined && this.closed.has(runtimeIndex) && id === undefined) throw malformed();
+      if (name === undefined || name.length > MAX_TOOL_NAME || this.count >= MAX_TOOL_CALLS) throw malformed();
+      if (current?.runtimeIndex !== undefined) this.closed.add(current.runtimeIndex);
+      const callId = id !== undefined && id.length <= MAX_TOOL_CALL_ID ? id : `call_${randomBytes(12).toString("hex")}`;
+      this.current = { runtimeIndex, runtimeId: id };
+      yield { index: this.count++, id: callId, name, ...(args ? { arguments: args } : {}) };
+    }
+  }
+}
+
+const malformed = () => new EngineError("engine_error", "malformed upstream stream");
 
 function toEngineError(e: unknown, signal: AbortSignal): EngineError {
   if (signal.aborted) return new EngineError("cancelled", "cancelled");

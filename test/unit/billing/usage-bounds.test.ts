@@ -9,6 +9,7 @@ import {
   OUTPUT_ALLOWANCE_TOKENS,
   PROMPT_TEMPLATE_ALLOWANCE,
   type RelayedOutput,
+  TOOL_CALL_ALLOWANCE_TOKENS,
   type UsageBound,
   type UsageLimits,
   usageLimits,
@@ -42,9 +43,9 @@ describe("usageLimits", () => {
       { promptTokens: BOUND + 14 + PROMPT_TEMPLATE_ALLOWANCE, budget: 50, outputAllowance: OUTPUT_ALLOWANCE_TOKENS + 3 },
     ],
     [
-      "tools: output may be hidden (tool calls are not relayed), the budget alone bounds completion",
-      { tools: [{ type: "function" }] },
-      { promptTokens: BOUND + 31 + PROMPT_TEMPLATE_ALLOWANCE, budget: 50, outputAllowance: undefined },
+      "tools, tool_choice, parallel_tool_calls: tool calls are relayed (and counted), so output stays bounded by it",
+      { tools: [{ type: "function" }], tool_choice: "auto", parallel_tool_calls: false },
+      { promptTokens: BOUND + 80 + PROMPT_TEMPLATE_ALLOWANCE, budget: 50, outputAllowance: OUTPUT_ALLOWANCE_TOKENS },
     ],
     [
       "an unknown runtime switch: output may be hidden",
@@ -61,8 +62,11 @@ describe("usageViolation", () => {
   const limits: UsageLimits = { promptTokens: 100, budget: 60, outputAllowance: OUTPUT_ALLOWANCE_TOKENS };
   const hidden: UsageLimits = { ...limits, outputAllowance: undefined };
   /** 10 bytes of content and 5 of reasoning relayed: completion at most 15 + 32 = 47, reasoning 5 + 32 = 37. */
-  const relayed: RelayedOutput = { contentBytes: 10, reasoningBytes: 5 };
-  const manyBytes: RelayedOutput = { contentBytes: 1_000, reasoningBytes: 0 };
+  const relayed: RelayedOutput = { contentBytes: 10, reasoningBytes: 5, toolCallBytes: 0, toolCalls: 0 };
+  const manyBytes: RelayedOutput = { contentBytes: 1_000, reasoningBytes: 0, toolCallBytes: 0, toolCalls: 0 };
+  /** Besides that, two tool calls of 20 bytes of names and arguments: completion at most 15 + 20 + 2 x 32 + 32 = 131. */
+  const withCalls: RelayedOutput = { ...relayed, toolCallBytes: 20, toolCalls: 2 };
+  const callLimits: UsageLimits = { ...limits, budget: 1_000 };
   const usage = (u: Partial<Usage>): Usage => ({ prompt_tokens: 10, completion_tokens: 5, ...u });
 
   test.each<[string, Usage, UsageLimits, RelayedOutput, UsageBound | undefined]>([
@@ -74,6 +78,20 @@ describe("usageViolation", () => {
     ["completion at the relayed bytes + allowance", usage({ completion_tokens: 47 }), limits, relayed, undefined],
     ["completion one above the relayed bytes + allowance", usage({ completion_tokens: 48 }), limits, relayed, "completion_output"],
     ["completion at the budget, within the bytes", usage({ completion_tokens: 60 }), limits, manyBytes, undefined],
+    [
+      "with tool calls: completion at the relayed bytes (tool calls' included) + allowances",
+      usage({ completion_tokens: 15 + 20 + 2 * TOOL_CALL_ALLOWANCE_TOKENS + OUTPUT_ALLOWANCE_TOKENS }),
+      callLimits,
+      withCalls,
+      undefined,
+    ],
+    [
+      "with tool calls: one above",
+      usage({ completion_tokens: 15 + 20 + 2 * TOOL_CALL_ALLOWANCE_TOKENS + OUTPUT_ALLOWANCE_TOKENS + 1 }),
+      callLimits,
+      withCalls,
+      "completion_output",
+    ],
     ["completion one above the budget, within the bytes", usage({ completion_tokens: 61 }), limits, manyBytes, "completion_budget"],
     ["completion at the budget, output hidden", usage({ completion_tokens: 60 }), hidden, relayed, undefined],
     ["completion one above the budget, output hidden", usage({ completion_tokens: 61 }), hidden, relayed, "completion_budget"],
@@ -98,7 +116,7 @@ describe("usageViolation", () => {
       "nothing relayed, nothing reported",
       usage({ prompt_tokens: 0, completion_tokens: 0 }),
       limits,
-      { contentBytes: 0, reasoningBytes: 0 },
+      { contentBytes: 0, reasoningBytes: 0, toolCallBytes: 0, toolCalls: 0 },
       undefined,
     ],
   ])("%s", (_, reported, l, output, expected) => {
@@ -108,7 +126,7 @@ describe("usageViolation", () => {
   test("the issue's attack: 9,000 prompt and 8,000 completion tokens for a 2-byte prompt and a 2-character answer", () => {
     const body: EngineRequestBody = { messages: [{ role: "user", content: "hi" }], max_tokens: 2048 };
     const bounds = usageLimits(body);
-    const at = (u: Usage) => usageViolation(u, bounds, { contentBytes: 2, reasoningBytes: 0 });
+    const at = (u: Usage) => usageViolation(u, bounds, { contentBytes: 2, reasoningBytes: 0, toolCallBytes: 0, toolCalls: 0 });
     expect([
       at({ prompt_tokens: 9_000, completion_tokens: 8_000 }),
       at({ prompt_tokens: 30, completion_tokens: 8_000 }),

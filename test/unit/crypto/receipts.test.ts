@@ -1,15 +1,16 @@
 /**
- * Provider receipts (src/crypto/receipts.ts): the canonical bytes against a fixed vector from an
- * independent implementation (test/fixtures/crypto/receipt.json, Python cryptography / OpenSSL), its
- * signature verified as the coordinator does (attestation/'s DER check with the identity key), and a
- * negative test for every field the bytes bind.
+ * Provider receipts (src/crypto/receipts.ts), version 2: the canonical receipt and response bytes against
+ * a fixed vector from an independent implementation (test/fixtures/crypto/receipt.json, Python
+ * cryptography / OpenSSL), its signature verified as the coordinator does (attestation/'s DER check with
+ * the identity key), a negative test for every field the bytes bind, and the streamed digest
+ * (ResponseDigest) equal to the whole answer's.
  */
 import { describe, expect, test } from "bun:test";
 import { p256 } from "@noble/curves/nist.js";
 import { parseIdentityKey, SoftwareIdentity, verifyIdentitySignature } from "../../../attestation/src/index.ts";
 import { fromBase64url, fromHex, toHex } from "../../../src/crypto/encoding.ts";
 import { InvalidInputError } from "../../../src/crypto/errors.ts";
-import { type ReceiptClaims, receiptBytes, sha256 } from "../../../src/crypto/receipts.ts";
+import { type ReceiptClaims, ResponseDigest, receiptBytes, responseBytes, responseSha256, sha256 } from "../../../src/crypto/receipts.ts";
 import vector from "../../fixtures/crypto/receipt.json" with { type: "json" };
 
 const claims: ReceiptClaims = {
@@ -28,8 +29,105 @@ describe("receipt bytes (receipt.json)", () => {
     expect(toHex(receiptBytes(claims))).toBe(vector.bytes);
   });
 
-  test("the response hash is SHA-256 of the response content", () => {
-    expect(toHex(sha256(fromHex(vector.responseContent)))).toBe(vector.responseHash);
+  test("the response hash is SHA-256 of the canonical response: content and tool calls (and content alone)", () => {
+    const content = new TextDecoder().decode(fromHex(vector.responseContent));
+    const calls = vector.responseToolCalls.map((c) => ({
+      id: c.id,
+      name: c.name,
+      argumentsSha256: sha256(new TextEncoder().encode(c.arguments)),
+    }));
+    expect([
+      toHex(responseBytes(sha256(fromHex(vector.responseContent)), calls)),
+      toHex(responseSha256(content, vector.responseToolCalls)),
+      toHex(responseBytes(sha256(fromHex(vector.responseContent)), [])),
+      toHex(responseSha256(content)),
+    ]).toEqual([vector.responseBytes, vector.responseHash, vector.responseBytesContentOnly, vector.responseHashContentOnly]);
+    expect(vector.responseHash).toBe(vector.claims.responseSha256);
+  });
+
+  test("streamed (content and argument fragments, a surrogate pair split over two) gives the whole answer's digest", () => {
+    const content = new TextDecoder().decode(fromHex(vector.responseContent));
+    const [first, second] = vector.responseToolCalls as [{ id: string; name: string; arguments: string }, { id: string; name: string }];
+    const digest = new ResponseDigest();
+    const lock = content.indexOf("\u{1F512}");
+    digest.addContent(content.slice(0, lock + 1));
+    digest.addContent(content.slice(lock + 1));
+    digest.addToolCall({ index: 0, id: first.id, name: first.name, arguments: first.arguments.slice(0, 5) });
+    digest.addToolCall({ index: 0, arguments: first.arguments.slice(5, 9) });
+    digest.addToolCall({ index: 0, arguments: first.arguments.slice(9) });
+    digest.addToolCall({ index: 1, id: second.id, name: second.name });
+    expect(toHex(digest.digest())).toBe(vector.responseHash);
+    // Content arriving after the calls is still content.
+    const late = new ResponseDigest();
+    late.addToolCall({ index: 0, id: first.id, name: first.name, arguments: first.arguments });
+    late.addContent(content);
+    late.addToolCall({ index: 1, id: second.id, name: second.name });
+    expect(toHex(late.digest())).toBe(vector.responseHash);
+  });
+
+  test.each<[string, string | null, { id: string; name: string; arguments: string }[]]>([
+    ["another content", "x", []],
+    ["no tool calls", null, []],
+    ["one call fewer", null, [{ id: "call_0_5e1f", name: "get_weather", arguments: '{"city":"Zürich","unit":"c"}' }]],
+    [
+      "the calls swapped",
+      null,
+      [
+        { id: "call_1_5e1f", name: "get_time", arguments: "" },
+        { id: "call_0_5e1f", name: "get_weather", arguments: '{"city":"Zürich","unit":"c"}' },
+      ],
+    ],
+    [
+      "another id",
+      null,
+      [
+        { id: "call_0_5e1g", name: "get_weather", arguments: '{"city":"Zürich","unit":"c"}' },
+        { id: "call_1_5e1f", name: "get_time", arguments: "" },
+      ],
+    ],
+    [
+      "another name",
+      null,
+      [
+        { id: "call_0_5e1f", name: "get_weathers", arguments: '{"city":"Zürich","unit":"c"}' },
+        { id: "call_1_5e1f", name: "get_time", arguments: "" },
+      ],
+    ],
+    [
+      "other arguments",
+      null,
+      [
+        { id: "call_0_5e1f", name: "get_weather", arguments: '{"city":"Zürich","unit":"f"}' },
+        { id: "call_1_5e1f", name: "get_time", arguments: "" },
+      ],
+    ],
+    [
+      "arguments moved between calls",
+      null,
+      [
+        { id: "call_0_5e1f", name: "get_weather", arguments: "" },
+        { id: "call_1_5e1f", name: "get_time", arguments: '{"city":"Zürich","unit":"c"}' },
+      ],
+    ],
+  ])("%s gives another response hash", (_, contentOverride, calls) => {
+    const content = contentOverride ?? new TextDecoder().decode(fromHex(vector.responseContent));
+    expect(toHex(responseSha256(content, calls))).not.toBe(vector.responseHash);
+  });
+
+  test.each<[string, (d: ResponseDigest) => void]>([
+    ["a continuation before any call", (d) => d.addToolCall({ index: 0, arguments: "{}" })],
+    ["index 1 opening first", (d) => d.addToolCall({ index: 1, id: "a", name: "f" })],
+    [
+      "going back to an earlier call",
+      (d) => {
+        d.addToolCall({ index: 0, id: "a", name: "f" });
+        d.addToolCall({ index: 1, id: "b", name: "g" });
+        d.addToolCall({ index: 0, arguments: "{}" });
+      },
+    ],
+    ["an id without a name", (d) => d.addToolCall({ index: 0, id: "a" })],
+  ])("ResponseDigest refuses %s", (_, steps) => {
+    expect(() => steps(new ResponseDigest())).toThrow(InvalidInputError);
   });
 
   test("the independent signer's signature verifies over the bytes, as the coordinator checks it", () => {

@@ -10,7 +10,7 @@ import { WELCOME } from "../../support/frames.ts";
 const KEY = "A".repeat(43);
 const HELLO = {
   type: "hello",
-  protocol_versions: [1],
+  protocol_versions: [2],
   provider_version: "1.0.0",
   engine: "echo",
   models: [{ build_id: "org/m" }],
