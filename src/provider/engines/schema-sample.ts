@@ -9,7 +9,7 @@
  *             with "x" to minLength, cut to maxLength;
  *     number / integer: the minimum (exclusiveMinimum + 1), else 1, at most the maximum, a multiple of
  *             multipleOf; boolean: true; null: null;
- *     array: prefixItems, then max(minItems, 1 when `items` is given) items, at most maxItems;
+ *     array: prefixItems, then `items` up to minItems (so [] unless minItems asks for more), at most maxItems;
  *     object: every required property, recursively (properties, else additionalProperties, else text).
  * `pattern` and `not` are not honoured. Nesting deeper than MAX_SAMPLE_DEPTH gives null. Pure and total:
  * never throws, whatever the schema.
@@ -104,7 +104,7 @@ function sample(schema: unknown, text: string, root: unknown, depth: number): un
       const prefix = Array.isArray(schema.prefixItems) ? schema.prefixItems.map((s) => sample(s, text, root, depth + 1)) : [];
       const min = typeof schema.minItems === "number" ? schema.minItems : 0;
       const max = typeof schema.maxItems === "number" ? schema.maxItems : Number.POSITIVE_INFINITY;
-      const wanted = Math.min(max, Math.max(min, schema.items !== undefined && schema.items !== false ? 1 : 0, prefix.length));
+      const wanted = Math.min(max, Math.max(min, prefix.length));
       const items = [...prefix];
       while (items.length < wanted) items.push(sample(schema.items, text, root, depth + 1));
       return items.slice(0, Math.max(wanted, 0));
