@@ -187,3 +187,68 @@ describe("finishReason and usageJson", () => {
     });
   });
 });
+
+describe("tool calls (OpenAI's shapes)", () => {
+  const weather = { index: 0, id: "call_a", name: "get_weather", arguments: '{"city":' };
+  const push = (a: Attempt) => {
+    a.push({ type: "tool_call", call: { index: 0, arguments: '"Paris"}' } });
+    a.push({ type: "tool_call", call: { index: 1, id: "call_b", name: "get_time" } });
+    a.push({ type: "complete", finishReason: "tool_calls", usage: { prompt_tokens: 3, completion_tokens: 4 } });
+  };
+
+  test("stream: exact bytes; a call's first fragment with id, type and name, later ones arguments only, indexes kept", async () => {
+    const { attempt: a } = attempt();
+    push(a);
+    const outcomes: Outcome[] = [];
+    const first = { type: "tool_call" as const, call: weather };
+    const text = await readAll(await streamCompletion({ attempt: a, first }, CTX, async (o) => void outcomes.push(o)));
+    expect(text).toBe(
+      [
+        `data: ${HEAD}"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"get_weather","arguments":"{\\"city\\":"}}]},"finish_reason":null}]}\n\n`,
+        `data: ${HEAD}"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\\"Paris\\"}"}}]},"finish_reason":null}]}\n\n`,
+        `data: ${HEAD}"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"call_b","type":"function","function":{"name":"get_time","arguments":""}}]},"finish_reason":null}]}\n\n`,
+        `data: ${HEAD}"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}\n\n`,
+        `data: ${HEAD}"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}\n\n`,
+        "data: [DONE]\n\n",
+      ].join(""),
+    );
+    expect(outcomes).toEqual([
+      { status: "completed", usage: { prompt_tokens: 3, completion_tokens: 4 }, completionChars: 35, finishReason: "tool_calls" },
+    ]);
+  });
+
+  test("JSON: message.tool_calls in index order with arguments joined, content null without text", async () => {
+    const { attempt: a } = attempt();
+    push(a);
+    const body = await collectCompletion({ attempt: a, first: { type: "tool_call", call: weather } }, CTX, async () => {});
+    expect(body.choices).toEqual([
+      {
+        index: 0,
+        message: {
+          role: "assistant",
+          content: null,
+          tool_calls: [
+            { id: "call_a", type: "function", function: { name: "get_weather", arguments: '{"city":"Paris"}' } },
+            { id: "call_b", type: "function", function: { name: "get_time", arguments: "" } },
+          ],
+        },
+        finish_reason: "tool_calls",
+      },
+    ]);
+  });
+
+  test("JSON: text beside the calls stays the content", async () => {
+    const { attempt: a } = attempt();
+    a.push({ type: "tool_call", call: weather });
+    push(a);
+    const body = await collectCompletion(committed(a, "Checking. "), CTX, async () => {});
+    expect(body.choices[0]?.message).toEqual({
+      role: "assistant",
+      content: "Checking. ",
+      tool_calls: [
+        { id: "call_a", type: "function", function: { name: "get_weather", arguments: '{"city":"Paris"}' } },
+        { id: "call_b", type: "function", function: { name: "get_time", arguments: "" } },
+      ],
+    });
+  });
+});
