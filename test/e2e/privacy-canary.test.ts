@@ -65,6 +65,8 @@ function canaryBody(model: string, extra: Record<string, unknown> = {}): Record<
         function: { name: "lookup", description: CANARY, parameters: { type: "object", properties: { q: { description: CANARY } } } },
       },
     ],
+    // Forwarded, but the echo engine answers with text (its tool mode would answer with a call).
+    tool_choice: "none",
     ...extra,
   };
 }
