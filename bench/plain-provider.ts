@@ -1,6 +1,6 @@
 /**
  * A provider without crypto, for measuring the coordinator's own costs (the money path) without HPKE
- * and sealed chunks dominating: the test suite's protocol-v1 fake provider with its echo behaviour,
+ * and sealed chunks dominating: the test suite's protocol-v2 fake provider with its echo behaviour,
  * plaintext frames (development coordinators accept them; production refuses them). Prints one JSON
  * line once connected and serves until killed.
  *

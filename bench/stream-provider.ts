@@ -1,6 +1,6 @@
 /**
  * A benchmark-only provider for the stream relay benchmark (stream-relay.ts): the test suite's
- * protocol-v1 fake provider (test/support/fake-provider.ts) with two behaviours, chosen by the build
+ * protocol-v2 fake provider (test/support/fake-provider.ts) with two behaviours, chosen by the build
  * a request is for:
  *
  *   <prefix>/burst  accepted, then `max_tokens` chunks of one short token each, sent as fast as the
