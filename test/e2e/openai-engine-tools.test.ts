@@ -82,9 +82,9 @@ const BODY: EngineRequestBody = {
   tools: [{ type: "function", function: { name: "get_weather", parameters: { type: "object" } } }],
 };
 
-async function run(engine: Engine): Promise<EngineEvent[]> {
+async function run(engine: Engine, body: EngineRequestBody = BODY): Promise<EngineEvent[]> {
   const events: EngineEvent[] = [];
-  for await (const e of engine.generate({ model: "org/build", body: BODY }, new AbortController().signal)) events.push(e);
+  for await (const e of engine.generate({ model: "org/build", body }, new AbortController().signal)) events.push(e);
   return events;
 }
 
@@ -117,6 +117,24 @@ describe("openai engine: tool calls", () => {
       },
       { type: "done", finishReason: "tool_calls", usage: { prompt_tokens: expect.any(Number), completion_tokens: 2 } },
     ]);
+  });
+
+  test("the usage estimate reads every message shape (null content beside tool calls, text parts)", async () => {
+    const loop = {
+      ...BODY,
+      messages: [
+        { role: "user", content: "abcd" },
+        { role: "assistant", content: null, tool_calls: [{ id: "c", type: "function", function: { name: "f", arguments: "{}" } }] },
+        { role: "tool", tool_call_id: "c", content: [{ type: "text", text: "abcdefgh" }] },
+      ],
+    } as unknown as EngineRequestBody;
+    const tools = JSON.stringify([{ id: "c", type: "function", function: { name: "f", arguments: "{}" } }]).length;
+    const parts = JSON.stringify([{ type: "text", text: "abcdefgh" }]).length - 2;
+    expect((await run(engineFor("no-index"), loop)).at(-1)).toEqual({
+      type: "done",
+      finishReason: "tool_calls",
+      usage: { prompt_tokens: 1 + 4 + Math.ceil(tools / 4) + 4 + Math.ceil(parts / 4) + 4, completion_tokens: 2 },
+    });
   });
 
   test.each([

@@ -129,7 +129,13 @@ function usageOf(v: unknown): Usage | undefined {
 }
 
 function estimatePromptTokens(body: EngineRequestBody): number {
-  return body.messages.reduce((sum, m) => sum + Math.ceil(m.content.length / 4) + 4, 0);
+  // Any message shape: string content as it is, other content (text parts, null) and tool calls as JSON.
+  const chars = (m: unknown): number => {
+    if (!isObj(m)) return 0;
+    const content = typeof m.content === "string" ? m.content.length : JSON.stringify(m.content ?? "").length - 2;
+    return content + (m.tool_calls === undefined ? 0 : JSON.stringify(m.tool_calls).length);
+  };
+  return (body.messages as readonly unknown[]).reduce<number>((sum, m) => sum + Math.ceil(chars(m) / 4) + 4, 0);
 }
 
 export function createOpenAIEngine(options: OpenAIEngineOptions): Engine {
