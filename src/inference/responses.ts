@@ -7,7 +7,7 @@
  *
  * Streaming (the spec's phase table): the HTTP 200 and `text/event-stream` are sent by the caller only
  * after dispatch committed on first content (text or a tool call). Then: content and `delta.tool_calls`
- * chunks in the order received (a call's first fragment `{index, id, type, function: {name, arguments}}`,
+ * chunks in the order received (the first delta also carries `role: "assistant"`, as OpenAI's does) (a call's first fragment `{index, id, type, function: {name, arguments}}`,
  * later ones `{index, function: {arguments}}`), a usage-only chunk, the terminal finish chunk, exactly
  * one `data: [DONE]`. A failure after commit is one `data: {"error": ...}` event
  * and no [DONE]. No keepalive comments. A client that goes away cancels the attempt at once.
@@ -191,6 +191,8 @@ export async function streamCompletion(
   const errorEvent = (error: ApiError, before = "") => encoder.encode(`${before}data: ${JSON.stringify(error.toEnvelope())}\n\n`);
   let pending: AttemptEvent | undefined = committed.first;
   let chars = 0;
+  /** OpenAI's first delta names the role; clients such as openai's stream helper require it. */
+  let role = '"role":"assistant",';
   let finished = false;
   /** The answer's last bytes are written (or are `early`): close after them. */
   let closing = false;
@@ -242,14 +244,16 @@ export async function streamCompletion(
           const delta = event.delta;
           if (!delta.content && !delta.reasoning_content) continue;
           chars += delta.content?.length ?? 0;
-          out += chunk(`"choices":[{"index":0,"delta":${JSON.stringify(delta)},"finish_reason":null}]`);
+          out += chunk(`"choices":[{"index":0,"delta":{${role}${JSON.stringify(delta).slice(1)},"finish_reason":null}]`);
+          role = "";
           continue;
         }
         case "tool_call": {
           const call = event.call;
           chars += (call.name?.length ?? 0) + (call.arguments?.length ?? 0);
           const entry = JSON.stringify(toolCallDeltaJson(call));
-          out += chunk(`"choices":[{"index":0,"delta":{"tool_calls":[${entry}]},"finish_reason":null}]`);
+          out += chunk(`"choices":[{"index":0,"delta":{${role}"tool_calls":[${entry}]},"finish_reason":null}]`);
+          role = "";
           continue;
         }
         case "complete": {

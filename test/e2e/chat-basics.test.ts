@@ -115,7 +115,7 @@ describe("answer details", () => {
     const { data } = await readSse(await postChat(server.url, apiKey, chatBody("x", { stream: true })));
     const chunks = data.slice(0, -1).map((d) => JSON.parse(d) as { choices: unknown[]; usage?: unknown });
     expect(chunks.map((c) => ({ choices: c.choices, usage: c.usage }))).toEqual([
-      { choices: [{ index: 0, delta: { reasoning_content: "thinking" }, finish_reason: null }], usage: undefined },
+      { choices: [{ index: 0, delta: { role: "assistant", reasoning_content: "thinking" }, finish_reason: null }], usage: undefined },
       { choices: [{ index: 0, delta: { content: "answer" }, finish_reason: null }], usage: undefined },
       {
         choices: [],
@@ -202,7 +202,7 @@ describe("streaming", () => {
       model: "org/model",
     };
     expect(chunks).toEqual([
-      { ...head, choices: [{ index: 0, delta: { content: "Hello" }, finish_reason: null }] },
+      { ...head, choices: [{ index: 0, delta: { role: "assistant", content: "Hello" }, finish_reason: null }] },
       { ...head, choices: [{ index: 0, delta: { content: ", world" }, finish_reason: null }] },
       { ...head, choices: [], usage: { prompt_tokens: 7, completion_tokens: 2, total_tokens: 9 } },
       { ...head, choices: [{ index: 0, delta: {}, finish_reason: "stop" }] },

@@ -36,7 +36,7 @@ describe("streamCompletion", () => {
     const text = await readAll(await streamCompletion(committed(a, "Hi"), CTX, async (o) => void outcomes.push(o)));
     expect(text).toBe(
       [
-        `data: ${HEAD}"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}\n\n`,
+        `data: ${HEAD}"choices":[{"index":0,"delta":{"role":"assistant","content":"Hi"},"finish_reason":null}]}\n\n`,
         `data: ${HEAD}"choices":[{"index":0,"delta":{"content":" \\"quoted\\"\\n"},"finish_reason":null}]}\n\n`,
         `data: ${HEAD}"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}\n\n`,
         `data: ${HEAD}"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n`,
@@ -64,7 +64,7 @@ describe("streamCompletion", () => {
     const reader = (await ready).getReader();
     const text = new TextDecoder().decode((await reader.read()).value);
     expect(text.split("\n\n").filter(Boolean)).toEqual([
-      `data: ${HEAD}"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}`,
+      `data: ${HEAD}"choices":[{"index":0,"delta":{"role":"assistant","content":"Hi"},"finish_reason":null}]}`,
       `data: ${HEAD}"choices":[{"index":0,"delta":{"content":" there"},"finish_reason":null}]}`,
       `data: ${HEAD}"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}`,
       `data: ${HEAD}"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`,
@@ -77,7 +77,7 @@ describe("streamCompletion", () => {
     const { attempt: a } = attempt();
     const reader = (await streamCompletion(committed(a, "Hi"), CTX, async () => {})).getReader();
     expect(new TextDecoder().decode((await reader.read()).value)).toBe(
-      `data: ${HEAD}"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}\n\n`,
+      `data: ${HEAD}"choices":[{"index":0,"delta":{"role":"assistant","content":"Hi"},"finish_reason":null}]}\n\n`,
     );
     const next = reader.read();
     a.push({ type: "chunk", delta: { content: "!" } });
@@ -204,7 +204,7 @@ describe("tool calls (OpenAI's shapes)", () => {
     const text = await readAll(await streamCompletion({ attempt: a, first }, CTX, async (o) => void outcomes.push(o)));
     expect(text).toBe(
       [
-        `data: ${HEAD}"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"get_weather","arguments":"{\\"city\\":"}}]},"finish_reason":null}]}\n\n`,
+        `data: ${HEAD}"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"get_weather","arguments":"{\\"city\\":"}}]},"finish_reason":null}]}\n\n`,
         `data: ${HEAD}"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\\"Paris\\"}"}}]},"finish_reason":null}]}\n\n`,
         `data: ${HEAD}"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"call_b","type":"function","function":{"name":"get_time","arguments":""}}]},"finish_reason":null}]}\n\n`,
         `data: ${HEAD}"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}\n\n`,
