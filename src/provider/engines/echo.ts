@@ -2,15 +2,15 @@
  * Echo engine: deterministic replies for demos, tests and benchmarks (never routable under the
  * production trust policy).
  *
- * Reply: the words of the last message's content. A token is one whitespace-separated word, emitted
+ * Reply: the words of the last message's text (its string content, or its text parts joined). A token is one whitespace-separated word, emitted
  * with one following space, except the reply's final word. At most `max_tokens` tokens are emitted:
  * finish_reason "length" when the budget cut the reply (a cut reply is a prefix of the full reply),
  * "stop" otherwise.
- * Usage: prompt_tokens = words over all messages + 4 per message; completion_tokens = tokens emitted.
+ * Usage: prompt_tokens = words over all messages' texts + 4 per message; completion_tokens = tokens emitted.
  * Timing: an optional delay before the first token, then an optional rate; both end at once on abort.
  * Identical input gives identical output.
  */
-import type { ServedModel } from "../../protocol/messages.ts";
+import { messageText, type ServedModel } from "../../protocol/messages.ts";
 import { abortableDelay, type Engine, EngineError, type EngineEvent, type EngineRequest } from "./engine.ts";
 
 export interface EchoOptions {
@@ -38,8 +38,9 @@ export function createEchoEngine(options: EchoOptions): Engine {
   async function* generate(request: EngineRequest, signal: AbortSignal): AsyncGenerator<EngineEvent> {
     if (!options.models.includes(request.model)) throw new EngineError("model_not_loaded", "model not served by this engine");
     const { messages, max_tokens: budget } = request.body;
-    const promptTokens = messages.reduce((sum, m) => sum + words(m.content).length + ECHO_MESSAGE_OVERHEAD, 0);
-    const reply = words(messages[messages.length - 1]?.content ?? "");
+    const promptTokens = messages.reduce((sum, m) => sum + words(messageText(m)).length + ECHO_MESSAGE_OVERHEAD, 0);
+    const last = messages[messages.length - 1];
+    const reply = words(last ? messageText(last) : "");
     const count = Math.min(reply.length, budget);
     for (let i = 0; i < count; i++) {
       if (i === 0) await abortableDelay(firstDelayMs, signal);

@@ -16,7 +16,7 @@
  *   abort -> cancelled (the upstream request is aborted too).
  */
 import { createParser, type EventSourceMessage } from "eventsource-parser";
-import type { Delta, EngineRequestBody, ServedModel, Usage } from "../../protocol/messages.ts";
+import { type Delta, type EngineRequestBody, messageText, type ServedModel, type Usage } from "../../protocol/messages.ts";
 import type { Engine, EngineEvent, EngineRequest } from "./engine.ts";
 import { EngineError } from "./engine.ts";
 
@@ -110,7 +110,7 @@ function usageOf(v: unknown): Usage | undefined {
 }
 
 function estimatePromptTokens(body: EngineRequestBody): number {
-  return body.messages.reduce((sum, m) => sum + Math.ceil(m.content.length / 4) + 4, 0);
+  return body.messages.reduce((sum, m) => sum + Math.ceil(messageText(m).length / 4) + 4, 0);
 }
 
 export function createOpenAIEngine(options: OpenAIEngineOptions): Engine {

@@ -60,7 +60,7 @@ describe("promptTokenBound", () => {
     const alphabet = ["a", "Z", " ", "\n", "é", "ß", "Ж", "漢", "字", "한", "😀", "👍🏽", "𝄞", "\u0000", "\u{10ffff}"];
     for (let i = 0; i < 200; i++) {
       const messages = Array.from({ length: 1 + Math.floor(next() * 4) }, () => ({
-        role: next() < 0.5 ? "user" : "assistant",
+        role: next() < 0.5 ? ("user" as const) : ("assistant" as const),
         content: Array.from({ length: Math.floor(next() * 40) }, () => alphabet[Math.floor(next() * alphabet.length)]).join(""),
       }));
       const bytes = messages.reduce((sum, m) => sum + utf8(m.role) + utf8(m.content) + MESSAGE_OVERHEAD_TOKENS, REQUEST_OVERHEAD_TOKENS);
