@@ -20,6 +20,7 @@
  */
 import { createHash } from "node:crypto";
 import type AjvCore from "ajv/dist/core";
+import type { UriResolver } from "ajv/dist/types";
 import { Errors } from "../errors/api-error.ts";
 import { isObject, type JsonObject } from "../validation/fields.ts";
 
@@ -69,11 +70,13 @@ interface Ajv {
 }
 
 async function loadAjv(): Promise<Ajv> {
-  const [{ default: Ajv2020, MissingRefError }, { default: AjvDraft07 }, { default: uri }] = await Promise.all([
+  const [{ default: Ajv2020, MissingRefError }, { default: AjvDraft07 }, { default: loaded }] = await Promise.all([
     import("ajv/dist/2020"),
     import("ajv"),
     import("ajv/dist/runtime/uri"),
   ]);
+  // Ajv's own URI resolver (fast-uri); a CommonJS default that `bun build` wraps once more.
+  const uri: UriResolver = "parse" in loaded ? loaded : (loaded as { default: UriResolver }).default;
   let left = Number.POSITIVE_INFINITY;
   const step = () => {
     if (--left < 0) throw new ResolutionBudget("reference resolution budget exhausted");
