@@ -3,6 +3,7 @@
  * OpenAI-compatible /v1/chat/completions (JSON and SSE) with no coordinator in between.
  * Usage: bun bench/echo-server.ts  (prints {"url": ...} on stdout once listening)
  */
+import type { ChatMessage } from "../src/protocol/messages.ts";
 import { createEchoEngine } from "../src/provider/engines/echo.ts";
 
 const engine = createEchoEngine({ models: ["bench/echo"] });
@@ -13,7 +14,7 @@ const server = Bun.serve({
   port: 0,
   idleTimeout: 0,
   async fetch(request) {
-    const body = (await request.json()) as { messages: { role: string; content: string }[]; max_tokens?: number; stream?: boolean };
+    const body = (await request.json()) as { messages: ChatMessage[]; max_tokens?: number; stream?: boolean };
     const events = engine.generate(
       { model: "bench/echo", body: { messages: body.messages, max_tokens: body.max_tokens ?? 4096 } },
       request.signal,

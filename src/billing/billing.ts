@@ -1,8 +1,9 @@
 /**
  * The billing lifecycle of one chat request (DESIGN.md section 9):
  *   reserve  - before dispatch, hold an upper bound of the cost: prompt tokens bounded by the UTF-8
- *              length of the messages plus a per-message overhead (a token is at least one byte), plus
- *              the output budget, at the model's rates (or the fallback rates);
+ *              length of every forwarded string of the messages (text, names, ids, tool-call arguments)
+ *              plus overheads (a token is at least one byte) and a fixed count per image, plus the
+ *              output budget, at the model's rates (or the fallback rates);
  *   settle   - after the answer, charge uncached prompt x input + cached x cache-read + completion x
  *              output, rounded up once to 1 micro-USD and never more than the hold; release the rest;
  *              credit the provider's account with the charge less the platform fee;
@@ -12,7 +13,7 @@
  *              first (invalid output), so it is never charged; the estimate is.
  * Self-routed requests hold nothing and are charged nothing; their usage is still recorded.
  */
-import type { Usage } from "../protocol/messages.ts";
+import { type ChatMessage, messageText, type Usage } from "../protocol/messages.ts";
 import type { Settlement } from "../store/money-types.ts";
 import { ceilMillionths, costOf } from "./money.ts";
 import type { Rates } from "./pricing.ts";
@@ -21,20 +22,52 @@ import type { Hold, HoldRequest, Wallets } from "./wallets.ts";
 /** Chat-template tokens per message and per request, on top of the text itself. */
 export const MESSAGE_OVERHEAD_TOKENS = 8;
 export const REQUEST_OVERHEAD_TOKENS = 16;
+/** Chat-template tokens around one tool call of an assistant message (its tags and JSON keys). */
+export const TOOL_CALL_OVERHEAD_TOKENS = 16;
+/**
+ * Prompt tokens one image part may cost, whatever its URL's length: the ceiling of common vision runtimes
+ * (Qwen2.5-VL's default 16,384 image tokens; OpenAI's high detail stays below 2,000).
+ */
+export const IMAGE_PART_TOKENS = 16_384;
+/** An image part in a typical-case estimate (rate limits). */
+const IMAGE_PART_ESTIMATE_TOKENS = 1024;
 /** Characters per token when a count must be estimated (prompt for limits, unreported output). */
 const CHARS_PER_TOKEN = 4;
 
-/** An upper bound of the prompt's tokens: UTF-8 bytes of every role and content, plus overheads. */
-export function promptTokenBound(messages: readonly { role: string; content: string }[]): number {
-  let bytes = REQUEST_OVERHEAD_TOKENS;
-  for (const m of messages) bytes += utf8Length(m.role) + utf8Length(m.content) + MESSAGE_OVERHEAD_TOKENS;
-  return bytes;
+/**
+ * An upper bound of the prompt's tokens (a token is at least one byte): UTF-8 bytes of every forwarded
+ * string of every message (role, name, text content and text parts, refusal, tool_call_id, and each tool
+ * call's id and name, and its arguments twice: a template may re-serialize them as JSON with spaces), plus
+ * IMAGE_PART_TOKENS per image part, TOOL_CALL_OVERHEAD_TOKENS per tool call and the overheads.
+ */
+export function promptTokenBound(messages: readonly ChatMessage[]): number {
+  let tokens = REQUEST_OVERHEAD_TOKENS;
+  for (const m of messages) {
+    tokens += MESSAGE_OVERHEAD_TOKENS + utf8Length(m.role);
+    if ("name" in m && m.name !== undefined) tokens += utf8Length(m.name);
+    if (m.role === "tool") tokens += utf8Length(m.tool_call_id);
+    const content = m.content;
+    if (typeof content === "string") tokens += utf8Length(content);
+    else if (content) for (const part of content) tokens += part.type === "text" ? utf8Length(part.text) : IMAGE_PART_TOKENS;
+    if (m.role !== "assistant") continue;
+    if (m.refusal) tokens += utf8Length(m.refusal);
+    for (const call of m.tool_calls ?? []) {
+      tokens += TOOL_CALL_OVERHEAD_TOKENS + utf8Length(call.id) + utf8Length(call.function.name) + 2 * utf8Length(call.function.arguments);
+    }
+  }
+  return tokens;
 }
 
 /** A typical-case estimate of the prompt's tokens (rate limits count this, then true up). */
-export function promptTokenEstimate(messages: readonly { role: string; content: string }[]): number {
+export function promptTokenEstimate(messages: readonly ChatMessage[]): number {
   let chars = 0;
-  for (const m of messages) chars += m.content.length + MESSAGE_OVERHEAD_TOKENS * CHARS_PER_TOKEN;
+  for (const m of messages) {
+    chars += messageText(m).length + MESSAGE_OVERHEAD_TOKENS * CHARS_PER_TOKEN;
+    if (Array.isArray(m.content))
+      for (const part of m.content) if (part.type !== "text") chars += IMAGE_PART_ESTIMATE_TOKENS * CHARS_PER_TOKEN;
+    if (m.role === "tool") chars += m.tool_call_id.length;
+    if (m.role === "assistant") for (const call of m.tool_calls ?? []) chars += call.function.name.length + call.function.arguments.length;
+  }
   return Math.ceil(chars / CHARS_PER_TOKEN);
 }
 

@@ -19,6 +19,7 @@ import { SealedReplayCache } from "../crypto/consumer-replay.ts";
 import { Fleet } from "../fleet/fleet.ts";
 import type { FleetView } from "../fleet/fleet-view.ts";
 import { ChatService } from "../inference/chat-service.ts";
+import { ToolSchemas } from "../inference/tool-schemas.ts";
 import { RateLimiter } from "../limits/rate-limiter.ts";
 import { createLogger, type Logger } from "../observability/logger.ts";
 import { createMetrics, type Metrics } from "../observability/metrics.ts";
@@ -180,7 +181,19 @@ export function createApp(deps: AppDeps): App {
   });
   const authenticate = createAuthenticator(store, config.jwt && createJwtVerifier(config.jwt, now));
   const checkProviderToken = (authorization: string | null) => authenticateProvider(store, authorization, now());
-  const chat = new ChatService({ catalog, pricing, fleet, billing, limiter, store, settings: config, logger, metrics, now });
+  const chat = new ChatService({
+    catalog,
+    pricing,
+    fleet,
+    billing,
+    limiter,
+    store,
+    schemas: new ToolSchemas(),
+    settings: config,
+    logger,
+    metrics,
+    now,
+  });
   const http = createHttpApp({
     store,
     catalog,

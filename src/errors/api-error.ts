@@ -96,6 +96,8 @@ export const Errors = {
   deviceCodeAlreadyDecided: make(409, "device_code_already_decided"),
   requestTooLarge: make(413, "request_too_large"),
   promptTooLarge: make(413, "prompt_too_large"),
+  /** A JSON Schema of the request (tool parameters, response format) cannot be compiled within the limits. */
+  toolSchemaInvalid: make(422, "tool_schema_invalid"),
   rateLimited: (message: string, retryAfterSeconds: number, headers: Record<string, string> = {}) =>
     make(429, "rate_limit_exceeded")(message, undefined, { ...headers, "retry-after": retryAfter(retryAfterSeconds) }),
   capacityExhausted: (message: string, retryAfterSeconds: number) =>

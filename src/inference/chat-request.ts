@@ -5,22 +5,27 @@
  *   3. negative or malformed -> 400;
  *   4. positive max_tokens wins; else a positive max_completion_tokens is copied to max_tokens;
  *   5. (sending only one is preferred: both are accepted).
- * `n` > 1 is 400. temperature, top_p and stop are type-checked; other fields pass through to the
- * runtime, except identity fields, which are dropped. Error messages name fields, never their content.
+ * `n` > 1 is 400. temperature, top_p and stop are type-checked; messages are read as OpenAI shapes them
+ * (src/protocol/chat-messages.ts: unknown fields of a message dropped); tools, tool_choice,
+ * parallel_tool_calls and response_format are checked (tool-fields.ts) and their JSON Schemas listed for
+ * compiling (tool-schemas.ts, by the caller); other fields pass through to the runtime, except identity
+ * fields, which are dropped. Error messages name fields, never their content.
  * Nesting is bounded first (MAX_JSON_DEPTH), before anything else walks the body.
  */
-import { Errors } from "../errors/api-error.ts";
+import { ApiError, Errors } from "../errors/api-error.ts";
+import { type ChatMessage, readChatMessages } from "../protocol/chat-messages.ts";
 import { type EngineRequestBody, MAX_TOKENS_LIMIT } from "../protocol/messages.ts";
 import { isObject, type JsonObject, MAX_JSON_DEPTH, tooDeep } from "../validation/fields.ts";
-
-export interface ChatMessage {
-  readonly role: string;
-  readonly content: string;
-}
+import { readToolFields } from "./tool-fields.ts";
+import type { SchemaToCheck } from "./tool-schemas.ts";
 
 export interface ChatRequest {
   readonly model: string;
   readonly messages: readonly ChatMessage[];
+  /** The first image part's param (`messages[i].content[j]`): refused unless the model takes images. */
+  readonly imageParam: string | undefined;
+  /** The JSON Schemas of tools and response_format, to compile before dispatch (422). */
+  readonly schemas: readonly SchemaToCheck[];
   readonly stream: boolean;
   /** `self_route: true`: serve only on the caller's own provider machines, free of charge. */
   readonly selfRoute: boolean;
@@ -78,20 +83,9 @@ export function parseChatRequest(body: unknown): ChatRequest {
     throw Errors.invalidValue("'model' must be a non-empty string of at most 256 characters", "model");
   }
 
-  const rawMessages = body.messages;
-  if (rawMessages === undefined || rawMessages === null) throw Errors.missingField("messages");
-  if (!Array.isArray(rawMessages)) throw Errors.invalidValue("'messages' must be an array", "messages");
-  if (rawMessages.length === 0) throw Errors.invalidValue("'messages' must hold at least 1 message", "messages");
-  const messages: ChatMessage[] = new Array(rawMessages.length);
-  for (let i = 0; i < rawMessages.length; i++) {
-    const m: unknown = rawMessages[i];
-    if (!isObject(m)) throw Errors.invalidValue(`'messages[${i}]' must be an object`, `messages[${i}]`);
-    if (typeof m.role !== "string" || m.role.length === 0) {
-      throw Errors.invalidValue(`'messages[${i}].role' must be a non-empty string`, `messages[${i}].role`);
-    }
-    if (typeof m.content !== "string") throw Errors.invalidValue(`'messages[${i}].content' must be a string`, `messages[${i}].content`);
-    messages[i] = { role: m.role, content: m.content };
-  }
+  const { messages, imageParam } = readChatMessages(body.messages, (fault) => {
+    throw new ApiError(400, "invalid_request_error", fault.code, fault.message, fault.param);
+  });
 
   const stream = body.stream;
   if (stream !== undefined && stream !== null && typeof stream !== "boolean")
@@ -123,6 +117,8 @@ export function parseChatRequest(body: unknown): ChatRequest {
     }
   }
 
+  const schemas = readToolFields(body);
+
   const passThrough: Record<string, unknown> = {};
   for (const key of Object.keys(body)) {
     if (!CONSUMED.has(key) && !IDENTITY.has(key) && body[key] !== undefined) passThrough[key] = body[key];
@@ -131,6 +127,8 @@ export function parseChatRequest(body: unknown): ChatRequest {
   return {
     model,
     messages,
+    imageParam,
+    schemas,
     stream: stream === true,
     selfRoute: selfRoute === true,
     requestedMaxTokens: maxTokens ?? maxCompletionTokens,

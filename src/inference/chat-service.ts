@@ -1,6 +1,7 @@
 /**
  * One chat request end to end (DESIGN.md section 4):
- *   validate -> resolve the model (alias -> build) -> key allowlist (403) -> budget rules ->
+ *   validate -> resolve the model (alias -> build) -> key allowlist (403) -> image parts only for a model
+ *   whose input_modalities list "image" (400) -> compile the request's JSON Schemas (422) -> budget rules ->
  *   rate limit (429, per key: requests and estimated tokens) -> reserve the worst-case cost (402) ->
  *   dispatch with failover (self-route: own machines only) -> answer as JSON or an event stream ->
  *   settle the real cost (durable before the answer's last bytes) and true up the token limit.
@@ -30,6 +31,7 @@ import type { Store } from "../store/types.ts";
 import { effectiveBudget, engineBody, parseChatRequest } from "./chat-request.ts";
 import { type DispatchSettings, dispatch } from "./dispatch.ts";
 import { collectCompletion, completionId, type Outcome, type ResponseContext, streamCompletion } from "./responses.ts";
+import type { ToolSchemas } from "./tool-schemas.ts";
 
 export interface ChatSettings extends DispatchSettings {
   readonly defaultMaxTokens: number;
@@ -51,6 +53,8 @@ export interface ChatDeps {
   readonly billing: Billing;
   readonly limiter: RateLimiter;
   readonly store: Store;
+  /** The app's JSON Schema compiler (tools, response_format) and its verdict cache. */
+  readonly schemas: ToolSchemas;
   readonly settings: ChatSettings;
   readonly logger: Logger;
   readonly metrics: Metrics;
@@ -114,7 +118,7 @@ export class ChatService {
     end: () => void,
     streamEnded: (() => void) | undefined,
   ): Promise<ChatResult> {
-    const { catalog, pricing, fleet, billing, limiter, settings, logger, metrics, now } = this.deps;
+    const { catalog, pricing, fleet, billing, limiter, schemas, settings, logger, metrics, now } = this.deps;
     const started = now();
     const request = parseChatRequest(body);
     const resolved = await catalog.resolve(request.model);
@@ -124,6 +128,10 @@ export class ChatService {
     if (filter && !filter(resolved.id, resolved.build.id)) {
       throw Errors.modelNotAllowed("this API key may not use this model", "model");
     }
+    if (request.imageParam !== undefined && !resolved.build.inputModalities?.includes("image")) {
+      throw Errors.unsupportedValue("this model does not take image input (its input_modalities)", request.imageParam);
+    }
+    await schemas.check(request.schemas);
     const selfRoute = principal.selfRouteOnly || request.selfRoute;
     if (selfRoute && !(await this.hasLinkedMachine(principal.accountId))) {
       throw Errors.selfRouteConflict("self-route needs a provider machine linked to this account (a provider device token)");

@@ -22,6 +22,7 @@
  * whose hello offers `session_keys` gets `welcome.session_enc` (one HPKE setup for the connection) and then
  * `sealed_inference` frames with a request counter `n` in place of a per-request `enc`.
  */
+import { type ChatMessage, readChatMessages } from "./chat-messages.ts";
 
 export const PROTOCOL_VERSION = 2;
 /** The close reason for a hello that offers only protocol version 1 (retired: it cannot relay tool calls). */
@@ -263,9 +264,24 @@ export interface Welcome {
   readonly model_warnings?: readonly ModelWarning[];
 }
 
-/** The chat request as the engine sees it: messages, output budget, sampling and pass-through fields. */
+export type {
+  AssistantMessage,
+  ChatMessage,
+  ImagePart,
+  SystemMessage,
+  TextPart,
+  ToolCall,
+  ToolMessage,
+  UserMessage,
+} from "./chat-messages.ts";
+export { messageText } from "./chat-messages.ts";
+
+/**
+ * The chat request as the engine sees it: messages (OpenAI's shapes, src/protocol/chat-messages.ts), output
+ * budget, sampling and pass-through fields (tools, tool_choice, response_format ... as the consumer sent them).
+ */
 export interface EngineRequestBody {
-  readonly messages: readonly { readonly role: string; readonly content: string }[];
+  readonly messages: readonly ChatMessage[];
   readonly max_tokens: number;
   readonly [field: string]: unknown;
 }
@@ -439,14 +455,9 @@ export function parseFinal(v: unknown): { finish_reason: string; usage: Usage; r
 /** Validates a request body (plaintext inference frames, and the opened payload of a sealed one). */
 export function parseEngineRequest(v: unknown): EngineRequestBody {
   const request = obj(v, "request");
-  const messages = request.messages;
-  if (!Array.isArray(messages) || messages.length === 0) fail("request.messages must be a non-empty array");
-  for (const m of messages) {
-    const mo = obj(m, "message");
-    if (typeof mo.role !== "string" || typeof mo.content !== "string") fail("each message needs string role and content");
-  }
-  int(request, "max_tokens", 1, MAX_TOKENS_LIMIT);
-  return request as unknown as EngineRequestBody;
+  const { messages } = readChatMessages(request.messages, (fault) => fail(fault.message), "request.messages");
+  const max_tokens = int(request, "max_tokens", 1, MAX_TOKENS_LIMIT);
+  return { ...request, messages, max_tokens };
 }
 
 /** Parses and validates one frame a provider sent. Throws ProtocolError. */

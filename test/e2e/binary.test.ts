@@ -1,7 +1,7 @@
 /**
  * The compiled binaries: two builds from the same sources are byte-identical, and the coordinator
- * binary serves the real routes (minified Elysia breaks some hooks; only a binary test catches that)
- * and refuses, through its own SQLite, a database another coordinator holds, and a busy port.
+ * binary serves the real routes (minified Elysia breaks some hooks; only a binary test catches that),
+ * compiles tool schemas with Ajv (imported on first use, generating code at run time) and refuses, through its own SQLite, a database another coordinator holds, and a busy port.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { createHash } from "node:crypto";
@@ -91,6 +91,44 @@ describe("compiled coordinator", () => {
 
       const one = await fetch(`${url}/v1/models/org%2Falias`, { headers: { authorization: `Bearer ${apiKey}` } });
       expect(((await one.json()) as { id: string }).id).toBe("org/alias");
+
+      // Tool schemas go through Ajv inside the binary: compiled (2020-12 and draft-07) or refused with 422.
+      expect((await admin("POST", `/accounts/${account.body.id}/credit`, { amount_micro_usd: 1_000_000_000 })).status).toBe(200);
+      const chat = async (parameters: unknown) => {
+        const r = await fetch(`${url}/v1/chat/completions`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
+          body: JSON.stringify({
+            model: "org/alias",
+            messages: [
+              { role: "user", content: [{ type: "text", text: "hi" }] },
+              { role: "assistant", content: null, tool_calls: [{ id: "c1", type: "function", function: { name: "f", arguments: "{}" } }] },
+              { role: "tool", tool_call_id: "c1", content: "done" },
+            ],
+            tools: [{ type: "function", function: { name: "f", parameters } }],
+          }),
+        });
+        const error = ((await r.json()) as { error: { code: string; message: string } }).error;
+        return [r.status, error.code, error.message];
+      };
+      expect(await chat({ $defs: { n: { type: "object", properties: { k: { $ref: "#/$defs/n" } } } }, $ref: "#/$defs/n" })).toEqual([
+        503,
+        "model_unavailable",
+        expect.any(String),
+      ]);
+      expect(
+        await chat({ $schema: "http://json-schema.org/draft-07/schema#", type: "object", properties: { a: { pattern: "^a+$" } } }),
+      ).toEqual([503, "model_unavailable", expect.any(String)]);
+      expect(await chat({ type: "string", pattern: "([" })).toEqual([
+        422,
+        "tool_schema_invalid",
+        "'tools[0].function.parameters' holds a pattern that is not a valid regular expression",
+      ]);
+      expect(await chat({ $ref: "https://schemas.example/x.json" })).toEqual([
+        422,
+        "tool_schema_invalid",
+        "'tools[0].function.parameters' has a $ref that does not resolve within the schema (remote references are never fetched)",
+      ]);
 
       const unauth = await fetch(`${url}/v1/models`);
       expect([unauth.status, ((await unauth.json()) as { error: { type: string } }).error.type]).toEqual([401, "authentication_error"]);

@@ -5,7 +5,7 @@
  */
 import { describe, expect, test } from "bun:test";
 import { connect } from "node:net";
-import type { Inference } from "../../src/protocol/messages.ts";
+import { type Inference, messageText } from "../../src/protocol/messages.ts";
 import { connectFakeProvider, type Step } from "../support/fake-provider.ts";
 import { seedAccount, seedCatalog, type TestApp, testApp } from "../support/harness.ts";
 import { chatBody, postChat, providerToken, readSse, startServer } from "../support/server.ts";
@@ -475,7 +475,8 @@ describe("privacy", () => {
       token,
       models: [BUILD],
       behave: (inf) => {
-        const mode = inf.request.messages[0]?.content.split(" ")[0];
+        const first = inf.request.messages[0];
+        const mode = first && messageText(first).split(" ")[0];
         if (mode === "hang") return [{ do: "accept" }, { do: "hang" }];
         if (mode === "break") return [{ do: "accept" }, { do: "chunk", delta: { content: CANARY } }, { do: "error", code: "engine_error" }];
         return [{ do: "accept" }, { do: "chunk", delta: { content: CANARY } }, { do: "complete" }];

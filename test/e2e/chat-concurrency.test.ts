@@ -7,7 +7,7 @@
  * the requests evenly over the three providers, and every slot was released.
  */
 import { expect, test } from "bun:test";
-import { encode, type Inference } from "../../src/protocol/messages.ts";
+import { encode, type Inference, messageText } from "../../src/protocol/messages.ts";
 import { connectFakeProvider, type FakeProvider } from "../support/fake-provider.ts";
 import { seedAccount, seedCatalog, testApp } from "../support/harness.ts";
 import { chatBody, parseSse, providerToken, rawHttp, startServer } from "../support/server.ts";
@@ -61,7 +61,9 @@ test("1,000 concurrent streams over 3 providers: no cross-talk, one [DONE] each,
   expect(perProvider.flat()).toHaveLength(REQUESTS);
 
   // Answer word by word, round-robin over every attempt on every provider.
-  const words = perProvider.map((list) => list.map((inf) => (inf.request.messages[0]?.content ?? "").split(" ")));
+  const words = perProvider.map((list) =>
+    list.map((inf) => messageText(inf.request.messages[0] ?? { role: "user", content: "" }).split(" ")),
+  );
   const longest = Math.max(...words.flat().map((w) => w.length));
   for (let w = 0; w < longest; w++) {
     providers.forEach((p, pi) => {

@@ -10,7 +10,7 @@
 import { describe, expect, test } from "bun:test";
 import { chargeFor, feeFor, promptTokenBound, reservationFor } from "../../src/billing/billing.ts";
 import { PROMPT_TEMPLATE_ALLOWANCE } from "../../src/billing/usage-bounds.ts";
-import type { Inference } from "../../src/protocol/messages.ts";
+import type { ChatMessage, Inference } from "../../src/protocol/messages.ts";
 import { PLATFORM_ACCOUNT_ID } from "../../src/store/money-types.ts";
 import { connectFakeProvider, echo, type FakeProvider, type Step } from "../support/fake-provider.ts";
 import { seedCatalog, type TestApp, testApp } from "../support/harness.ts";
@@ -101,7 +101,7 @@ const answer =
   (usage: { prompt_tokens: number; completion_tokens: number; cached_tokens?: number }, text = "x".repeat(usage.completion_tokens)) =>
   (): readonly Step[] => [{ do: "accept" }, { do: "chunk", delta: { content: text } }, { do: "complete", usage }];
 
-const MESSAGES = [{ role: "user", content: "price me" }];
+const MESSAGES: ChatMessage[] = [{ role: "user", content: "price me" }];
 const MAX_TOKENS = 100;
 /** What one request with MESSAGES and MAX_TOKENS reserves on org/model. */
 const RESERVATION = reservationFor(promptTokenBound(MESSAGES), MAX_TOKENS, RATES);

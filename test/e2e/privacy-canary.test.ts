@@ -3,7 +3,9 @@
  * with a canary string in system and user messages, in pass-through and identity fields, in the model
  * name and the credential of bad requests and in request bodies of every failure path, against a real
  * coordinator process at debug level on a temp database and real provider processes (echo engine, so
- * the canary also comes back in completions) plus scripted fake providers for failures.
+ * the canary also comes back in completions) plus scripted fake providers for failures. Every chat body
+ * is a tool-calling turn: the canary is in tool schemas, a tool call's arguments and a tool result too,
+ * and in the refused tool shapes, schemas (422) and image parts.
  *
  * Then the canary (UTF-8 and UTF-16LE, as written and lower-cased) must be in no log line of any
  * process, no database file (.db, -wal, -shm, the settlement journal -settlements, while running and
@@ -54,6 +56,13 @@ function canaryBody(model: string, extra: Record<string, unknown> = {}): Record<
     model,
     messages: [
       { role: "system", content: `You guard the secret ${CANARY} carefully.` },
+      { role: "user", content: [{ type: "text", text: `look ${CANARY} up` }] },
+      {
+        role: "assistant",
+        content: null,
+        tool_calls: [{ id: "call_1", type: "function", function: { name: "lookup", arguments: JSON.stringify({ q: CANARY }) } }],
+      },
+      { role: "tool", tool_call_id: "call_1", content: `found ${CANARY}` },
       { role: "user", content: `please repeat ${CANARY} back to me` },
     ],
     user: CANARY,
@@ -62,7 +71,11 @@ function canaryBody(model: string, extra: Record<string, unknown> = {}): Record<
     tools: [
       {
         type: "function",
-        function: { name: "lookup", description: CANARY, parameters: { type: "object", properties: { q: { description: CANARY } } } },
+        function: {
+          name: "lookup",
+          description: CANARY,
+          parameters: { type: "object", description: CANARY, properties: { q: { type: "string", description: CANARY } }, required: ["q"] },
+        },
       },
     ],
     // Forwarded, but the echo engine answers with text (its tool mode would answer with a call).
@@ -284,9 +297,37 @@ describe("privacy canary", () => {
       "top_p a string": { top_p: CANARY },
       "stop with a number": { stop: [CANARY, 5] },
       "self_route a string": { self_route: CANARY },
+      "tool call arguments an object": {
+        messages: [
+          { role: "assistant", tool_calls: [{ id: CANARY, type: "function", function: { name: CANARY, arguments: { q: CANARY } } }] },
+        ],
+      },
+      "tool message without tool_call_id": { messages: [{ role: "tool", content: CANARY }] },
+      "content part of an unknown type": { messages: [{ role: "user", content: [{ type: CANARY, text: CANARY }] }] },
+      "tool name with a space": { tools: [{ type: "function", function: { name: `${CANARY} x`, description: CANARY } }] },
+      "tool_choice naming no tool": { tool_choice: { type: "function", function: { name: CANARY.replaceAll(/[^a-zA-Z0-9]/g, "_") } } },
+      "response_format of unknown type": { response_format: { type: CANARY } },
+      "image part for a text-only model": {
+        messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: `https://${CANARY}.example/x.png` } }] }],
+      },
+    };
+    const uncompilable: Record<string, Record<string, unknown>> = {
+      "remote $ref": { $ref: `https://${CANARY}.example/schema.json`, description: CANARY },
+      "bad pattern": { type: "object", properties: { [CANARY]: { type: "string", pattern: `([${CANARY}` } } },
+      "not a schema": { type: CANARY, description: CANARY },
+      "strict, open object": { type: "object", properties: { [CANARY]: { type: "string" } } },
     };
     for (const [name, fields] of Object.entries(wrongTypes))
       await keep(`invalid field: ${name}`, await post(canaryBody(BUILD.echo, fields)));
+    for (const [name, parameters] of Object.entries(uncompilable)) {
+      const strict = name.startsWith("strict");
+      await keep(
+        `422 schema: ${name}`,
+        await post(
+          canaryBody(BUILD.echo, { tools: [{ type: "function", function: { name: "lookup", description: CANARY, strict, parameters } }] }),
+        ),
+      );
+    }
     await keep("unknown model", await post(canaryBody(`canary/${CANARY}`)));
     await keep("unknown model, stream", await post(canaryBody(CANARY, { stream: true })));
     await keep(
@@ -435,12 +476,14 @@ describe("privacy canary", () => {
     // Each failure path answered as it should (so each was really exercised).
     const invalid = Object.fromEntries(Object.keys(wrongTypes).map((name) => [`invalid field: ${name}`, 400]));
     const adminInvalid = Object.fromEntries(adminCalls.map(([what]) => [what, 400]));
+    const schemaInvalid = Object.fromEntries(Object.keys(uncompilable).map((name) => [`422 schema: ${name}`, 422]));
     expect(statuses).toEqual({
       success: 200,
       "success, stream": 200,
       "invalid JSON": 400,
       "JSON that is not an object": 400,
       ...invalid,
+      ...schemaInvalid,
       sealed: "200 sealed",
       "sealed, stream": "200 sealed",
       "sealed, unknown model": "404 sealed",

@@ -10,7 +10,7 @@ import { describe, expect, test } from "bun:test";
 import { buildEvidence, FULL_SECURITY, SoftwareIdentity } from "../../attestation/src/index.ts";
 import { chargeFor, estimatedUsage, feeFor, promptTokenBound, promptTokenEstimate } from "../../src/billing/billing.ts";
 import { OUTPUT_ALLOWANCE_TOKENS, PROMPT_TEMPLATE_ALLOWANCE, TOOL_CALL_ALLOWANCE_TOKENS } from "../../src/billing/usage-bounds.ts";
-import { CLOSE, type Usage } from "../../src/protocol/messages.ts";
+import { type ChatMessage, CLOSE, type Usage } from "../../src/protocol/messages.ts";
 import { startAgent } from "../../src/provider/agent.ts";
 import { createEchoEngine } from "../../src/provider/engines/echo.ts";
 import type { Engine } from "../../src/provider/engines/engine.ts";
@@ -24,7 +24,7 @@ const BUILD = "org/base-build-4bit";
 /** Prices set on org/model, µUSD per million tokens (cache reads at the default half); the default budget is 2,048. */
 const RATES = { input: 65_000_000, output: 130_000_000, cacheRead: 32_500_000, source: "model" as const };
 const FEE_PERCENT = 10;
-const PROMPT = [{ role: "user", content: "hi" }];
+const PROMPT: ChatMessage[] = [{ role: "user", content: "hi" }];
 /** The most prompt tokens believable for PROMPT without forwarded fields: 30 + 512. */
 const PROMPT_LIMIT = promptTokenBound(PROMPT) + PROMPT_TEMPLATE_ALLOWANCE;
 

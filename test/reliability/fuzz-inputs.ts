@@ -138,6 +138,91 @@ export function parseBody(text: string): unknown {
   });
 }
 
+// Messages and tool fields as docs/api.md states them ("Messages", "Tools and structured output").
+const ROLES = ["system", "developer", "user", "assistant", "tool"];
+const nonEmpty = (v: unknown) => typeof v === "string" && v.length > 0;
+const textPart = (p: unknown) => isObject(p) && p.type === "text" && typeof p.text === "string";
+const imagePart = (p: unknown) =>
+  isObject(p) &&
+  p.type === "image_url" &&
+  isObject(p.image_url) &&
+  nonEmpty(p.image_url.url) &&
+  (absent(p.image_url.detail) || ["auto", "low", "high"].includes(p.image_url.detail as string));
+/** string, or a non-empty array of text parts (and image parts where `images`). */
+const contentOk = (v: unknown, images: boolean) =>
+  typeof v === "string" || (Array.isArray(v) && v.length > 0 && v.every((p) => textPart(p) || (images && imagePart(p))));
+const toolCallOk = (c: unknown) =>
+  isObject(c) &&
+  nonEmpty(c.id) &&
+  c.type === "function" &&
+  isObject(c.function) &&
+  nonEmpty(c.function.name) &&
+  typeof c.function.arguments === "string";
+function messageOk(m: Record<string, unknown>): boolean {
+  if (typeof m.role !== "string" || !ROLES.includes(m.role)) return false;
+  if (m.role === "tool") return !absent(m.content) && contentOk(m.content, false) && nonEmpty(m.tool_call_id);
+  if (!absent(m.name) && typeof m.name !== "string") return false;
+  if (m.role !== "assistant") return !absent(m.content) && contentOk(m.content, m.role === "user");
+  const calls = m.tool_calls;
+  if (!absent(calls) && !(Array.isArray(calls) && calls.every(toolCallOk))) return false;
+  if (!absent(m.refusal) && typeof m.refusal !== "string") return false;
+  if (absent(m.content)) return (Array.isArray(calls) && calls.length > 0) || typeof m.refusal === "string";
+  return contentOk(m.content, false);
+}
+const TOOL_NAME = /^[A-Za-z0-9_-]{1,64}$/;
+const optionalType = (o: Record<string, unknown>, key: string, type: string) => absent(o[key]) || typeof o[key] === type;
+/** The tool and response-format fields' faults (field names), and the tool names declared. */
+function toolFieldFaults(body: Record<string, unknown>): string[] {
+  const bad: string[] = [];
+  const names = new Set<string>();
+  const tools = body.tools;
+  if (!absent(tools)) {
+    const ok =
+      Array.isArray(tools) &&
+      tools.length >= 1 &&
+      tools.length <= 128 &&
+      tools.every((t) => {
+        if (!isObject(t) || t.type !== "function" || !isObject(t.function)) return false;
+        const f = t.function;
+        if (typeof f.name !== "string" || !TOOL_NAME.test(f.name) || names.has(f.name)) return false;
+        names.add(f.name);
+        return (
+          optionalType(f, "description", "string") &&
+          optionalType(f, "strict", "boolean") &&
+          (absent(f.parameters) || isObject(f.parameters))
+        );
+      });
+    if (!ok) bad.push("tools");
+  }
+  const choice = body.tool_choice;
+  if (!absent(choice)) {
+    const ok =
+      choice === "none" ||
+      choice === "auto" ||
+      (choice === "required" && !absent(tools)) ||
+      (isObject(choice) && choice.type === "function" && isObject(choice.function) && names.has(choice.function.name as string));
+    if (!ok) bad.push("tool_choice");
+  }
+  if (!absent(body.parallel_tool_calls) && typeof body.parallel_tool_calls !== "boolean") bad.push("parallel_tool_calls");
+  const format = body.response_format;
+  if (!absent(format)) {
+    const js = isObject(format) ? format.json_schema : undefined;
+    const ok =
+      isObject(format) &&
+      (format.type === "text" ||
+        format.type === "json_object" ||
+        (format.type === "json_schema" &&
+          isObject(js) &&
+          typeof js.name === "string" &&
+          TOOL_NAME.test(js.name) &&
+          optionalType(js, "description", "string") &&
+          optionalType(js, "strict", "boolean") &&
+          (absent(js.schema) || isObject(js.schema))));
+    if (!ok) bad.push("response_format");
+  }
+  return bad;
+}
+
 /** How deep a chat body may nest, the body itself being level 1 (docs/api.md, Limits). */
 const MAX_DEPTH = 64;
 
@@ -172,13 +257,10 @@ export function expectedChat(body: unknown, parsed: boolean): Expected {
   if (absent(messages) || !Array.isArray(messages) || messages.length === 0) bad.push("messages");
   else {
     messages.forEach((m: unknown, i) => {
-      if (!isObject(m)) bad.push(`messages[${i}]`);
-      else {
-        if (typeof m.role !== "string" || m.role.length === 0) bad.push(`messages[${i}].role`);
-        if (typeof m.content !== "string") bad.push(`messages[${i}].content`);
-      }
+      if (!isObject(m) || !messageOk(m)) bad.push(`messages[${i}]`);
     });
   }
+  bad.push(...toolFieldFaults(body));
   // Nesting deeper than 64 levels (the body being level 1) anywhere names its top-level field.
   for (const [name, value] of Object.entries(body)) if (1 + depthOf(value) > MAX_DEPTH) bad.push(name);
   if (!absent(body.stream) && typeof body.stream !== "boolean") bad.push("stream");
@@ -199,6 +281,9 @@ export function expectedChat(body: unknown, parsed: boolean): Expected {
   if (modelShape === "odd") return { kind: "bad_or_unknown_model" };
   const id = model as string;
   if (!KNOWN_MODELS.has(id)) return { kind: "not_found" };
+  // Image parts, once the model is known: the fuzz catalog's models take text only.
+  const withImage = (messages as Record<string, unknown>[]).findIndex((m) => Array.isArray(m.content) && m.content.some(imagePart));
+  if (withImage >= 0) return { kind: "invalid", params: [`messages[${withImage}]`] };
   if (body.self_route === true) return { kind: "self_route_conflict" };
   return { kind: "ok", model: id, stream: body.stream === true, budget: expectedBudget(id, body.max_tokens, body.max_completion_tokens) };
 }
@@ -211,7 +296,7 @@ export function checkChat(
   expected: Expected,
   answer: Answer,
   content: string | undefined,
-  want: (ok: Extract<Expected, { kind: "ok" }>) => string = (ok) => String(ok.budget),
+  want: (ok: Extract<Expected, { kind: "ok" }>) => string | undefined = (ok) => String(ok.budget),
 ): void {
   const where = () => `expected ${JSON.stringify(expected)}, got status ${answer.status} ${JSON.stringify(answer.body)?.slice(0, 300)}`;
   if (answer.status !== 200) {
@@ -228,17 +313,23 @@ export function checkChat(
     return;
   }
   if (expected.kind !== "ok") throw new Error(where());
-  if (content !== want(expected))
+  const wanted = want(expected);
+  if (wanted !== undefined && content !== wanted)
     throw new Error(`${where()}: the answer's content is not what a provider given budget ${expected.budget} answers`);
 }
 
 /**
  * What the echo engine (src/provider/engines/echo.ts, documented behaviour) answers: the words of the last
- * message, at most `budget` of them, each followed by one space except the reply's final word.
+ * message, at most `budget` of them, each followed by one space except the reply's final word. Undefined
+ * (not checked) when the body declares tools or asks for JSON: the engine may shape that answer otherwise.
  */
-export function echoReply(body: Record<string, unknown>, budget: number): string {
-  const messages = body.messages as { content: string }[];
-  const words = (messages.at(-1)?.content ?? "").split(/\s+/).filter((w) => w.length > 0);
+export function echoReply(body: Record<string, unknown>, budget: number): string | undefined {
+  const format = isObject(body.response_format) ? body.response_format.type : undefined;
+  if ((Array.isArray(body.tools) && body.tools.length > 0) || format === "json_schema" || format === "json_object") return undefined;
+  const last = (body.messages as { content?: unknown }[]).at(-1)?.content;
+  // The last message's text: its string content, or its text parts joined.
+  const text = typeof last === "string" ? last : Array.isArray(last) ? last.map((p: { text?: string }) => p.text ?? "").join("") : "";
+  const words = text.split(/\s+/).filter((w) => w.length > 0);
   return words
     .slice(0, budget)
     .map((w, i) => (i < words.length - 1 ? `${w} ` : w))
@@ -333,8 +424,68 @@ export const modelId: fc.Arbitrary<string> = fc.oneof(
   { weight: 1, arbitrary: fc.array(fc.constantFrom("org", "fuzz", "a", "%2F", "-", "."), { maxLength: 5 }).map((p) => p.join("/")) },
 );
 
+const textParts = fc.array(fc.record({ type: fc.constant("text"), text }), { minLength: 1, maxLength: 3 });
+/** Mostly well-formed tool calls; sometimes an empty id, another type or arguments that are not a string. */
+const toolCall = fc.oneof(
+  {
+    weight: 12,
+    arbitrary: fc.record({
+      id: fc.constantFrom("call_1", "call_2"),
+      type: fc.constant("function"),
+      function: fc.record({ name: fc.constantFrom("lookup", "get_weather"), arguments: fc.oneof(fc.constant('{"q":"x"}'), text) }),
+    }),
+  },
+  {
+    weight: 1,
+    arbitrary: fc.constantFrom({ id: "", type: "function", function: { name: "f", arguments: "{}" } }, { id: "c", type: "custom" }),
+  },
+  {
+    weight: 1,
+    arbitrary: fc.record({
+      id: fc.constant("c"),
+      type: fc.constant("function"),
+      function: fc.record({ name: fc.constant("f"), arguments: oddValue }),
+    }),
+  },
+);
 const message: fc.Arbitrary<unknown> = fc.oneof(
-  { weight: 20, arbitrary: fc.record({ role: fc.constantFrom("user", "system", "assistant", "tool"), content: text }) },
+  { weight: 24, arbitrary: fc.record({ role: fc.constantFrom("user", "system", "developer", "assistant"), content: text }) },
+  {
+    weight: 3,
+    arbitrary: fc.record({ role: fc.constantFrom("user", "system", "developer"), content: textParts, name: fc.string({ maxLength: 8 }) }),
+  },
+  {
+    weight: 3,
+    arbitrary: fc.record({
+      role: fc.constant("tool"),
+      content: fc.oneof(text, textParts),
+      tool_call_id: fc.constantFrom("call_1", "call_2"),
+    }),
+  },
+  {
+    weight: 3,
+    arbitrary: fc.record(
+      {
+        role: fc.constant("assistant"),
+        content: fc.constantFrom(null, "", "ok"),
+        tool_calls: fc.array(toolCall, { minLength: 1, maxLength: 2 }),
+        refusal: fc.constantFrom(null, "no"),
+      },
+      { requiredKeys: ["role", "tool_calls"] },
+    ),
+  },
+  {
+    // Tool-calling shapes that break a rule, and an image part (the fuzz catalog's models take text only).
+    weight: 1,
+    arbitrary: fc.oneof(
+      fc.record({ role: fc.constant("tool"), content: text, tool_call_id: fc.constantFrom("", 7) }, { requiredKeys: ["role"] }),
+      fc.record({ role: fc.constant("assistant"), content: fc.constant(null), tool_calls: fc.constant([]) }),
+      fc.record({
+        role: fc.constant("user"),
+        content: fc.constant([{ type: "image_url", image_url: { url: "data:image/png;base64,AA" } }]),
+      }),
+    ),
+  },
   {
     weight: 1,
     arbitrary: fc.record(
@@ -356,6 +507,41 @@ const budgetField = fc.oneof(
 
 /** One optional field: mostly well-formed, sometimes wrong (null and absent are both valid). */
 const mostly = <T>(good: fc.Arbitrary<T>) => fc.oneof({ weight: 12, arbitrary: good }, { weight: 1, arbitrary: oddValue });
+
+const JSON_SCHEMA_FORMAT = {
+  type: "json_schema",
+  json_schema: { name: "answer", schema: { type: "object", properties: { a: { type: "string" } } } },
+};
+const TOOLS = [
+  { type: "function", function: { name: "lookup", parameters: { type: "object", properties: { q: { type: "string" } } } } },
+  { type: "function", function: { name: "get_weather", description: "d", strict: false } },
+];
+/** The tool fields, mostly absent or consistent; sometimes a malformed tool, choice or flag. */
+const tooling: fc.Arbitrary<Record<string, unknown>> = fc.oneof(
+  { weight: 8, arbitrary: fc.constant({}) },
+  {
+    weight: 8,
+    arbitrary: fc.record(
+      {
+        tools: fc.constant(TOOLS),
+        tool_choice: fc.constantFrom("none", "auto", "required", { type: "function", function: { name: "lookup" } }),
+        parallel_tool_calls: fc.boolean(),
+      },
+      { requiredKeys: ["tools"] },
+    ),
+  },
+  {
+    weight: 1,
+    arbitrary: fc.record(
+      {
+        tools: fc.oneof(fc.constant([]), fc.constant([{ type: "function", function: { name: "bad name" } }]), oddValue),
+        tool_choice: fc.oneof(fc.constantFrom("any", { type: "function", function: { name: "missing" } }), oddValue),
+        parallel_tool_calls: oddValue,
+      },
+      { requiredKeys: [] },
+    ),
+  },
+);
 
 /** A chat request body: model and messages usually present, every other field optional and sometimes wrong. */
 export const chatBody: fc.Arbitrary<Record<string, unknown>> = fc
@@ -397,7 +583,10 @@ export const chatBody: fc.Arbitrary<Record<string, unknown>> = fc
         seed: fc.integer(),
         user: fc.string({ maxLength: 10 }),
         metadata: fc.dictionary(fc.string({ maxLength: 5 }), fc.string({ maxLength: 5 }), { maxKeys: 3 }),
-        response_format: fc.constantFrom({ type: "text" }, { type: "json_object" }),
+        response_format: fc.oneof(
+          { weight: 12, arbitrary: fc.constantFrom({ type: "text" }, { type: "json_object" }, JSON_SCHEMA_FORMAT) },
+          { weight: 1, arbitrary: fc.oneof(fc.constant({ type: "json_schema", json_schema: { name: "a b" } }), oddValue) },
+        ),
         extra: fc.jsonValue({ maxDepth: 4 }),
         // Mostly within the nesting bound (62 arrays and {} under the body are its 64 levels), sometimes far over.
         deep: fc
@@ -406,8 +595,9 @@ export const chatBody: fc.Arbitrary<Record<string, unknown>> = fc
       },
       { requiredKeys: [] },
     ),
+    tooling,
   )
-  .map(([head, rest]) => ({ ...head, ...rest }));
+  .map(([head, rest, tools]) => ({ ...head, ...rest, ...tools }));
 
 /** `[[[...{}...]]]` nested `depth` times. */
 function nested(depth: number): unknown {

@@ -23,7 +23,7 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Subprocess } from "bun";
-import { type Inference, parseCoordinatorFrame } from "../../src/protocol/messages.ts";
+import { type ChatMessage, type Inference, parseCoordinatorFrame } from "../../src/protocol/messages.ts";
 import { type Behaviour, connectFakeProvider, echo, type FakeProvider } from "../support/fake-provider.ts";
 import { adminClient, BUN, ROOT } from "../support/processes.ts";
 import { waitFor } from "../support/wait.ts";
@@ -270,7 +270,7 @@ export function chat(url: string, tenant: Tenant, body: Record<string, unknown>,
   });
 }
 
-export const messages = (content: string) => [{ role: "user", content }];
+export const messages = (content: string): ChatMessage[] => [{ role: "user", content }];
 
 /** `{error: {message, type, code}}` with the given type and code (message: any string). */
 export function envelope(type: string, code: string) {

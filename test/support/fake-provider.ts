@@ -12,6 +12,7 @@ import {
   type Delta,
   encode,
   type Inference,
+  messageText,
   PROTOCOL_VERSION,
   parseCoordinatorFrame,
   parseEngineRequest,
@@ -46,8 +47,8 @@ export type Behaviour = (inference: Inference) => readonly Step[];
 
 /** Accept, then one chunk per word of the last message, then complete. */
 export const echo: Behaviour = (inf) => {
-  const content: unknown = inf.request.messages.at(-1)?.content;
-  const last = typeof content === "string" ? content : "";
+  const message = inf.request.messages.at(-1);
+  const last = message ? messageText(message) : "";
   const words = last.split(/\s+/).filter(Boolean).slice(0, inf.request.max_tokens);
   return [
     { do: "accept" },

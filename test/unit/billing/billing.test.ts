@@ -12,17 +12,19 @@ import {
   type Ending,
   estimatedUsage,
   feeFor,
+  IMAGE_PART_TOKENS,
   MESSAGE_OVERHEAD_TOKENS,
   promptTokenBound,
   promptTokenEstimate,
   REQUEST_OVERHEAD_TOKENS,
   type RequestMoney,
   reservationFor,
+  TOOL_CALL_OVERHEAD_TOKENS,
 } from "../../../src/billing/billing.ts";
 import type { Rates } from "../../../src/billing/pricing.ts";
 import { Wallets } from "../../../src/billing/wallets.ts";
 import type { Logger } from "../../../src/observability/logger.ts";
-import type { Usage } from "../../../src/protocol/messages.ts";
+import type { ChatMessage, Usage } from "../../../src/protocol/messages.ts";
 import type { MoneyStore, Settlement, SettleResult } from "../../../src/store/money-types.ts";
 import { seededRandom } from "../../support/random.ts";
 
@@ -60,12 +62,82 @@ describe("promptTokenBound", () => {
     const alphabet = ["a", "Z", " ", "\n", "é", "ß", "Ж", "漢", "字", "한", "😀", "👍🏽", "𝄞", "\u0000", "\u{10ffff}"];
     for (let i = 0; i < 200; i++) {
       const messages = Array.from({ length: 1 + Math.floor(next() * 4) }, () => ({
-        role: next() < 0.5 ? "user" : "assistant",
+        role: next() < 0.5 ? ("user" as const) : ("assistant" as const),
         content: Array.from({ length: Math.floor(next() * 40) }, () => alphabet[Math.floor(next() * alphabet.length)]).join(""),
       }));
       const bytes = messages.reduce((sum, m) => sum + utf8(m.role) + utf8(m.content) + MESSAGE_OVERHEAD_TOKENS, REQUEST_OVERHEAD_TOKENS);
       expect({ messages, bound: promptTokenBound(messages) }).toEqual({ messages, bound: bytes });
       // At least one token per byte: never below the typical-case estimate either.
+      expect(promptTokenBound(messages)).toBeGreaterThanOrEqual(promptTokenEstimate(messages));
+    }
+  });
+});
+
+describe("promptTokenBound over tool calling and content parts", () => {
+  const call = (id: string, name: string, args: string) => ({ id, type: "function" as const, function: { name, arguments: args } });
+  test("every forwarded string counts: names, text parts, refusal, tool_call_id, tool calls (arguments twice); images a fixed count", () => {
+    const messages: ChatMessage[] = [
+      {
+        role: "system",
+        content: [
+          { type: "text", text: "be" },
+          { type: "text", text: "é" },
+        ],
+        name: "ops",
+      },
+      {
+        role: "user",
+        content: [
+          { type: "text", text: "hi" },
+          { type: "image_url", image_url: { url: "data:image/png;base64,AAAA" } },
+        ],
+      },
+      { role: "assistant", content: null, refusal: "no", tool_calls: [call("c1", "f", '{"a":1}'), call("c2", "gé", "{}")] },
+      { role: "tool", content: "21°", tool_call_id: "c1" },
+    ];
+    expect(promptTokenBound(messages)).toBe(
+      REQUEST_OVERHEAD_TOKENS +
+        (MESSAGE_OVERHEAD_TOKENS + 6 + 3 + 2 + 2) +
+        (MESSAGE_OVERHEAD_TOKENS + 4 + 2 + IMAGE_PART_TOKENS) +
+        (MESSAGE_OVERHEAD_TOKENS + 9 + 2 + (TOOL_CALL_OVERHEAD_TOKENS + 2 + 1 + 2 * 7) + (TOOL_CALL_OVERHEAD_TOKENS + 2 + 3 + 2 * 2)) +
+        (MESSAGE_OVERHEAD_TOKENS + 4 + 4 + 2),
+    );
+  });
+
+  /** UTF-8 bytes of every string in a message, image URLs left out (an image counts a fixed number of tokens). */
+  const stringBytes = (v: unknown, key = ""): number =>
+    typeof v === "string"
+      ? key === "url" || key === "type"
+        ? 0
+        : utf8(v)
+      : typeof v === "object" && v !== null
+        ? Object.entries(v).reduce((sum, [k, child]) => sum + stringBytes(child, k), 0)
+        : 0;
+
+  test("is at least the UTF-8 bytes of every string the message forwards (random tool-calling histories)", () => {
+    const next = seededRandom(11);
+    const alphabet = ["a", " ", "{", '"', "é", "漢", "😀", "\n", "\u0000"];
+    const text = () => Array.from({ length: Math.floor(next() * 30) }, () => alphabet[Math.floor(next() * alphabet.length)]).join("");
+    const parts = () => Array.from({ length: 1 + Math.floor(next() * 3) }, () => ({ type: "text" as const, text: text() }));
+    const content = () => (next() < 0.5 ? text() : parts());
+    const one = (): ChatMessage => {
+      const r = next();
+      if (r < 0.25) return { role: "user", content: content(), ...(next() < 0.5 ? { name: text() } : {}) };
+      if (r < 0.5) return { role: "tool", content: content(), tool_call_id: text() };
+      if (r < 0.75) return { role: "system", content: content() };
+      return {
+        role: "assistant",
+        content: next() < 0.5 ? null : content(),
+        ...(next() < 0.3 ? { refusal: text() } : {}),
+        tool_calls: Array.from({ length: Math.floor(next() * 3) }, () => call(text(), text(), text())),
+      };
+    };
+    for (let i = 0; i < 200; i++) {
+      const messages = Array.from({ length: 1 + Math.floor(next() * 5) }, one);
+      const forwarded = messages.reduce((sum, m) => sum + stringBytes(m), 0);
+      expect(promptTokenBound(messages)).toBeGreaterThanOrEqual(
+        forwarded + REQUEST_OVERHEAD_TOKENS + MESSAGE_OVERHEAD_TOKENS * messages.length,
+      );
       expect(promptTokenBound(messages)).toBeGreaterThanOrEqual(promptTokenEstimate(messages));
     }
   });

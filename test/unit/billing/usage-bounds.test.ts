@@ -15,9 +15,9 @@ import {
   usageLimits,
   usageViolation,
 } from "../../../src/billing/usage-bounds.ts";
-import type { EngineRequestBody, Usage } from "../../../src/protocol/messages.ts";
+import type { ChatMessage, EngineRequestBody, Usage } from "../../../src/protocol/messages.ts";
 
-const MESSAGES = [
+const MESSAGES: ChatMessage[] = [
   { role: "system", content: "be brief" },
   { role: "user", content: "héllo 日本" },
 ];

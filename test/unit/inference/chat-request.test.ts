@@ -133,10 +133,10 @@ describe("messages and model", () => {
     ["messages a string", { model: "org/model", messages: CANARY }, "invalid_value", "messages"],
     ["item not an object", { model: "org/model", messages: [CANARY] }, "invalid_value", "messages[0]"],
     ["item an array", { model: "org/model", messages: [[CANARY]] }, "invalid_value", "messages[0]"],
-    ["role missing", { model: "org/model", messages: [{ content: CANARY }] }, "invalid_value", "messages[0].role"],
+    ["role missing", { model: "org/model", messages: [{ content: CANARY }] }, "missing_field", "messages[0].role"],
     ["role not a string", { model: "org/model", messages: [{ role: 7, content: CANARY }] }, "invalid_value", "messages[0].role"],
     [
-      "content not a string (second item)",
+      "content an array of strings, not parts (second item)",
       {
         model: "org/model",
         messages: [
@@ -145,9 +145,10 @@ describe("messages and model", () => {
         ],
       },
       "invalid_value",
-      "messages[1].content",
+      "messages[1].content[0]",
     ],
-    ["content missing", { model: "org/model", messages: [{ role: "user" }] }, "invalid_value", "messages[0].content"],
+    ["content a number", { model: "org/model", messages: [{ role: "user", content: 7 }] }, "invalid_value", "messages[0].content"],
+    ["content missing", { model: "org/model", messages: [{ role: "user" }] }, "missing_field", "messages[0].content"],
     ["model missing", { messages: [{ role: "user", content: CANARY }] }, "missing_field", "model"],
     ["model not a string", { model: 12, messages: [{ role: "user", content: CANARY }] }, "invalid_value", "model"],
     ["model empty", { model: "", messages: [{ role: "user", content: CANARY }] }, "invalid_value", "model"],
@@ -172,15 +173,17 @@ describe("messages and model", () => {
         { role: "system", content: "s" },
         { role: "user", content: CANARY },
       ],
+      imageParam: undefined,
+      schemas: [],
       stream: true,
       requestedMaxTokens: undefined,
       passThrough: {},
     });
   });
 
-  test("extra message fields are not forwarded (only role and content)", () => {
-    const request = parseChatRequest(base({ messages: [{ role: "user", content: "x", name: "bob" }] }));
-    expect(request.messages).toEqual([{ role: "user", content: "x" }]);
+  test("unknown message fields are not forwarded (OpenAI's fields for the role are)", () => {
+    const request = parseChatRequest(base({ messages: [{ role: "user", content: "x", name: "bob", tool_call_id: "t", extra: CANARY }] }));
+    expect(request.messages).toEqual([{ role: "user", content: "x", name: "bob" }]);
   });
 });
 
