@@ -1,9 +1,9 @@
 /**
  * The billing lifecycle of one chat request (DESIGN.md section 9):
- *   reserve  - before dispatch, hold an upper bound of the cost: prompt tokens bounded by the UTF-8
- *              length of every forwarded string of the messages (text, names, ids, tool-call arguments)
- *              plus overheads (a token is at least one byte) and a fixed count per image, plus the
- *              output budget, at the model's rates (or the fallback rates);
+ *   reserve  - before dispatch, hold an upper bound of the cost: the prompt tokens a provider may report
+ *              (usage-bounds.ts: promptTokenBound over the messages, the other forwarded fields' bytes,
+ *              a chat template's allowance), plus the output budget, at the model's rates (or the
+ *              fallback rates), so an honest report is never capped;
  *   settle   - after the answer, charge uncached prompt x input + cached x cache-read + completion x
  *              output, rounded up once to 1 micro-USD and never more than the hold; release the rest;
  *              credit the provider's account with the charge less the platform fee;

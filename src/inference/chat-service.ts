@@ -10,15 +10,9 @@
  */
 import { randomBytes } from "node:crypto";
 import { modelFilter, type Principal } from "../auth/authenticator.ts";
-import {
-  type Billing,
-  estimatedUsage,
-  promptTokenBound,
-  promptTokenEstimate,
-  type RequestMoney,
-  reservationFor,
-} from "../billing/billing.ts";
+import { type Billing, estimatedUsage, promptTokenEstimate, type RequestMoney, reservationFor } from "../billing/billing.ts";
 import type { PricingService } from "../billing/pricing.ts";
+import { usageLimits } from "../billing/usage-bounds.ts";
 import type { Hold } from "../billing/wallets.ts";
 import type { CatalogService } from "../catalog/catalog.ts";
 import { Errors } from "../errors/api-error.ts";
@@ -157,7 +151,9 @@ export class ChatService {
       trueUp = (tokens) => limiter.trueUp(handle, tokens);
     }
 
-    // Reserve the worst case before anything reaches a provider.
+    // Reserve the worst case before anything reaches a provider: the prompt bound is the one the
+    // provider's report is held to (messages, forwarded fields such as tool definitions, template text).
+    const forwarded = engineBody(request, maxTokens);
     const rates = await pricing.ratesFor(resolved.id, resolved.build.id);
     let hold: Hold | undefined;
     if (settings.metering && !selfRoute) {
@@ -166,7 +162,7 @@ export class ChatService {
           accountId: principal.accountId,
           keyId: principal.keyId,
           spendCap: principal.spendCap,
-          amount: reservationFor(promptTokenBound(request.messages), maxTokens, rates),
+          amount: reservationFor(usageLimits(forwarded).promptTokens, maxTokens, rates),
         });
       } catch (e) {
         trueUp?.(0);
@@ -197,7 +193,7 @@ export class ChatService {
         {
           requestId,
           buildId: resolved.build.id,
-          body: engineBody(request, maxTokens),
+          body: forwarded,
           signal,
           requestDeadline: started + settings.requestTimeoutMs,
           selfRoute,

@@ -103,15 +103,17 @@ const answer =
 
 const MESSAGES: ChatMessage[] = [{ role: "user", content: "price me" }];
 const MAX_TOKENS = 100;
-/** What one request with MESSAGES and MAX_TOKENS reserves on org/model. */
-const RESERVATION = reservationFor(promptTokenBound(MESSAGES), MAX_TOKENS, RATES);
+/** The most prompt tokens a provider may report for MESSAGES (billing/usage-bounds.ts; no forwarded fields). */
+const PROMPT_LIMIT = promptTokenBound(MESSAGES) + PROMPT_TEMPLATE_ALLOWANCE;
+/** What one request with MESSAGES and MAX_TOKENS reserves on org/model: the cost of a report at every bound. */
+const RESERVATION = reservationFor(PROMPT_LIMIT, MAX_TOKENS, RATES);
 
 for (const grouping of GROUPINGS) {
   describe(grouping.name, () => {
     describe("charges and earnings", () => {
       test("a completed request is charged exactly once: usage x price, rounded up; provider earns it less the fee", async () => {
         await using ctx = await setup(grouping, { credit: 1_000_000 });
-        // Within the reservation's bounds: 36 prompt tokens (UTF-8 bound of MESSAGES), 100 output.
+        // Within the reservation's bounds: 36 + 512 prompt tokens (UTF-8 bound of MESSAGES, template text), 100 output.
         const usage = { prompt_tokens: 30, cached_tokens: 10, completion_tokens: 90 };
         const { accountId: machine } = await ctx.machine(answer(usage));
         const response = await postChat(ctx.server.url, ctx.consumer.apiKey, {
@@ -125,8 +127,9 @@ for (const grouping of GROUPINGS) {
 
         const charge = chargeFor(usage, RATES);
         const fee = feeFor(charge, FEE_PERCENT);
-        // (20 x 65000 + 10 x 32500 + 90 x 130000) / 10^6 = 13.325 -> 14 µUSD; fee 1.4 -> 2
-        expect([charge, fee, RESERVATION]).toEqual([14, 2, 16]);
+        // (20 x 65000 + 10 x 32500 + 90 x 130000) / 10^6 = 13.325 -> 14 µUSD; fee 1.4 -> 2;
+        // reserved (548 x 65000 + 100 x 130000) / 10^6 = 48.62 -> 49
+        expect([charge, fee, RESERVATION]).toEqual([14, 2, 49]);
         expect(await ctx.balance(ctx.consumer.accountId)).toBe(1_000_000 - charge);
         expect(await ctx.balance(machine)).toBe(charge - fee);
         expect(await ctx.balance(PLATFORM_ACCOUNT_ID)).toBe(fee);
@@ -165,17 +168,19 @@ for (const grouping of GROUPINGS) {
         expect(await ctx.balance(ctx.consumer.accountId)).toBe(1_000_000 - 1_750);
       });
 
-      test("the charge never exceeds the reservation, even when a report within the usage bounds costs more", async () => {
+      test("a report at every usage bound is charged in full: the reservation is exactly what it costs", async () => {
         await using ctx = await setup(grouping, { credit: 1_000_000 });
-        // The reservation holds the prompt's byte bound; the usage bounds also allow a chat template's text.
-        const usage = { prompt_tokens: promptTokenBound(MESSAGES) + PROMPT_TEMPLATE_ALLOWANCE, completion_tokens: MAX_TOKENS };
-        expect(chargeFor(usage, RATES)).toBeGreaterThan(RESERVATION);
+        // Before: the reservation held only the messages' byte bound, while the usage bounds also allow a
+        // chat template's text (and forwarded fields such as tool definitions): an honest report was capped.
+        const usage = { prompt_tokens: PROMPT_LIMIT, completion_tokens: MAX_TOKENS };
+        expect(chargeFor(usage, RATES)).toBe(RESERVATION);
         await ctx.machine(answer(usage));
         const response = await postChat(ctx.server.url, ctx.consumer.apiKey, {
           model: "org/model",
           messages: MESSAGES,
           max_tokens: MAX_TOKENS,
         });
+        expect(response.status).toBe(200);
         await response.json();
         await ctx.t.app.flush();
         expect(await ctx.balance(ctx.consumer.accountId)).toBe(1_000_000 - RESERVATION);

@@ -149,7 +149,7 @@ describe("the attack: 9,000 prompt and 8,000 completion tokens reported for 'hi'
     expect(response.status).toBe(200);
     const { data } = await readSse(response);
     expect(data.map((d) => JSON.parse(d) as unknown)).toEqual([
-      expect.objectContaining({ choices: [{ index: 0, delta: { content: "ok" }, finish_reason: null }] }),
+      expect.objectContaining({ choices: [{ index: 0, delta: { role: "assistant", content: "ok" }, finish_reason: null }] }),
       INVALID,
     ]);
     expect((await p.closed).code).toBe(CLOSE.protocolError);
