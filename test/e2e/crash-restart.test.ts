@@ -6,11 +6,16 @@
  * committed one by one, and grouped through the settlement journal (applied by the restarted process).
  */
 import { describe, expect, test } from "bun:test";
-import { promptTokenBound, reservationFor } from "../../src/billing/billing.ts";
+import { reservationFor } from "../../src/billing/billing.ts";
 import { costOf } from "../../src/billing/money.ts";
+import { usageLimits } from "../../src/billing/usage-bounds.ts";
+import type { ChatMessage } from "../../src/protocol/messages.ts";
 import { tempDir } from "../support/harness.ts";
 import { type CoordinatorProcess, startCoordinator, startProvider } from "../support/processes.ts";
 import { waitFor } from "../support/wait.ts";
+
+/** The prompt tokens a request with these messages reserves (the bound a provider's report is held to). */
+const promptLimit = (messages: readonly ChatMessage[]) => usageLimits({ messages, max_tokens: 1 }).promptTokens;
 
 const BUILD = "org/crash-build";
 /** The build has no price: the fallback rates apply (config defaults). */
@@ -91,9 +96,9 @@ describe.each(GROUPINGS)("coordinator crash, $name", ({ env }) => {
       await using again = startProvider(providerArgs(second));
       await again.connected;
       const content = "after the restart";
-      const promptCost = costOf(promptTokenBound([{ role: "user", content }]), FALLBACK.input);
+      const promptCost = costOf(promptLimit([{ role: "user", content }]), FALLBACK.input);
       const maxTokens = Number(((BigInt(account.balance_micro_usd) - promptCost) * 1_000_000n) / BigInt(FALLBACK.output));
-      const reservation = reservationFor(promptTokenBound([{ role: "user", content }]), maxTokens, FALLBACK);
+      const reservation = reservationFor(promptLimit([{ role: "user", content }]), maxTokens, FALLBACK);
       expect(reservation).toBeLessThanOrEqual(account.balance_micro_usd);
       expect(account.balance_micro_usd - reservation).toBeLessThan(2);
       const response = await chat(second.url, apiKey, content, maxTokens);

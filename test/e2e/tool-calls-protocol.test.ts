@@ -95,7 +95,7 @@ describe.each([
     const { data } = await readSse(await postChat(ctx.server.url, ctx.apiKey, chatBody("weather?", { ...TOOLS, stream: true })));
     const deltas = data.slice(0, 4).map((d) => (JSON.parse(d) as { choices: { delta: unknown }[] }).choices[0]?.delta);
     expect(deltas).toEqual([
-      { content: "Checking." },
+      { role: "assistant", content: "Checking." },
       { tool_calls: [{ index: 0, id: "call_a", type: "function", function: { name: "get_weather", arguments: '{"city":' } }] },
       { tool_calls: [{ index: 0, function: { arguments: '"Paris"}' } }] },
       { tool_calls: [{ index: 1, id: "call_b", type: "function", function: { name: "get_time", arguments: "" } }] },
@@ -114,7 +114,7 @@ describe("a tool call is first content", () => {
     const { data } = await readSse(response);
     expect(data.map((d) => JSON.parse(d) as unknown)).toEqual([
       expect.objectContaining({
-        choices: [{ index: 0, delta: { tool_calls: [expect.objectContaining({ id: "call_a" })] }, finish_reason: null }],
+        choices: [{ index: 0, delta: { role: "assistant", tool_calls: [expect.objectContaining({ id: "call_a" })] }, finish_reason: null }],
       }),
       { error: { message: "the provider failed while generating the response", type: "provider_error", code: "provider_error" } },
     ]);

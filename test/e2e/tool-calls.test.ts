@@ -219,7 +219,7 @@ describe("tool calls through a real provider process", () => {
       tools: TOOLS,
       messages: [
         { role: "user", content: "get_weather and get_time" },
-        { role: "assistant", content: "", tool_calls: calls },
+        { role: "assistant", content: null, tool_calls: calls },
         ...calls.map((c, i) => ({ role: "tool", tool_call_id: c.id, content: results[i] })),
       ],
     });
@@ -236,6 +236,7 @@ describe("tool calls through a real provider process", () => {
       type: "object",
       properties: { answer: { type: "string" }, confidence: { type: "number", minimum: 0.5 } },
       required: ["answer", "confidence"],
+      additionalProperties: false,
     };
     const response = await postChat(server.url, apiKey, {
       model: MODEL,

@@ -8,8 +8,10 @@
  * connection error after kill -9; a clean error, JSON or in-band, after SIGTERM), never a hang.
  */
 import { expect } from "bun:test";
-import { promptTokenBound, reservationFor } from "../../src/billing/billing.ts";
+import { reservationFor } from "../../src/billing/billing.ts";
 import { costOf } from "../../src/billing/money.ts";
+import { usageLimits } from "../../src/billing/usage-bounds.ts";
+import type { ChatMessage } from "../../src/protocol/messages.ts";
 import { tempDir } from "../support/harness.ts";
 import { startProvider } from "../support/processes.ts";
 import { parseSse } from "../support/server.ts";
@@ -27,6 +29,9 @@ import {
   type Tenant,
   unbalanced,
 } from "./support.ts";
+
+/** The prompt tokens a request with these messages reserves (the bound a provider's report is held to). */
+const promptLimit = (messages: readonly ChatMessage[]) => usageLimits({ messages, max_tokens: 1 }).promptTokens;
 
 const GROUP = "coordinator restart";
 /** $100: small enough that one request can reserve the whole balance within the protocol's budget. */
@@ -148,10 +153,8 @@ reliabilityCase(
     // A request whose reservation is the whole durable balance is served: nothing of it is still held.
     const { balance } = await second.money(t.accountId);
     const content = messages("the whole balance");
-    const maxTokens = Number(
-      ((BigInt(balance) - costOf(promptTokenBound(content), FALLBACK.input)) * 1_000_000n) / BigInt(FALLBACK.output),
-    );
-    expect(balance - reservationFor(promptTokenBound(content), maxTokens, FALLBACK)).toBeLessThan(2);
+    const maxTokens = Number(((BigInt(balance) - costOf(promptLimit(content), FALLBACK.input)) * 1_000_000n) / BigInt(FALLBACK.output));
+    expect(balance - reservationFor(promptLimit(content), maxTokens, FALLBACK)).toBeLessThan(2);
     const whole = await chat(second.url, t, { messages: content, max_tokens: maxTokens });
     expect(whole.status).toBe(200);
     await whole.json();
