@@ -28,8 +28,15 @@ async function cli(db: string, args: readonly string[]) {
 
 /** A run as its HTTP twin would answer it: 200 with the printed JSON, or 400 with the printed envelope. */
 function asHttp(run: { code: number; stdout: string; stderr: string }) {
-  if (run.code === 0 && run.stderr === "") return { status: 200, body: JSON.parse(run.stdout) as unknown };
-  if (run.code === 1 && run.stdout === "") return { status: 400, body: JSON.parse(run.stderr) as unknown };
+  const json = (text: string): unknown => {
+    try {
+      return JSON.parse(text);
+    } catch {
+      throw new Error(`not JSON (exit ${run.code}): stdout ${JSON.stringify(run.stdout)}, stderr ${JSON.stringify(run.stderr)}`);
+    }
+  };
+  if (run.code === 0 && run.stderr === "") return { status: 200, body: json(run.stdout) };
+  if (run.code === 1 && run.stdout === "") return { status: 400, body: json(run.stderr) };
   return { status: -1, body: run };
 }
 
