@@ -21,7 +21,7 @@ import { type ChallengeSession, challengeFields } from "../../attestation/src/ch
 import { AttestationError } from "../../attestation/src/errors.ts";
 import { verifyIdentitySignature } from "../../attestation/src/identity-key.ts";
 import { type ProviderAttestation, withdrawTrust } from "../../attestation/src/levels.ts";
-import { type UsageBound, usageLimits, usageViolation, utf8Bytes } from "../billing/usage-bounds.ts";
+import { type UsageBound, type UsageLimits, usageLimits, usageViolation, utf8Bytes } from "../billing/usage-bounds.ts";
 import type { TrustLevel } from "../config/config.ts";
 import { ChunkOpener } from "../crypto/chunks.ts";
 import { fromBase64url, toBase64url, toHex } from "../crypto/encoding.ts";
@@ -528,13 +528,14 @@ export class ProviderSession implements AttemptOwner {
   }
 
   /**
-   * Sends one attempt of a request and returns it; the caller checked `freeSlots`. The slot is taken
+   * Sends one attempt of a request and returns it; the caller checked `freeSlots`. `limits` are the
+   * request's usage bounds (computed once per request by the caller). The slot is taken
    * at once. A sealed session seals the request to the provider's key first (HPKE, binding protocol
    * version, request id and attempt) and opens the answer with the exported response key.
    * Throws RequestEncodingError, before taking the slot, when the request cannot be serialized: the
    * coordinator's own failure, never counted against the provider (no `lost`, no failover).
    */
-  async dispatch(frame: Inference): Promise<Attempt> {
+  async dispatch(frame: Inference, limits: UsageLimits = usageLimits(frame.request)): Promise<Attempt> {
     const key = this.encryptionKey;
     let serialized: string;
     try {
@@ -544,7 +545,7 @@ export class ProviderSession implements AttemptOwner {
     }
     const attempt = new Attempt(frame.request_id, frame.attempt, this.id, this.identity.accountId, this.now(), this);
     attempt.maxOutputChars = outputCharLimit(frame.request.max_tokens);
-    attempt.limits = usageLimits(frame.request);
+    attempt.limits = limits;
     this.attempts.set(attempt.key, attempt);
     this.active++;
     try {

@@ -154,6 +154,7 @@ export class ChatService {
     // Reserve the worst case before anything reaches a provider: the prompt bound is the one the
     // provider's report is held to (messages, forwarded fields such as tool definitions, template text).
     const forwarded = engineBody(request, maxTokens);
+    const limits = usageLimits(forwarded);
     const rates = await pricing.ratesFor(resolved.id, resolved.build.id);
     let hold: Hold | undefined;
     if (settings.metering && !selfRoute) {
@@ -162,7 +163,7 @@ export class ChatService {
           accountId: principal.accountId,
           keyId: principal.keyId,
           spendCap: principal.spendCap,
-          amount: reservationFor(usageLimits(forwarded).promptTokens, maxTokens, rates),
+          amount: reservationFor(limits.promptTokens, maxTokens, rates),
         });
       } catch (e) {
         trueUp?.(0);
@@ -194,6 +195,7 @@ export class ChatService {
           requestId,
           buildId: resolved.build.id,
           body: forwarded,
+          limits,
           signal,
           requestDeadline: started + settings.requestTimeoutMs,
           selfRoute,

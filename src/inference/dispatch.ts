@@ -19,6 +19,7 @@
  *   - the coordinator could not serialize the request (RequestEncodingError from the session): thrown
  *     as it is, a 500 at the error boundary, without failover; no provider is blamed.
  */
+import type { UsageLimits } from "../billing/usage-bounds.ts";
 import { Errors } from "../errors/api-error.ts";
 import type { Attempt, AttemptEvent } from "../fleet/attempt.ts";
 import type { Fleet } from "../fleet/fleet.ts";
@@ -37,6 +38,8 @@ export interface DispatchRequest {
   readonly requestId: string;
   readonly buildId: string;
   readonly body: EngineRequestBody;
+  /** The body's usage bounds (billing/usage-bounds.ts), computed once for the reservation and every attempt. */
+  readonly limits: UsageLimits;
   readonly signal: AbortSignal;
   /** When the whole request times out (Unix ms); before first content it ends the wait with 504. */
   readonly requestDeadline: number;
@@ -106,14 +109,17 @@ export async function dispatch(fleet: Fleet, settings: DispatchSettings, request
         continue;
       }
       tried.add(session.id);
-      const attempt = await session.dispatch({
-        type: "inference",
-        request_id: request.requestId,
-        attempt: n,
-        model: request.buildId,
-        first_content_deadline_ms: Math.max(1, deadline - now()),
-        request: request.body,
-      });
+      const attempt = await session.dispatch(
+        {
+          type: "inference",
+          request_id: request.requestId,
+          attempt: n,
+          model: request.buildId,
+          first_content_deadline_ms: Math.max(1, deadline - now()),
+          request: request.body,
+        },
+        request.limits,
+      );
       n++;
       current = attempt;
       const outcome = await untilFirstContent(attempt, settings, deadline, now);

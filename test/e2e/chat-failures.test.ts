@@ -624,6 +624,8 @@ describe("a request the coordinator cannot serialize for its provider", () => {
           requestId: `req_${Object.keys(extra)[0]}`,
           buildId: BUILD,
           body,
+          // Not usageLimits(body): that serializes the body too, and this one must only fail at dispatch.
+          limits: { promptTokens: 1_000, budget: 5, outputAllowance: 32 },
           signal: new AbortController().signal,
           requestDeadline: Date.now() + 60_000,
         },
