@@ -530,12 +530,11 @@ function refuseUnsafe(config: Config): void {
   if (config.attestation === "dev") {
     throw new ConfigError("production mode refuses development attestation evidence (--attestation dev)");
   }
-  // Provisioned later (at least 32 characters, src/attestation/provisioning.ts).
-  if (config.provisioning === "await") return;
-  if (config.adminToken === undefined) {
+  // With --provisioning await it is provisioned later (at least 32 characters, src/attestation/provisioning.ts).
+  if (config.provisioning !== "await" && config.adminToken === undefined) {
     throw new ConfigError("production mode needs an admin token: set UMBRA_ADMIN_TOKEN or UMBRA_ADMIN_TOKEN_FILE");
   }
-  if (config.adminToken.length < 32) {
+  if (config.adminToken !== undefined && config.adminToken.length < 32) {
     throw new ConfigError("production mode needs an admin token of at least 32 characters");
   }
 }
