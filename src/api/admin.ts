@@ -1,7 +1,8 @@
 /**
  * The admin HTTP API under /admin/v1: the twin of `umbra-coordinator admin`, through the same
  * AdminService. Guarded by `Authorization: Bearer <admin token>` (constant-time compare); with no admin
- * token configured every admin route answers 401.
+ * token configured (or provisioned yet) every admin route answers 401. The token is read per request: a
+ * provisioned one (src/attestation/provisioning.ts) arrives after start.
  */
 import { timingSafeEqual } from "node:crypto";
 import { Elysia } from "elysia";
@@ -14,9 +15,16 @@ import { pathId, readJsonBody } from "./errors.ts";
 /** Admin bodies are small; this bound is independent of the chat body limit. */
 const ADMIN_BODY_LIMIT = 256 * 1024;
 
-function adminGuard(adminToken: string | undefined) {
-  const expected = adminToken === undefined ? undefined : Buffer.from(sha256Hex(adminToken), "hex");
+function adminGuard(adminToken: () => string | undefined) {
+  let cached: { token: string; digest: Buffer } | undefined;
+  const expectedDigest = (): Buffer | undefined => {
+    const token = adminToken();
+    if (token === undefined) return undefined;
+    if (cached?.token !== token) cached = { token, digest: Buffer.from(sha256Hex(token), "hex") };
+    return cached.digest;
+  };
   return new Elysia({ name: "admin-auth" }).onBeforeHandle({ as: "scoped" }, ({ request }) => {
+    const expected = expectedDigest();
     const given = bearer(request.headers.get("authorization"));
     if (expected === undefined) throw Errors.invalidToken("the admin API is disabled: no admin token is configured");
     if (given === undefined || !timingSafeEqual(Buffer.from(sha256Hex(given), "hex"), expected)) {
@@ -40,7 +48,7 @@ const named = (value: string | null | undefined, param: string): string => {
 };
 const noParse = { parse: "none" } as const;
 
-export function adminRoutes(deps: { admin: AdminService; adminToken: string | undefined; bodyTimeoutMs: number }) {
+export function adminRoutes(deps: { admin: AdminService; adminToken: () => string | undefined; bodyTimeoutMs: number }) {
   const { admin } = deps;
   const limits = { maxBytes: ADMIN_BODY_LIMIT, timeoutMs: deps.bodyTimeoutMs };
   const body = (request: Request) => readJsonBody(request, limits);

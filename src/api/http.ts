@@ -4,6 +4,7 @@
  *   GET  /healthz /readyz /metrics                 no auth
  *   GET  /v1/pricing                               no auth
  *   GET  /v1/attestation                           no auth (503 when this host cannot attest)
+ *   GET  /v1/provision, POST /v1/provision         no auth; secrets sealed to the attested key (provisioning.ts)
  *   GET  /v1/providers/attestation                 no auth (public keys, trust levels, posture)
  *   POST /v1/provider/dev-chain                    provider device token; development trust only
  *   POST /v1/provider/device/code, .../token       no auth; device login (RFC 8628), rate limited (device.ts)
@@ -17,6 +18,10 @@
  *   GET  /v1/provider/connect (WebSocket)          provider device token (provider-socket.ts, wired in server.ts)
  *   *    /admin/v1/...                             admin token
  *
+ * First gate, before every route (the provider WebSocket too, server.ts): while the coordinator awaits
+ * provisioning (--provisioning await), only /healthz, /v1/attestation and /v1/provision are served;
+ * everything else is 503 service_unavailable (`gate`).
+ *
  * Guard order per consumer route: auth -> handler. The chat handler then applies, in order: validation,
  * model and allowlist, rate limit (429), reservation (402), admission and dispatch (chat-service.ts).
  * `handle` wraps Elysia to time every request under its route template for /metrics, and remembers the
@@ -27,6 +32,7 @@
 import { Elysia } from "elysia";
 import type { AdminService } from "../admin/admin-service.ts";
 import type { CoordinatorAttestation } from "../attestation/coordinator-attestation.ts";
+import type { Provisioning } from "../attestation/provisioning.ts";
 import type { Authenticator } from "../auth/authenticator.ts";
 import type { DeviceFlow } from "../auth/device-flow.ts";
 import type { PricingService } from "../billing/pricing.ts";
@@ -47,6 +53,7 @@ import { healthRoutes } from "./health.ts";
 import { modelRoutes } from "./models.ts";
 import { pricingRoutes } from "./pricing.ts";
 import { providerModelRoutes } from "./provider-models.ts";
+import { provisioningRoutes } from "./provisioning.ts";
 
 export interface HttpDeps {
   readonly store: Store;
@@ -65,7 +72,10 @@ export interface HttpDeps {
   readonly deviceFlow: DeviceFlow;
   /** Unix ms. */
   readonly now: () => number;
-  readonly adminToken: string | undefined;
+  /** The admin token: from the configuration, or provisioned (read per request). */
+  readonly adminToken: () => string | undefined;
+  /** The provisioning state, its routes and the gate. */
+  readonly provisioning: Provisioning;
   readonly maxBodyBytes: number;
   /** The time a client has to send a whole request body (BodyLimits.timeoutMs). */
   readonly bodyTimeoutMs: number;
@@ -93,7 +103,12 @@ export interface Connection {
 export interface HttpApp {
   /** Handles one request (tests call this in-process; the server calls it per request with its connection). */
   handle(request: Request, connection?: Connection): Promise<Response>;
+  /** The provisioning gate for a request handled outside `handle` (the WebSocket upgrade): its 503, or undefined. */
+  gate(request: Request): Response | undefined;
 }
+
+const AWAITING =
+  "the coordinator awaits provisioning of its secrets: only /healthz, /v1/attestation and /v1/provision are served until then";
 
 export function createHttpApp(deps: HttpDeps): HttpApp {
   // Per request in flight, removed when its handling ends. Plain maps, not WeakMaps: a WeakMap entry per
@@ -110,13 +125,18 @@ export function createHttpApp(deps: HttpDeps): HttpApp {
     .use(healthRoutes(deps))
     .use(pricingRoutes(deps))
     .use(attestationRoutes(deps))
+    .use(provisioningRoutes(deps))
     .use(modelRoutes(deps))
     .use(chatRoutes({ ...deps, connection: (request) => connections.get(request) }))
     .use(deviceRoutes({ ...deps, clientAddress: (request) => connections.get(request)?.address() }))
     .use(providerModelRoutes(deps))
     .use(adminRoutes(deps));
 
+  const gate = (request: Request): Response | undefined =>
+    deps.provisioning.refuses(new URL(request.url).pathname) ? errorResponse(Errors.serviceUnavailable(AWAITING)) : undefined;
+
   return {
+    gate,
     async handle(request, connection) {
       const started = performance.now();
       if (!URL.canParse(request.url)) {
@@ -129,6 +149,11 @@ export function createHttpApp(deps: HttpDeps): HttpApp {
         });
         deps.metrics.observeHttp(request.method, "unmatched", 400, (performance.now() - started) / 1000);
         return errorResponse(Errors.invalidValue(missing ? "a Host header is required" : "the Host header is not a valid host name"));
+      }
+      const refused = gate(request);
+      if (refused !== undefined) {
+        deps.metrics.observeHttp(request.method, "unmatched", 503, (performance.now() - started) / 1000);
+        return refused;
       }
       if (connection !== undefined) connections.set(request, connection);
       try {

@@ -18,6 +18,9 @@
  *   tls_public_key_bound   false when no TLS key is configured (bytes 0..31 are then zero)
  *   development            true for development evidence: it proves nothing about hardware
  *   development_root       development only: {name, ark, ask} (base64 DER) to verify the dev chain against
+ *   config                 {sha256, bound_by}: the digest of the non-secret configuration (src/config/config-digest.ts)
+ *                          and where it is bound: "cmdline" (the measured kernel command line's umbra.config=),
+ *                          "host-data" (the report's HOST_DATA) or "none" (unbound: the host chose it)
  *
  * Invariants: the sealing private key never leaves this module's caller graph (never logged, never
  * answered); development evidence is never produced in production mode (config refuses it, and so does
@@ -32,7 +35,8 @@ import { createConfigfsTsmSource } from "../../attestation/cvm/configfs-tsm.ts";
 import { CvmAttestationError } from "../../attestation/cvm/errors.ts";
 import { type EvidenceSource, REPORT_DATA_LENGTH } from "../../attestation/cvm/evidence-source.ts";
 import { buildReportData, describeReportData } from "../../attestation/cvm/report-data.ts";
-import type { AttestationPlatform, AttestationSource, Mode } from "../config/config.ts";
+import { parseSnpReport } from "../../attestation/cvm/snp-report.ts";
+import type { AttestationPlatform, AttestationSource, ConfigBinding, Mode } from "../config/config.ts";
 import { ConfigError } from "../config/settings.ts";
 import { toBase64url } from "../crypto/encoding.ts";
 import { generateX25519KeyPair, type X25519KeyPair } from "../crypto/seal.ts";
@@ -45,6 +49,14 @@ export interface CoordinatorAttestationDocument extends AttestationDocument {
   readonly tls_public_key_bound: boolean;
   readonly development: boolean;
   readonly development_root?: { readonly name: string; readonly ark: string; readonly ask: string };
+  readonly config?: { readonly sha256: string; readonly bound_by: ConfigBinding };
+}
+
+/** What the coordinator's own current report says (SEV-SNP and dev evidence). */
+export interface OwnReport {
+  readonly measurement: Uint8Array;
+  readonly reportData: Uint8Array;
+  readonly hostData: Uint8Array;
 }
 
 export interface CoordinatorAttestation {
@@ -52,6 +64,11 @@ export interface CoordinatorAttestation {
   sealingKey(): Promise<X25519KeyPair>;
   /** The current document. Throws ApiError 503 service_unavailable when this host cannot attest. */
   document(): Promise<CoordinatorAttestationDocument>;
+  /**
+   * The current report's MEASUREMENT, REPORT_DATA and HOST_DATA. Throws as document(), and ApiError 503
+   * for a platform whose report is not parsed here (tdx).
+   */
+  ownReport(): Promise<OwnReport>;
 }
 
 export interface CoordinatorAttestationOptions {
@@ -60,6 +77,10 @@ export interface CoordinatorAttestationOptions {
   readonly platform: AttestationPlatform;
   readonly tlsPublicKeySpki: Uint8Array | null;
   readonly expectedMeasurement: Uint8Array | null;
+  /** The configuration's digest and where it is bound, published as `config`. */
+  readonly config?: { readonly sha256: string; readonly boundBy: ConfigBinding };
+  /** HOST_DATA of development reports (tests of the host-data binding); zeros when absent. */
+  readonly devHostData?: Uint8Array;
   readonly logger: Logger;
   /** Unix milliseconds. */
   readonly now: () => number;
@@ -107,7 +128,10 @@ export function createCoordinatorAttestation(options: CoordinatorAttestationOpti
     source ??= (async (): Promise<Source> => {
       if (options.source === "dev") {
         const { createDevSource } = await import("../../attestation/cvm/dev-source.ts");
-        const dev = await createDevSource({ measurement: expectedMeasurement ?? new Uint8Array(48) });
+        const dev = await createDevSource({
+          measurement: expectedMeasurement ?? new Uint8Array(48),
+          ...(options.devHostData ? { overrides: { hostData: options.devHostData } } : {}),
+        });
         return { source: dev, developmentRoot: dev.roots[0] ?? null };
       }
       return { source: createConfigfsTsmSource({ platform: options.platform }), developmentRoot: null };
@@ -141,6 +165,7 @@ export function createCoordinatorAttestation(options: CoordinatorAttestationOpti
             },
           }
         : {}),
+      ...(options.config ? { config: { sha256: options.config.sha256, bound_by: options.config.boundBy } } : {}),
     };
     return Object.freeze(doc);
   }
@@ -170,16 +195,26 @@ export function createCoordinatorAttestation(options: CoordinatorAttestationOpti
 
   if (options.source === "configfs-tsm") void refresh();
 
+  async function document(): Promise<CoordinatorAttestationDocument> {
+    if (options.source === "none") throw Errors.serviceUnavailable(`${NOT_AVAILABLE} (--attestation none)`);
+    const t = now();
+    const stale = current === undefined || t - current.at >= MAX_AGE_MS;
+    const waiting = failure !== undefined && t - failure.at < RETRY_MS;
+    if (stale && (!waiting || inFlight)) await refresh();
+    if (current) return current.doc;
+    throw Errors.serviceUnavailable(`${NOT_AVAILABLE} (${failure?.reason ?? "no evidence"})`);
+  }
+
   return {
     sealingKey: () => sealing,
-    async document() {
-      if (options.source === "none") throw Errors.serviceUnavailable(`${NOT_AVAILABLE} (--attestation none)`);
-      const t = now();
-      const stale = current === undefined || t - current.at >= MAX_AGE_MS;
-      const waiting = failure !== undefined && t - failure.at < RETRY_MS;
-      if (stale && (!waiting || inFlight)) await refresh();
-      if (current) return current.doc;
-      throw Errors.serviceUnavailable(`${NOT_AVAILABLE} (${failure?.reason ?? "no evidence"})`);
+    document,
+    async ownReport() {
+      const doc = await document();
+      if (doc.platform !== "sev-snp" && doc.platform !== "dev") {
+        throw Errors.serviceUnavailable(`the ${doc.platform} report is not read by this coordinator`);
+      }
+      const report = parseSnpReport(new Uint8Array(Buffer.from(doc.evidence, "base64")));
+      return { measurement: report.measurement, reportData: report.reportData, hostData: report.hostData };
     },
   };
 }

@@ -18,6 +18,10 @@ export type TrustRoot = "apple" | "development";
 /** Where the coordinator's own attestation evidence comes from (GET /v1/attestation). */
 export type AttestationSource = "dev" | "configfs-tsm" | "none";
 export type AttestationPlatform = "sev-snp" | "tdx";
+/** Where the digest of the non-secret configuration is bound (src/config/config-digest.ts); `none`: unbound. */
+export type ConfigBinding = "none" | "cmdline" | "host-data";
+/** `await`: the secrets come after start through POST /v1/provision (src/attestation/provisioning.ts). */
+export type ProvisioningMode = "off" | "await";
 
 export const TRUST_LEVELS: readonly TrustLevel[] = ["none", "self_signed", "hardware"];
 export const LOG_LEVELS: readonly LogLevel[] = ["error", "warn", "info", "debug"];
@@ -100,6 +104,13 @@ export interface Config {
   readonly tlsPublicKeySpki: Uint8Array | null;
   /** The build's expected launch measurement (48 bytes), published next to the evidence; null when unknown. */
   readonly expectedMeasurement: Uint8Array | null;
+  // Configuration binding and provisioning (issue 19 point 5; docs/operations.md "Configuration binding").
+  /** Where the configuration's digest is bound; the coordinator refuses to start when it differs. */
+  readonly configBinding: ConfigBinding;
+  /** The bound digest (32 bytes) for `cmdline`: the kernel's `umbra.config=`, handed over by /init. */
+  readonly configDigest: Uint8Array | null;
+  /** `await`: no secret from the host; served: health, attestation and provisioning only, until provisioned. */
+  readonly provisioning: ProvisioningMode;
 }
 
 /** Every setting, with its flag and environment twin. docs/operations.md lists the same table. */
@@ -252,6 +263,27 @@ export const SETTINGS = {
     kind: "string",
     help: "the build's expected launch measurement, 96 hex digits",
   },
+  // Configuration binding and provisioning (issue 19 point 5).
+  configBinding: {
+    flag: "config-binding",
+    env: "UMBRA_CONFIG_BINDING",
+    kind: "enum",
+    values: ["none", "cmdline", "host-data"],
+    help: "where the configuration digest is bound: none, cmdline (--config-digest) or host-data (the report's HOST_DATA)",
+  },
+  configDigest: {
+    flag: "config-digest",
+    env: "UMBRA_CONFIG_DIGEST",
+    kind: "string",
+    help: "the bound configuration digest (the kernel's umbra.config=), 64 hex digits",
+  },
+  provisioning: {
+    flag: "provisioning",
+    env: "UMBRA_PROVISIONING",
+    kind: "enum",
+    values: ["off", "await"],
+    help: "await: secrets are provisioned after start through the attested channel (POST /v1/provision)",
+  },
 } as const satisfies Record<string, Setting>;
 
 type SettingName = keyof typeof SETTINGS;
@@ -337,6 +369,28 @@ function parseMeasurement(value: string): Uint8Array {
     throw new ConfigError(`--${SETTINGS.expectedMeasurement.flag}: expected 96 hex digits (48 bytes), got ${value.length} characters`);
   }
   return new Uint8Array(Buffer.from(value, "hex"));
+}
+
+/** 32 bytes from 64 hex digits (either case). */
+function parseConfigDigest(value: string): Uint8Array {
+  if (!/^[0-9a-fA-F]{64}$/.test(value)) {
+    throw new ConfigError(`--${SETTINGS.configDigest.flag}: expected 64 hex digits (a SHA-256), got ${value.length} characters`);
+  }
+  return new Uint8Array(Buffer.from(value, "hex"));
+}
+
+/** The binding settings, checked together: a digest goes with `cmdline`; `host-data` reads it from the report. */
+function readBinding(flags: FlagValues, env: Env): { configBinding: ConfigBinding; configDigest: Uint8Array | null } {
+  const digest = raw("configDigest", flags, env);
+  const given = raw("configBinding", flags, env);
+  const configBinding = enumOf<ConfigBinding>("configBinding", given, digest === undefined ? "none" : "cmdline");
+  if (configBinding === "cmdline" && digest === undefined) {
+    throw new ConfigError("--config-binding cmdline needs --config-digest (the kernel command line's umbra.config=)");
+  }
+  if (configBinding !== "cmdline" && digest !== undefined) {
+    throw new ConfigError(`--config-digest applies to --config-binding cmdline, not ${configBinding}`);
+  }
+  return { configBinding, configDigest: digest === undefined ? null : parseConfigDigest(digest) };
 }
 
 /**
@@ -440,6 +494,8 @@ export function loadConfig(flags: FlagValues, env: Env, defaultMode: Mode = "pro
     attestationPlatform: enumOf<AttestationPlatform>("attestationPlatform", raw("attestationPlatform", flags, env), "sev-snp"),
     tlsPublicKeySpki: tlsPublicKeyFile === undefined ? null : readTlsPublicKey(tlsPublicKeyFile),
     expectedMeasurement: measurement === undefined ? null : parseMeasurement(measurement),
+    ...readBinding(flags, env),
+    provisioning: enumOf<ProvisioningMode>("provisioning", raw("provisioning", flags, env), "off"),
     ...(adminToken !== undefined ? { adminToken } : {}),
     ...(jwt !== undefined ? { jwt } : {}),
   };
@@ -448,6 +504,15 @@ export function loadConfig(flags: FlagValues, env: Env, defaultMode: Mode = "pro
   }
   if (config.providerLivenessMs <= config.providerHeartbeatMs) {
     throw new ConfigError("--provider-liveness-ms must be longer than --provider-heartbeat-ms");
+  }
+  if (config.provisioning === "await") {
+    // The host supplies flags and environment: a secret given there is known to it.
+    if (config.adminToken !== undefined) {
+      throw new ConfigError(
+        "--provisioning await refuses an admin token from flags or environment: provision it (umbra-coordinator provision)",
+      );
+    }
+    if (config.attestation === "none") throw new ConfigError("--provisioning await needs an attestation source (not --attestation none)");
   }
 
   if (mode === "production") refuseUnsafe(config);
@@ -465,10 +530,11 @@ function refuseUnsafe(config: Config): void {
   if (config.attestation === "dev") {
     throw new ConfigError("production mode refuses development attestation evidence (--attestation dev)");
   }
-  if (config.adminToken === undefined) {
+  // With --provisioning await it is provisioned later (at least 32 characters, src/attestation/provisioning.ts).
+  if (config.provisioning !== "await" && config.adminToken === undefined) {
     throw new ConfigError("production mode needs an admin token: set UMBRA_ADMIN_TOKEN or UMBRA_ADMIN_TOKEN_FILE");
   }
-  if (config.adminToken.length < 32) {
+  if (config.adminToken !== undefined && config.adminToken.length < 32) {
     throw new ConfigError("production mode needs an admin token of at least 32 characters");
   }
 }

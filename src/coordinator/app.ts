@@ -7,6 +7,7 @@ import type { ProviderAttestation } from "../../attestation/src/levels.ts";
 import { AdminService } from "../admin/admin-service.ts";
 import { createHttpApp, type HttpApp } from "../api/http.ts";
 import { type CoordinatorAttestation, createCoordinatorAttestation } from "../attestation/coordinator-attestation.ts";
+import { Provisioning } from "../attestation/provisioning.ts";
 import { type Authenticator, authenticateProvider, createAuthenticator, providerTokenExpired } from "../auth/authenticator.ts";
 import { DeviceFlow } from "../auth/device-flow.ts";
 import { createJwtVerifier } from "../auth/jwt.ts";
@@ -15,6 +16,7 @@ import { PricingService } from "../billing/pricing.ts";
 import { Wallets } from "../billing/wallets.ts";
 import { CatalogService } from "../catalog/catalog.ts";
 import type { Config } from "../config/config.ts";
+import { configDigestHex } from "../config/config-digest.ts";
 import { SealedReplayCache } from "../crypto/consumer-replay.ts";
 import { Fleet } from "../fleet/fleet.ts";
 import type { FleetView } from "../fleet/fleet-view.ts";
@@ -41,6 +43,8 @@ export interface AppDeps {
   readonly fleet?: FleetView;
   /** Bound of the sealed-envelope replay cache (default SEALED_REPLAY_MAX_ENTRIES; tests fill a small one). */
   readonly sealedReplayEntries?: number;
+  /** HOST_DATA of development attestation reports (tests of --config-binding host-data). */
+  readonly devHostData?: Uint8Array;
 }
 
 export interface App {
@@ -50,6 +54,8 @@ export interface App {
   readonly admin: AdminService;
   /** The coordinator's sealing key and attestation document (GET /v1/attestation). */
   readonly attestation: CoordinatorAttestation;
+  /** Secrets provisioned after start (--provisioning await) and the gate until then. */
+  readonly provisioning: Provisioning;
   readonly catalog: CatalogService;
   readonly pricing: PricingService;
   readonly authenticate: Authenticator;
@@ -176,9 +182,12 @@ export function createApp(deps: AppDeps): App {
     platform: config.attestationPlatform,
     tlsPublicKeySpki: config.tlsPublicKeySpki,
     expectedMeasurement: config.expectedMeasurement,
+    config: { sha256: configDigestHex(config), boundBy: config.configBinding },
+    ...(deps.devHostData ? { devHostData: deps.devHostData } : {}),
     logger,
     now,
   });
+  const provisioning = new Provisioning({ mode: config.mode, awaiting: config.provisioning === "await", attestation, logger, now });
   const authenticate = createAuthenticator(store, config.jwt && createJwtVerifier(config.jwt, now));
   const checkProviderToken = (authorization: string | null) => authenticateProvider(store, authorization, now());
   const chat = new ChatService({
@@ -206,7 +215,8 @@ export function createApp(deps: AppDeps): App {
     authenticate,
     deviceFlow: new DeviceFlow({ now }),
     now,
-    adminToken: config.adminToken,
+    adminToken: () => config.adminToken ?? provisioning.adminToken(),
+    provisioning,
     issueDevChain: (identityKey, posture) =>
       config.trustRoot === "development"
         ? trust().then((t) => {
@@ -226,6 +236,7 @@ export function createApp(deps: AppDeps): App {
     http,
     admin,
     attestation,
+    provisioning,
     catalog,
     pricing,
     authenticate,

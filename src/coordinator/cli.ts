@@ -3,11 +3,13 @@ import { existsSync } from "node:fs";
 import { resolve } from "node:path";
 import { ADMIN_COMMANDS, adminUsage, findVerb, runVerb, UsageError } from "../admin/admin-cli.ts";
 import { AdminService } from "../admin/admin-service.ts";
-import { CONFIG_OPTIONS, type Config, ConfigError, loadConfig, type Mode, parseFlags } from "../config/config.ts";
 /**
- * umbra-coordinator: serve | dev | migrate | admin <noun> <verb>. Exit codes: 0 ok, 1 refused or
+ * umbra-coordinator: serve | dev | migrate | admin <noun> <verb> | provision | config-digest. Exit codes: 0 ok, 1 refused or
  * failed at run time, 2 bad usage or configuration.
  */
+import { checkConfigBinding } from "../attestation/config-binding.ts";
+import { CONFIG_OPTIONS, type Config, ConfigError, loadConfig, type Mode, parseFlags } from "../config/config.ts";
+import { configDigestHex } from "../config/config-digest.ts";
 import { processEnv } from "../config/settings.ts";
 import { createSqliteStore } from "../store/sqlite/index.ts";
 import { type DatabaseLock, lockDatabase } from "../store/sqlite/lock.ts";
@@ -24,6 +26,8 @@ usage:
   umbra-coordinator dev     [--listen HOST:PORT] [--db PATH]
   umbra-coordinator migrate [--db PATH]
   umbra-coordinator admin   [--db PATH] <noun> <verb> ...   (admin --help lists them)
+  umbra-coordinator provision URL --expected-measurement HEX --admin-token-file FILE [--tls-public-key FILE]
+  umbra-coordinator config-digest [serve flags]              (the digest to bind: umbra.config= or HOST_DATA)
 
 Every flag has an UMBRA_* environment twin; see docs/operations.md.`;
 
@@ -43,6 +47,15 @@ async function serve(config: Config, dev: boolean): Promise<void> {
   const held = lock(config, dev ? "dev" : "serve");
   const store = createSqliteStore(config.db, { journal: true });
   const app = createApp({ config, store });
+  // The bound configuration digest (docs/operations.md "Configuration binding"): refused before anything is served.
+  try {
+    await checkConfigBinding(config, app.attestation);
+  } catch (e) {
+    app.close();
+    store.close();
+    held?.release();
+    throw e;
+  }
   // Settlements a killed predecessor left in the journal are applied before anything is served.
   await app.flush();
   // Bound before this run writes anything of its own (dev's demo key and device token): a busy port
@@ -142,7 +155,7 @@ async function main(argv: readonly string[]): Promise<number> {
       if (positionals.length > 0) throw new UsageError(`unexpected argument '${positionals[0]}'`);
       const defaultMode: Mode = command === "dev" ? "development" : "production";
       let config = loadConfig(values, processEnv(), defaultMode);
-      if (command === "dev" && config.adminToken === undefined) {
+      if (command === "dev" && config.adminToken === undefined && config.provisioning === "off") {
         config = Object.freeze({ ...config, adminToken: `umbra-admin-${randomBytes(24).toString("base64url")}` });
       }
       await serve(config, command === "dev");
@@ -160,6 +173,16 @@ async function main(argv: readonly string[]): Promise<number> {
     }
     case "admin":
       return admin(rest);
+    case "provision": {
+      const { provisionCommand } = await import("./provision-cli.ts");
+      return provisionCommand(rest, print, printErr);
+    }
+    case "config-digest": {
+      const { values, positionals } = parseFlags(rest);
+      if (positionals.length > 0) throw new UsageError(`unexpected argument '${positionals[0]}'`);
+      print(configDigestHex(loadConfig(values, processEnv(), "production")));
+      return 0;
+    }
     case "--version":
     case "version":
       print(VERSION);

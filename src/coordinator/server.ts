@@ -77,7 +77,7 @@ export function listen(app: App, host = app.config.host, port = app.config.port,
     maxRequestBodySize: Number.MAX_SAFE_INTEGER,
     fetch: (request, srv) => {
       const path = pathOf(request.url);
-      if (path === PROVIDER_CONNECT_PATH) return socket.upgrade(request, srv);
+      if (path === PROVIDER_CONNECT_PATH) return app.http.gate(request) ?? socket.upgrade(request, srv);
       const address = () => srv.requestIP(request)?.address;
       // A chat answer may wait for its provider longer than the idle timeout: lifted while it is made,
       // restored once it ended (Bun keeps a connection's timeout for its next requests too).

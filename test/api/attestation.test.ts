@@ -23,6 +23,7 @@ import {
 import { verifyCoordinator } from "../../docs/examples/verify-attestation.ts";
 import { MAX_AGE_MS } from "../../src/attestation/coordinator-attestation.ts";
 import { ConfigError } from "../../src/config/config.ts";
+import { configDigestHex } from "../../src/config/config-digest.ts";
 import { checkOf, fixedClock, flipBit } from "../fixtures/attestation-cvm/helpers.ts";
 import { type TestApp, tempDir, testApp } from "../support/harness.ts";
 
@@ -37,6 +38,7 @@ interface Answer {
   tls_public_key_bound: boolean;
   development: boolean;
   development_root?: { name: string; ark: string; ask: string };
+  config?: { sha256: string; bound_by: string };
 }
 
 const MEASUREMENT_HEX = "4d".repeat(48);
@@ -104,6 +106,7 @@ describe("GET /v1/attestation in development", () => {
       tls_public_key_bound: true,
       development: true,
       development_root: { name: "Umbra-Dev", ark: b64, ask: b64 },
+      config: { sha256: configDigestHex(t.config), bound_by: "none" },
     });
     const verified = await verify(doc, tls.spki, MEASUREMENT_HEX);
     expect([hex(verified.report.reportData), hex(verified.report.measurement)]).toEqual([doc.report_data.hex, MEASUREMENT_HEX]);

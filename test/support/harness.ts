@@ -56,6 +56,8 @@ export interface TestAppOptions {
   readonly logger?: Logger;
   /** The sealed-envelope replay cache's bound (AppDeps.sealedReplayEntries). */
   readonly sealedReplayEntries?: number;
+  /** HOST_DATA of the development attestation reports (AppDeps.devHostData). */
+  readonly devHostData?: Uint8Array;
 }
 
 export async function call(app: App, method: string, path: string, options: CallOptions = {}): Promise<CallResult> {
@@ -96,6 +98,7 @@ export async function testApp(options: TestAppOptions = {}): Promise<TestApp> {
     ...(options.clock ? { clock: options.clock } : {}),
     ...(options.fleet ? { fleet: options.fleet } : {}),
     ...(options.sealedReplayEntries ? { sealedReplayEntries: options.sealedReplayEntries } : {}),
+    ...(options.devHostData ? { devHostData: options.devHostData } : {}),
   });
   return {
     app,

@@ -45,6 +45,9 @@ describe("loadConfig", () => {
       attestationPlatform: "sev-snp",
       tlsPublicKeySpki: null,
       expectedMeasurement: null,
+      configBinding: "none",
+      configDigest: null,
+      provisioning: "off",
     });
   });
 

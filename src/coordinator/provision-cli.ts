@@ -1,0 +1,196 @@
+/**
+ * The operator's side of provisioning and of the configuration binding (docs/operations.md):
+ *
+ *   umbra-coordinator provision URL --expected-measurement HEX --admin-token-file F
+ *                                   [--tls-public-key FILE] [--allow-development-evidence]
+ *   umbra-coordinator config-digest [the serve flags]      prints the configuration's digest (hex)
+ *
+ * provision, in order; nothing secret is sent before step 3, and nothing at all after a failed check:
+ *   1. GET URL/v1/attestation and verify it (verifyTarget: report signature, chain to AMD's roots, policy,
+ *      measurement = --expected-measurement, report data binding the TLS key seen and the published sealing
+ *      key). Development evidence is refused unless --allow-development-evidence: its root comes from the
+ *      answer itself, so anyone can make it.
+ *   2. GET URL/v1/provision: the coordinator's fresh nonce.
+ *   3. Seal {"admin_token": ...} to the verified sealing key, bound to the verified report's measurement and
+ *      report data and to the nonce (src/crypto/provision-seal.ts), and POST it to URL/v1/provision.
+ * Exit status: 0 provisioned; 1 refused (the failed check or the coordinator's answer is named); 2 usage.
+ */
+import { readFileSync } from "node:fs";
+import { parseArgs } from "node:util";
+import type { ProvisionEnvelope } from "../crypto/provision-seal.ts";
+import { sealProvisioning } from "../crypto/provision-seal.ts";
+
+export class ProvisionRefused extends Error {
+  override readonly name = "ProvisionRefused";
+}
+
+export interface VerifiedTarget {
+  readonly development: boolean;
+  readonly measurement: Uint8Array;
+  readonly reportData: Uint8Array;
+  readonly sealingPublicKey: Uint8Array;
+}
+
+export interface ProvisionOptions {
+  /** The launch measurement the operator computed from the published image (48 bytes). */
+  readonly measurement: Uint8Array;
+  readonly adminToken: string;
+  /** The TLS key the operator expects, DER SubjectPublicKeyInfo (else the https connection's, or none bound). */
+  readonly tlsPublicKeySpki?: Uint8Array;
+  readonly allowDevelopmentEvidence?: boolean;
+  readonly fetch?: (url: string, init?: RequestInit) => Promise<Response>;
+}
+
+/**
+ * Step 1: the one place the coordinator's attestation is verified for provisioning. Today it runs the
+ * auditor's verifier (docs/examples/verify-attestation.ts); `verify-attestation` replaces it when merged.
+ * Throws ProvisionRefused naming the failed check.
+ */
+export async function verifyTarget(
+  baseUrl: string,
+  options: Pick<ProvisionOptions, "measurement" | "tlsPublicKeySpki" | "fetch">,
+): Promise<VerifiedTarget> {
+  const { verifyCoordinator } = await import("../../docs/examples/verify-attestation.ts");
+  const { CvmAttestationError } = await import("../../attestation/cvm/errors.ts");
+  try {
+    const result = await verifyCoordinator(baseUrl, {
+      measurement: options.measurement,
+      ...(options.tlsPublicKeySpki ? { tlsPublicKeySpki: options.tlsPublicKeySpki } : {}),
+      ...(options.fetch ? { fetch: (url: string) => (options.fetch as NonNullable<ProvisionOptions["fetch"]>)(url) } : {}),
+    });
+    return {
+      development: result.development,
+      measurement: result.verification.report.measurement,
+      reportData: result.verification.report.reportData,
+      sealingPublicKey: new Uint8Array(Buffer.from(result.sealingPublicKey, "base64url")),
+    };
+  } catch (e) {
+    if (e instanceof CvmAttestationError) throw new ProvisionRefused(`attestation check failed: ${e.message}`);
+    throw new ProvisionRefused(`attestation not verified: ${e instanceof Error ? e.message : String(e)}`);
+  }
+}
+
+async function answer(response: Response): Promise<Record<string, unknown>> {
+  const text = await response.text();
+  try {
+    const value: unknown = JSON.parse(text);
+    return typeof value === "object" && value !== null ? (value as Record<string, unknown>) : {};
+  } catch {
+    return {};
+  }
+}
+
+const errorText = (body: Record<string, unknown>) => {
+  const error = body.error as { code?: unknown; message?: unknown } | undefined;
+  return error ? `${String(error.code)}: ${String(error.message)}` : "no error envelope";
+};
+
+/** Steps 1 to 3. Throws ProvisionRefused (a failed check, or the coordinator's refusal). */
+export async function provisionCoordinator(
+  baseUrl: string,
+  options: ProvisionOptions,
+): Promise<{ development: boolean; measurement: string; secrets: string[] }> {
+  const doFetch = options.fetch ?? fetch;
+  const target = await verifyTarget(baseUrl, options);
+  if (target.development && options.allowDevelopmentEvidence !== true) {
+    throw new ProvisionRefused(
+      "the coordinator presents development evidence (its root comes from the answer itself): refusing to send secrets; --allow-development-evidence is for local tests only",
+    );
+  }
+  const url = new URL("/v1/provision", baseUrl).toString();
+  const issued = await doFetch(url);
+  const nonceBody = await answer(issued);
+  if (issued.status !== 200 || typeof nonceBody.nonce !== "string") {
+    throw new ProvisionRefused(`GET /v1/provision answered ${issued.status} (${errorText(nonceBody)})`);
+  }
+  let envelope: ProvisionEnvelope;
+  try {
+    envelope = await sealProvisioning(
+      target.sealingPublicKey,
+      new TextEncoder().encode(JSON.stringify({ admin_token: options.adminToken })),
+      {
+        measurement: target.measurement,
+        reportData: target.reportData,
+        nonce: new Uint8Array(Buffer.from(nonceBody.nonce, "base64url")),
+      },
+    );
+  } catch (e) {
+    throw new ProvisionRefused(`cannot seal to the coordinator's key: ${e instanceof Error ? e.message : String(e)}`);
+  }
+  const posted = await doFetch(url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(envelope) });
+  const result = await answer(posted);
+  if (posted.status !== 200) throw new ProvisionRefused(`POST /v1/provision answered ${posted.status} (${errorText(result)})`);
+  return {
+    development: target.development,
+    measurement: Buffer.from(target.measurement).toString("hex"),
+    secrets: Array.isArray(result.secrets) ? result.secrets.map(String) : [],
+  };
+}
+
+export const PROVISION_USAGE =
+  "usage: umbra-coordinator provision URL --expected-measurement HEX --admin-token-file FILE [--tls-public-key FILE] [--allow-development-evidence]";
+
+/** The `provision` verb. Returns the exit status. */
+export async function provisionCommand(
+  argv: readonly string[],
+  print: (s: string) => void,
+  printErr: (s: string) => void,
+): Promise<number> {
+  let values: Record<string, string | boolean | undefined>;
+  let positionals: string[];
+  try {
+    ({ values, positionals } = parseArgs({
+      args: [...argv],
+      options: {
+        "expected-measurement": { type: "string" },
+        "admin-token-file": { type: "string" },
+        "tls-public-key": { type: "string" },
+        "allow-development-evidence": { type: "boolean" },
+      },
+      allowPositionals: true,
+      strict: true,
+    }));
+  } catch (e) {
+    printErr(`umbra-coordinator: ${e instanceof Error ? e.message : String(e)}\n${PROVISION_USAGE}`);
+    return 2;
+  }
+  const measurement = values["expected-measurement"];
+  const tokenFile = values["admin-token-file"];
+  if (positionals.length !== 1 || typeof measurement !== "string" || typeof tokenFile !== "string") {
+    printErr(PROVISION_USAGE);
+    return 2;
+  }
+  if (!/^[0-9a-fA-F]{96}$/.test(measurement)) {
+    printErr("umbra-coordinator: --expected-measurement: expected 96 hex digits (48 bytes)");
+    return 2;
+  }
+  let adminToken: string;
+  let tlsPublicKeySpki: Uint8Array | undefined;
+  try {
+    adminToken = readFileSync(tokenFile, "utf8").trim();
+    const tls = values["tls-public-key"];
+    if (typeof tls === "string") {
+      const { spkiOfFile } = await import("../../docs/examples/verify-attestation.ts");
+      tlsPublicKeySpki = spkiOfFile(tls);
+    }
+  } catch {
+    printErr("umbra-coordinator: cannot read --admin-token-file or --tls-public-key");
+    return 2;
+  }
+  try {
+    const result = await provisionCoordinator(positionals[0] as string, {
+      measurement: new Uint8Array(Buffer.from(measurement, "hex")),
+      adminToken,
+      ...(tlsPublicKeySpki ? { tlsPublicKeySpki } : {}),
+      allowDevelopmentEvidence: values["allow-development-evidence"] === true,
+    });
+    if (result.development)
+      print("DEVELOPMENT EVIDENCE: accepted because of --allow-development-evidence; it proves nothing about hardware.");
+    print(`measurement   ${result.measurement}`);
+    print(`provisioned   ${result.secrets.join(", ")}`);
+    return 0;
+  } catch (e) {
+    printErr(`umbra-coordinator: provisioning refused: ${e instanceof Error ? e.message : String(e)}`);
+    return 1;
+  }
+}
