@@ -12,6 +12,8 @@ import { processEnv } from "../config/settings.ts";
 import { createSqliteStore } from "../store/sqlite/index.ts";
 import { type DatabaseLock, lockDatabase } from "../store/sqlite/lock.ts";
 import { StoreOpenError } from "../store/types.ts";
+import { AcmeError } from "../tls/acme.ts";
+import { createCoordinatorTls } from "../tls/coordinator-tls.ts";
 import { VERSION } from "../version.ts";
 import { createApp } from "./app.ts";
 import { devBanner, seedDevelopment, startDevProvider } from "./dev.ts";
@@ -20,7 +22,8 @@ import { ListenError, listen } from "./server.ts";
 const USAGE = `umbra-coordinator ${VERSION}
 
 usage:
-  umbra-coordinator serve   [--listen HOST:PORT] [--db PATH] [--admin-token T] [--mode production|development] ...
+  umbra-coordinator serve   [--listen HOST:PORT] [--db PATH] [--admin-token T] [--mode production|development]
+                            [--tls off|self-signed|acme] [--tls-names NAMES] ...
   umbra-coordinator dev     [--listen HOST:PORT] [--db PATH]
   umbra-coordinator migrate [--db PATH]
   umbra-coordinator admin   [--db PATH] <noun> <verb> ...   (admin --help lists them)
@@ -41,14 +44,28 @@ function lock(config: Config, command: string): DatabaseLock | undefined {
 async function serve(config: Config, dev: boolean): Promise<void> {
   // Before the store and its settlement journal are opened: a second coordinator never touches them.
   const held = lock(config, dev ? "dev" : "serve");
+  // The TLS key is made in memory before the app, so the attestation binds it from its first document.
+  const tls = await createCoordinatorTls(config);
   const store = createSqliteStore(config.db, { journal: true });
-  const app = createApp({ config, store });
+  const app = createApp({ config, store, ...(tls ? { tlsPublicKeySpki: tls.key.spki } : {}) });
   // Settlements a killed predecessor left in the journal are applied before anything is served.
   await app.flush();
   // Bound before this run writes anything of its own (dev's demo key and device token): a busy port
   // refuses the start with nothing minted.
-  const server = listen(app);
-  app.logger.info("coordinator listening", { url: server.url, mode: config.mode, db: config.db, version: VERSION });
+  const server = listen(
+    app,
+    undefined,
+    undefined,
+    tls ? { tls: { keyPem: tls.key.privateKeyPem, certPem: tls.initial.certPem, renewable: tls.renewable } } : {},
+  );
+  app.logger.info("coordinator listening", {
+    url: server.url,
+    mode: config.mode,
+    db: config.db,
+    version: VERSION,
+    tls_spki_sha256: tls?.key.spkiSha256,
+  });
+  tls?.start(app.logger, (certificate) => server.useCertificate(certificate.certPem));
   const seed = dev ? await seedDevelopment(app) : undefined;
   const provider = seed ? await startDevProvider(app, server.url, seed.providerToken) : undefined;
   if (seed) print(devBanner(server.url, seed, config.adminToken ?? ""));
@@ -78,6 +95,7 @@ async function serve(config: Config, dev: boolean): Promise<void> {
       if (!drained) app.logger.warn("drain period over: ending the answers still in flight", { duration_ms: config.shutdownDrainMs });
     }
     await provider?.stop();
+    await tls?.stop();
     // Disconnecting the providers ends every attempt in flight: each answer gets its clean error (a JSON
     // 5xx, or one in-band error event after the stream started), settled for what it relayed. Those
     // answers are written before the connections close (within the grace period).
@@ -184,7 +202,7 @@ main(process.argv.slice(2)).then(
       printErr(`umbra-coordinator: ${error.message}`);
       process.exit(2);
     }
-    if (error instanceof StoreOpenError || error instanceof ListenError) {
+    if (error instanceof StoreOpenError || error instanceof ListenError || error instanceof AcmeError) {
       printErr(`umbra-coordinator: ${error.message}`);
       process.exit(1);
     }

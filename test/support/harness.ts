@@ -56,6 +56,8 @@ export interface TestAppOptions {
   readonly logger?: Logger;
   /** The sealed-envelope replay cache's bound (AppDeps.sealedReplayEntries). */
   readonly sealedReplayEntries?: number;
+  /** The coordinator's own TLS key (AppDeps.tlsPublicKeySpki). */
+  readonly tlsPublicKeySpki?: Uint8Array;
 }
 
 export async function call(app: App, method: string, path: string, options: CallOptions = {}): Promise<CallResult> {
@@ -96,6 +98,7 @@ export async function testApp(options: TestAppOptions = {}): Promise<TestApp> {
     ...(options.clock ? { clock: options.clock } : {}),
     ...(options.fleet ? { fleet: options.fleet } : {}),
     ...(options.sealedReplayEntries ? { sealedReplayEntries: options.sealedReplayEntries } : {}),
+    ...(options.tlsPublicKeySpki ? { tlsPublicKeySpki: options.tlsPublicKeySpki } : {}),
   });
   return {
     app,
