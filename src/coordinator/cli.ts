@@ -160,6 +160,8 @@ async function main(argv: readonly string[]): Promise<number> {
       if (positionals.length > 0) throw new UsageError(`unexpected argument '${positionals[0]}'`);
       const defaultMode: Mode = command === "dev" ? "development" : "production";
       let config = loadConfig(values, processEnv(), defaultMode);
+      // dev's in-process provider dials the coordinator's own URL: it has no pin for a self-signed key.
+      if (command === "dev" && config.tls.mode !== "off") throw new UsageError("--tls applies to 'serve'; 'dev' serves plain HTTP");
       if (command === "dev" && config.adminToken === undefined) {
         config = Object.freeze({ ...config, adminToken: `umbra-admin-${randomBytes(24).toString("base64url")}` });
       }
