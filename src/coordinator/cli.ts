@@ -12,7 +12,7 @@ import { processEnv } from "../config/settings.ts";
 import { createSqliteStore } from "../store/sqlite/index.ts";
 import { type DatabaseLock, lockDatabase } from "../store/sqlite/lock.ts";
 import { StoreOpenError } from "../store/types.ts";
-import { AcmeError } from "../tls/acme.ts";
+import { AcmeError } from "../tls/acme-error.ts";
 import { createCoordinatorTls } from "../tls/coordinator-tls.ts";
 import { VERSION } from "../version.ts";
 import { createApp } from "./app.ts";

@@ -22,6 +22,7 @@ import { Agent } from "node:https";
 import acme from "acme-client";
 import type { AcmeConfig } from "../config/config.ts";
 import type { Logger } from "../observability/logger.ts";
+import { AcmeError } from "./acme-error.ts";
 import type { TlsCertificate, TlsKey } from "./tls-key.ts";
 
 export const CHALLENGE_PREFIX = "/.well-known/acme-challenge/";
@@ -50,11 +51,6 @@ export interface AcmeCertificates {
   start(logger: Logger, install: (certificate: TlsCertificate) => void): void;
   /** Stops renewals and the responder. */
   stop(): Promise<void>;
-}
-
-/** An ACME order that did not end with a certificate; the message names the step and the CA's answer. */
-export class AcmeError extends Error {
-  override readonly name = "AcmeError";
 }
 
 /** The chain's leaf validity in Unix milliseconds. Throws AcmeError for a chain that does not parse. */

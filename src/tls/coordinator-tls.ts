@@ -14,7 +14,7 @@
  */
 import type { Config } from "../config/config.ts";
 import type { Logger } from "../observability/logger.ts";
-import { type AcmeCertificates, startAcme } from "./acme.ts";
+import type { AcmeCertificates } from "./acme.ts";
 import { generateTlsKey, selfSignedCertificate, type TlsCertificate, type TlsKey } from "./tls-key.ts";
 
 export interface CoordinatorTls {
@@ -41,6 +41,8 @@ export async function createCoordinatorTls(
   const initial = await selfSignedCertificate(key, tls.names, now());
   let acme: AcmeCertificates | undefined;
   if (tls.mode === "acme" && tls.acme !== undefined) {
+    // acme-client (axios, node-forge) is loaded only in this mode.
+    const { startAcme } = await import("./acme.ts");
     acme = await startAcme({ ...tls.acme, host: config.host, names: tls.names, key, now });
   }
   return {
