@@ -4,8 +4,9 @@
  * Precedence: flag > environment > `<NAME>_FILE` (secrets only) > default. Production mode refuses unsafe
  * settings instead of warning about them. Nothing outside src/config reads the environment.
  */
-import { createPublicKey } from "node:crypto";
+import { createPublicKey, X509Certificate } from "node:crypto";
 import { readFileSync } from "node:fs";
+import { isIP } from "node:net";
 import { type ParseArgsConfig, parseArgs } from "node:util";
 import { ConfigError, type Env, enumSetting, type FlagValues, intSetting, optionsOf, readSetting, type Setting } from "./settings.ts";
 
@@ -22,6 +23,30 @@ export type AttestationPlatform = "sev-snp" | "tdx";
 export type ConfigBinding = "none" | "cmdline" | "host-data";
 /** `await`: the secrets come after start through POST /v1/provision (src/attestation/provisioning.ts). */
 export type ProvisioningMode = "off" | "await";
+/** Who terminates TLS: nobody (plain HTTP, loopback only in production), the coordinator with a self-signed or an ACME certificate. */
+export type TlsMode = "off" | "self-signed" | "acme";
+
+export interface AcmeConfig {
+  /** The ACME directory URL (https). */
+  readonly directory: string;
+  /** Contact address registered with the account; none when not given. */
+  readonly email?: string;
+  /** Plain-HTTP port the coordinator answers HTTP-01 challenges on (80 for a public CA). */
+  readonly httpPort: number;
+  /** PEM certificates trusted for the directory's own HTTPS (a private ACME CA); none: the system roots. */
+  readonly caPem?: string;
+}
+
+/** TLS inside the coordinator (src/tls/): the key is generated in memory at start, never configured. */
+export interface TlsConfig {
+  readonly mode: TlsMode;
+  /** Names the certificate covers: DNS names (and, self-signed only, IP addresses). */
+  readonly names: readonly string[];
+  readonly acme?: AcmeConfig;
+}
+
+/** Let's Encrypt's production directory, the default of --acme-directory. */
+export const LETS_ENCRYPT_DIRECTORY = "https://acme-v02.api.letsencrypt.org/directory";
 
 export const TRUST_LEVELS: readonly TrustLevel[] = ["none", "self_signed", "hardware"];
 export const LOG_LEVELS: readonly LogLevel[] = ["error", "warn", "info", "debug"];
@@ -102,6 +127,8 @@ export interface Config {
    * null when not configured: the TLS half of the report data is then 32 zero bytes.
    */
   readonly tlsPublicKeySpki: Uint8Array | null;
+  /** TLS terminated by the coordinator itself (--tls); exclusive with --tls-public-key-file. */
+  readonly tls: TlsConfig;
   /** The build's expected launch measurement (48 bytes), published next to the evidence; null when unknown. */
   readonly expectedMeasurement: Uint8Array | null;
   // Configuration binding and provisioning (issue 19 point 5; docs/operations.md "Configuration binding").
@@ -257,6 +284,23 @@ export const SETTINGS = {
     kind: "string",
     help: "PEM certificate or public key of the TLS endpoint (bound in the report data)",
   },
+  tls: {
+    flag: "tls",
+    env: "UMBRA_TLS",
+    kind: "enum",
+    values: ["off", "self-signed", "acme"],
+    help: "TLS in the coordinator: off, self-signed or acme (key made in memory at start)",
+  },
+  tlsNames: { flag: "tls-names", env: "UMBRA_TLS_NAMES", kind: "string", help: "comma-separated names the certificate covers" },
+  acmeDirectory: { flag: "acme-directory", env: "UMBRA_ACME_DIRECTORY", kind: "string", help: "ACME directory URL" },
+  acmeEmail: { flag: "acme-email", env: "UMBRA_ACME_EMAIL", kind: "string", help: "contact address for the ACME account" },
+  acmeHttpPort: { flag: "acme-http-port", env: "UMBRA_ACME_HTTP_PORT", kind: "int", help: "plain-HTTP port for HTTP-01 challenges" },
+  acmeCaFile: {
+    flag: "acme-ca-file",
+    env: "UMBRA_ACME_CA_FILE",
+    kind: "string",
+    help: "PEM CA certificates for the ACME directory's HTTPS",
+  },
   expectedMeasurement: {
     flag: "expected-measurement",
     env: "UMBRA_EXPECTED_MEASUREMENT",
@@ -314,6 +358,8 @@ const DEFAULTS = {
   shutdownDrainMs: 10_000,
   challengeIntervalMs: 300_000,
   challengeTimeoutMs: 30_000,
+  tlsNames: "localhost",
+  acmeHttpPort: 80,
 } as const;
 
 const raw = (name: SettingName, flags: FlagValues, env: Env) => readSetting(SETTINGS[name], flags, env);
@@ -361,6 +407,87 @@ function readTlsPublicKey(path: string): Uint8Array {
     } catch {}
   }
   throw new ConfigError(`${flag}: ${path} is not a PEM certificate or public key`);
+}
+
+/** 127.0.0.0/8, ::1 and localhost: the addresses plain HTTP may listen on in production. */
+export function isLoopbackHost(host: string): boolean {
+  const h = host.toLowerCase();
+  return h === "localhost" || h === "::1" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h);
+}
+
+const DNS_NAME = /^(?=.{1,253}$)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/i;
+
+/**
+ * --tls and its companions. The ACME settings apply to `acme` only; names are DNS names (IP addresses
+ * too for a self-signed certificate, which no public CA is asked to vouch for).
+ */
+function parseTls(flags: FlagValues, env: Env, tlsPublicKeyFile: string | undefined): TlsConfig {
+  const mode = enumOf<TlsMode>("tls", raw("tls", flags, env), "off");
+  const namesText = raw("tlsNames", flags, env);
+  const acmeSettings = (["acmeDirectory", "acmeEmail", "acmeHttpPort", "acmeCaFile"] as const).filter(
+    (name) => raw(name, flags, env) !== undefined,
+  );
+  if (mode !== "acme" && acmeSettings.length > 0) {
+    throw new ConfigError(`--${SETTINGS[acmeSettings[0]!].flag} applies to --tls acme only`);
+  }
+  if (mode === "off") {
+    if (namesText !== undefined) throw new ConfigError("--tls-names applies to --tls self-signed or acme only");
+    return Object.freeze({ mode, names: Object.freeze([]) });
+  }
+  if (tlsPublicKeyFile !== undefined) {
+    throw new ConfigError(
+      `--tls-public-key-file names a TLS endpoint in front of the coordinator; with --tls ${mode} the coordinator's own key is bound`,
+    );
+  }
+  if (mode === "acme" && namesText === undefined) throw new ConfigError("--tls acme needs --tls-names: the DNS names to certify");
+  const names = (namesText ?? DEFAULTS.tlsNames)
+    .split(",")
+    .map((n) => n.trim().toLowerCase())
+    .filter((n) => n !== "");
+  if (names.length === 0) throw new ConfigError("--tls-names: no name given");
+  for (const name of names) {
+    const ip = isIP(name) !== 0;
+    if (ip && mode === "acme") throw new ConfigError(`--tls-names: '${name}' is an IP address; --tls acme certifies DNS names`);
+    if (!ip && !DNS_NAME.test(name)) throw new ConfigError(`--tls-names: '${name}' is not a DNS name`);
+  }
+  if (mode === "self-signed") return Object.freeze({ mode, names: Object.freeze(names) });
+
+  const directory = raw("acmeDirectory", flags, env) ?? LETS_ENCRYPT_DIRECTORY;
+  let url: URL;
+  try {
+    url = new URL(directory);
+  } catch {
+    throw new ConfigError(`--acme-directory: '${directory}' is not a URL`);
+  }
+  if (url.protocol !== "https:") throw new ConfigError("--acme-directory must use https");
+  const email = raw("acmeEmail", flags, env);
+  if (email !== undefined && !/^[^@\s]+@[^@\s]+$/.test(email)) throw new ConfigError(`--acme-email: '${email}' is not an address`);
+  const caFile = raw("acmeCaFile", flags, env);
+  const acme: AcmeConfig = {
+    directory,
+    httpPort: intOf("acmeHttpPort", raw("acmeHttpPort", flags, env), DEFAULTS.acmeHttpPort, 0, 65535),
+    ...(email !== undefined ? { email } : {}),
+    ...(caFile !== undefined ? { caPem: readCaFile(caFile) } : {}),
+  };
+  return Object.freeze({ mode, names: Object.freeze(names), acme: Object.freeze(acme) });
+}
+
+/** A PEM file of CA certificates, each parsed (a file that holds none is refused). */
+function readCaFile(path: string): string {
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch {
+    throw new ConfigError(`--acme-ca-file: cannot read ${path}`);
+  }
+  const blocks = text.match(/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g) ?? [];
+  try {
+    for (const block of blocks) new X509Certificate(block);
+  } catch {
+    throw new ConfigError(`--acme-ca-file: ${path} holds a certificate that does not parse`);
+  }
+  if (blocks.length === 0) throw new ConfigError(`--acme-ca-file: ${path} holds no PEM certificate`);
+  return blocks.join("\n");
 }
 
 /** 48 bytes from 96 hex digits (either case). */
@@ -493,6 +620,7 @@ export function loadConfig(flags: FlagValues, env: Env, defaultMode: Mode = "pro
     attestation,
     attestationPlatform: enumOf<AttestationPlatform>("attestationPlatform", raw("attestationPlatform", flags, env), "sev-snp"),
     tlsPublicKeySpki: tlsPublicKeyFile === undefined ? null : readTlsPublicKey(tlsPublicKeyFile),
+    tls: parseTls(flags, env, tlsPublicKeyFile),
     expectedMeasurement: measurement === undefined ? null : parseMeasurement(measurement),
     ...readBinding(flags, env),
     provisioning: enumOf<ProvisioningMode>("provisioning", raw("provisioning", flags, env), "off"),
@@ -536,6 +664,11 @@ function refuseUnsafe(config: Config): void {
   }
   if (config.adminToken !== undefined && config.adminToken.length < 32) {
     throw new ConfigError("production mode needs an admin token of at least 32 characters");
+  }
+  if (config.tls.mode === "off" && !isLoopbackHost(config.host)) {
+    throw new ConfigError(
+      `production mode refuses plain HTTP on ${config.host}, which is not a loopback address: use --tls self-signed or --tls acme (plain HTTP is for 127.0.0.1 and ::1 only)`,
+    );
   }
 }
 

@@ -41,6 +41,8 @@ export interface AppDeps {
   readonly logger?: Logger;
   /** Replaces the fleet as the catalog's capacity source (tests of /v1/models metadata). */
   readonly fleet?: FleetView;
+  /** DER SPKI of the key the coordinator terminates TLS with (src/tls/), bound in the attestation. */
+  readonly tlsPublicKeySpki?: Uint8Array;
   /** Bound of the sealed-envelope replay cache (default SEALED_REPLAY_MAX_ENTRIES; tests fill a small one). */
   readonly sealedReplayEntries?: number;
   /** HOST_DATA of development attestation reports (tests of --config-binding host-data). */
@@ -180,7 +182,7 @@ export function createApp(deps: AppDeps): App {
     mode: config.mode,
     source: config.attestation,
     platform: config.attestationPlatform,
-    tlsPublicKeySpki: config.tlsPublicKeySpki,
+    tlsPublicKeySpki: deps.tlsPublicKeySpki ?? config.tlsPublicKeySpki,
     expectedMeasurement: config.expectedMeasurement,
     config: { sha256: configDigestHex(config), boundBy: config.configBinding },
     ...(deps.devHostData ? { devHostData: deps.devHostData } : {}),

@@ -14,6 +14,8 @@ import { processEnv } from "../config/settings.ts";
 import { createSqliteStore } from "../store/sqlite/index.ts";
 import { type DatabaseLock, lockDatabase } from "../store/sqlite/lock.ts";
 import { StoreOpenError } from "../store/types.ts";
+import { AcmeError } from "../tls/acme-error.ts";
+import { createCoordinatorTls } from "../tls/coordinator-tls.ts";
 import { VERSION } from "../version.ts";
 import { createApp } from "./app.ts";
 import { devBanner, seedDevelopment, startDevProvider } from "./dev.ts";
@@ -22,7 +24,8 @@ import { ListenError, listen } from "./server.ts";
 const USAGE = `umbra-coordinator ${VERSION}
 
 usage:
-  umbra-coordinator serve   [--listen HOST:PORT] [--db PATH] [--admin-token T] [--mode production|development] ...
+  umbra-coordinator serve   [--listen HOST:PORT] [--db PATH] [--admin-token T] [--mode production|development]
+                            [--tls off|self-signed|acme] [--tls-names NAMES] ...
   umbra-coordinator dev     [--listen HOST:PORT] [--db PATH]
   umbra-coordinator migrate [--db PATH]
   umbra-coordinator admin   [--db PATH] <noun> <verb> ...   (admin --help lists them)
@@ -45,8 +48,10 @@ function lock(config: Config, command: string): DatabaseLock | undefined {
 async function serve(config: Config, dev: boolean): Promise<void> {
   // Before the store and its settlement journal are opened: a second coordinator never touches them.
   const held = lock(config, dev ? "dev" : "serve");
+  // The TLS key is made in memory before the app, so the attestation binds it from its first document.
+  const tls = await createCoordinatorTls(config);
   const store = createSqliteStore(config.db, { journal: true });
-  const app = createApp({ config, store });
+  const app = createApp({ config, store, ...(tls ? { tlsPublicKeySpki: tls.key.spki } : {}) });
   // The bound configuration digest (docs/operations.md "Configuration binding"): refused before anything is served.
   try {
     await checkConfigBinding(config, app.attestation);
@@ -60,8 +65,20 @@ async function serve(config: Config, dev: boolean): Promise<void> {
   await app.flush();
   // Bound before this run writes anything of its own (dev's demo key and device token): a busy port
   // refuses the start with nothing minted.
-  const server = listen(app);
-  app.logger.info("coordinator listening", { url: server.url, mode: config.mode, db: config.db, version: VERSION });
+  const server = listen(
+    app,
+    undefined,
+    undefined,
+    tls ? { tls: { keyPem: tls.key.privateKeyPem, certPem: tls.initial.certPem, renewable: tls.renewable } } : {},
+  );
+  app.logger.info("coordinator listening", {
+    url: server.url,
+    mode: config.mode,
+    db: config.db,
+    version: VERSION,
+    tls_spki_sha256: tls?.key.spkiSha256,
+  });
+  tls?.start(app.logger, (certificate) => server.useCertificate(certificate.certPem));
   const seed = dev ? await seedDevelopment(app) : undefined;
   const provider = seed ? await startDevProvider(app, server.url, seed.providerToken) : undefined;
   if (seed) print(devBanner(server.url, seed, config.adminToken ?? ""));
@@ -91,6 +108,7 @@ async function serve(config: Config, dev: boolean): Promise<void> {
       if (!drained) app.logger.warn("drain period over: ending the answers still in flight", { duration_ms: config.shutdownDrainMs });
     }
     await provider?.stop();
+    await tls?.stop();
     // Disconnecting the providers ends every attempt in flight: each answer gets its clean error (a JSON
     // 5xx, or one in-band error event after the stream started), settled for what it relayed. Those
     // answers are written before the connections close (within the grace period).
@@ -155,6 +173,8 @@ async function main(argv: readonly string[]): Promise<number> {
       if (positionals.length > 0) throw new UsageError(`unexpected argument '${positionals[0]}'`);
       const defaultMode: Mode = command === "dev" ? "development" : "production";
       let config = loadConfig(values, processEnv(), defaultMode);
+      // dev's in-process provider dials the coordinator's own URL: it has no pin for a self-signed key.
+      if (command === "dev" && config.tls.mode !== "off") throw new UsageError("--tls applies to 'serve'; 'dev' serves plain HTTP");
       if (command === "dev" && config.adminToken === undefined && config.provisioning === "off") {
         config = Object.freeze({ ...config, adminToken: `umbra-admin-${randomBytes(24).toString("base64url")}` });
       }
@@ -207,7 +227,7 @@ main(process.argv.slice(2)).then(
       printErr(`umbra-coordinator: ${error.message}`);
       process.exit(2);
     }
-    if (error instanceof StoreOpenError || error instanceof ListenError) {
+    if (error instanceof StoreOpenError || error instanceof ListenError || error instanceof AcmeError) {
       printErr(`umbra-coordinator: ${error.message}`);
       process.exit(1);
     }

@@ -5,6 +5,9 @@
  * but a request whose body stalls is closed like any other idle connection.
  * A socket that cannot be bound (port in use, address not on this host) is a ListenError naming the
  * address; the CLI binds before it writes anything durable (the dev command's demo key).
+ * With `tls` it serves https/wss with the given key and certificate (src/tls/). A renewable certificate
+ * (ACME) is replaced by binding a second listener on the same port (SO_REUSEPORT) with the new one, then
+ * closing the old listener: connections open on it (provider WebSockets, streams) finish there.
  */
 import { PROVIDER_CONNECT_PATH, providerSocket, type SocketData } from "../api/provider-socket.ts";
 import { Errors } from "../errors/api-error.ts";
@@ -13,6 +16,11 @@ import type { App } from "./app.ts";
 export interface RunningServer {
   readonly url: string;
   readonly port: number;
+  /**
+   * Serves a new certificate (same key) to new connections. Only for a server started with a renewable
+   * `tls` option; throws ListenError when the new listener cannot be bound (the old one keeps serving).
+   */
+  useCertificate(certPem: string): void;
   /**
    * Stops listening. With `graceMs`, connections whose answer is still being written get up to that
    * long to finish it; then every connection still open is closed.
@@ -30,9 +38,22 @@ function pathOf(url: string): string {
   return q < 0 ? url.slice(start) : url.slice(start, q);
 }
 
+/**
+ * The request as the app routes it. Elysia finds the path by skipping "http://" (src/api/http.ts), so an
+ * https request is handed over with an http URL, and `x-forwarded-proto: https` says how it arrived (the
+ * device page builds its links from it). Body and signal are the original's.
+ */
+function asRouted(request: Request): Request {
+  const routed = new Request(`http${request.url.slice(5)}`, request);
+  routed.headers.set("x-forwarded-proto", "https");
+  return routed;
+}
+
 export interface ListenOptions {
   /** Seconds a connection may stay idle (Bun's `idleTimeout`, at most 255); tests shorten it. */
   readonly idleTimeoutSeconds?: number;
+  /** Serve https with this key and certificate chain (PEM, memory only). */
+  readonly tls?: { readonly keyPem: string; readonly certPem: string; readonly renewable: boolean };
 }
 
 const IDLE_TIMEOUT_SECONDS = 120;
@@ -67,10 +88,12 @@ function bind<T>(host: string, port: number, options: Bun.Serve.Options<T>): Bun
 export function listen(app: App, host = app.config.host, port = app.config.port, options: ListenOptions = {}): RunningServer {
   const socket = providerSocket({ authenticate: app.authenticateProvider, fleet: app.fleet, logger: app.logger });
   const idleTimeout = options.idleTimeoutSeconds ?? IDLE_TIMEOUT_SECONDS;
-  const server = bind<SocketData>(host, port, {
+  const tls = options.tls;
+  const serveOptions = (boundPort: number, certPem: string | undefined): Bun.Serve.Options<SocketData> => ({
     hostname: host,
-    port,
+    port: boundPort,
     idleTimeout,
+    ...(tls && certPem !== undefined ? { tls: { key: tls.keyPem, cert: certPem }, reusePort: tls.renewable } : {}),
     // Bun's own limit (128 MiB by default) answers 413 with an empty body, outside the error envelope.
     // Every route reads its body through readBody (src/api/errors.ts) with its own bound, refusing a
     // declared length over it before reading and cancelling a stream that grows past it.
@@ -79,16 +102,17 @@ export function listen(app: App, host = app.config.host, port = app.config.port,
       const path = pathOf(request.url);
       if (path === PROVIDER_CONNECT_PATH) return app.http.gate(request) ?? socket.upgrade(request, srv);
       const address = () => srv.requestIP(request)?.address;
+      const routed = tls ? asRouted(request) : request;
       // A chat answer may wait for its provider longer than the idle timeout: lifted while it is made,
       // restored once it ended (Bun keeps a connection's timeout for its next requests too).
       if (path === CHAT_PATH) {
-        return app.http.handle(request, {
+        return app.http.handle(routed, {
           address,
           bodyRead: () => srv.timeout(request, 0),
           answered: () => srv.timeout(request, idleTimeout),
         });
       }
-      return app.http.handle(request, { address });
+      return app.http.handle(routed, { address });
     },
     websocket: socket.websocket,
     // Only reached when the app's own error boundary failed: logged (class name only), answered 500.
@@ -97,19 +121,32 @@ export function listen(app: App, host = app.config.host, port = app.config.port,
       return new Response(JSON.stringify(Errors.internal().toEnvelope()), { status: 500, headers: { "content-type": "application/json" } });
     },
   });
+  let server = bind<SocketData>(host, port, serveOptions(port, tls?.certPem));
+  const boundPort = server.port ?? port;
+  // Listeners replaced by a renewal: closed to new connections, their open ones still served until stop.
+  const retired: Bun.Server<SocketData>[] = [];
   return {
-    url: `http://${hostPort(host, server.port ?? port)}`,
-    port: server.port ?? port,
+    url: `${tls ? "https" : "http"}://${hostPort(host, boundPort)}`,
+    port: boundPort,
+    useCertificate(certPem: string) {
+      if (!tls?.renewable) throw new ListenError("this listener was not started with a renewable certificate");
+      const next = bind<SocketData>(host, boundPort, serveOptions(boundPort, certPem));
+      const old = server;
+      server = next;
+      retired.push(old);
+      void old.stop(false);
+    },
     async stop(graceMs = 0) {
+      const all = [...retired, server];
       if (graceMs > 0) {
         let timer: ReturnType<typeof setTimeout> | undefined;
         const grace = new Promise<void>((resolve) => {
           timer = setTimeout(resolve, graceMs);
         });
-        await Promise.race([server.stop(false), grace]);
+        await Promise.race([Promise.all(all.map((s) => s.stop(false))), grace]);
         clearTimeout(timer);
       }
-      await server.stop(true);
+      await Promise.all(all.map((s) => s.stop(true)));
     },
   };
 }

@@ -29,6 +29,7 @@ export const ALLOWED_FIELDS = new Set([
   "request_id",
   "route",
   "status",
+  "tls_spki_sha256",
   "url",
   "version",
 ]);

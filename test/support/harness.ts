@@ -58,6 +58,8 @@ export interface TestAppOptions {
   readonly sealedReplayEntries?: number;
   /** HOST_DATA of the development attestation reports (AppDeps.devHostData). */
   readonly devHostData?: Uint8Array;
+  /** The coordinator's own TLS key (AppDeps.tlsPublicKeySpki). */
+  readonly tlsPublicKeySpki?: Uint8Array;
 }
 
 export async function call(app: App, method: string, path: string, options: CallOptions = {}): Promise<CallResult> {
@@ -99,6 +101,7 @@ export async function testApp(options: TestAppOptions = {}): Promise<TestApp> {
     ...(options.fleet ? { fleet: options.fleet } : {}),
     ...(options.sealedReplayEntries ? { sealedReplayEntries: options.sealedReplayEntries } : {}),
     ...(options.devHostData ? { devHostData: options.devHostData } : {}),
+    ...(options.tlsPublicKeySpki ? { tlsPublicKeySpki: options.tlsPublicKeySpki } : {}),
   });
   return {
     app,

@@ -4,7 +4,7 @@ import { generateKeyPairSync } from "node:crypto";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { X509Certificate } from "@peculiar/x509";
-import { ConfigError, loadConfig, parseFlags } from "../../../src/config/config.ts";
+import { ConfigError, LETS_ENCRYPT_DIRECTORY, loadConfig, parseFlags } from "../../../src/config/config.ts";
 import { tempDir } from "../../support/harness.ts";
 
 const STRONG = "x".repeat(40);
@@ -44,6 +44,7 @@ describe("loadConfig", () => {
       attestation: "dev",
       attestationPlatform: "sev-snp",
       tlsPublicKeySpki: null,
+      tls: { mode: "off", names: [] },
       expectedMeasurement: null,
       configBinding: "none",
       configDigest: null,
@@ -110,8 +111,76 @@ describe("loadConfig", () => {
         { UMBRA_ADMIN_TOKEN: STRONG, UMBRA_JWT_JWKS_URL: "http://idp.example/jwks", UMBRA_JWT_ISSUER: "i", UMBRA_JWT_AUDIENCE: "a" },
         "https",
       ],
+      ["plain HTTP on every address", { UMBRA_ADMIN_TOKEN: STRONG, UMBRA_LISTEN: "0.0.0.0:8080" }, "refuses plain HTTP on 0.0.0.0"],
+      ["plain HTTP on a public IPv6 address", { UMBRA_ADMIN_TOKEN: STRONG, UMBRA_LISTEN: "[2001:db8::1]:8080" }, "refuses plain HTTP"],
     ])("%s", (_, env, message) => {
       expect(() => loadConfig({}, env)).toThrow(message);
+    });
+  });
+
+  describe("--tls", () => {
+    test("plain HTTP on loopback stays allowed in production", () => {
+      const hosts = ["127.0.0.1:8080", "[::1]:8080", "localhost:8080", "127.0.0.2:0"].map(
+        (listen) => loadConfig({ listen }, { UMBRA_ADMIN_TOKEN: STRONG }).tls.mode,
+      );
+      expect(hosts).toEqual(["off", "off", "off", "off"]);
+    });
+
+    test("self-signed on any address, names defaulting to localhost", () => {
+      const c = loadConfig({ listen: "0.0.0.0:443", tls: "self-signed" }, { UMBRA_ADMIN_TOKEN: STRONG });
+      const named = loadConfig({}, { UMBRA_TLS: "self-signed", UMBRA_TLS_NAMES: "Umbra.Example, 10.0.0.5" }, "development");
+      expect([c.tls, named.tls]).toEqual([
+        { mode: "self-signed", names: ["localhost"] },
+        { mode: "self-signed", names: ["umbra.example", "10.0.0.5"] },
+      ]);
+    });
+
+    test("acme with its settings and their environment twins", () => {
+      using dir = tempDir();
+      const ca = join(dir.path, "ca.pem");
+      writeFileSync(ca, readFileSync(join(import.meta.dir, "../../fixtures/attestation-cvm/milan-vcek.pem")));
+      const c = loadConfig(
+        { tls: "acme", "tls-names": "umbra.example", "acme-email": "ops@umbra.example" },
+        { UMBRA_ACME_DIRECTORY: "https://acme.internal/dir", UMBRA_ACME_HTTP_PORT: "8081", UMBRA_ACME_CA_FILE: ca },
+        "development",
+      );
+      const defaults = loadConfig({ tls: "acme", "tls-names": "umbra.example" }, {}, "development");
+      expect([
+        { ...c.tls, acme: { ...c.tls.acme, caPem: c.tls.acme?.caPem?.startsWith("-----BEGIN CERTIFICATE-----") } },
+        defaults.tls,
+      ]).toEqual([
+        {
+          mode: "acme",
+          names: ["umbra.example"],
+          acme: { directory: "https://acme.internal/dir", email: "ops@umbra.example", httpPort: 8081, caPem: true },
+        },
+        { mode: "acme", names: ["umbra.example"], acme: { directory: LETS_ENCRYPT_DIRECTORY, httpPort: 80 } },
+      ]);
+    });
+
+    test.each([
+      [{ tls: "acme" }, "--tls acme needs --tls-names"],
+      [{ tls: "acme", "tls-names": "10.0.0.5" }, "is an IP address"],
+      [{ tls: "self-signed", "tls-names": "not a name" }, "is not a DNS name"],
+      [{ tls: "self-signed", "tls-names": " , " }, "no name given"],
+      [{ "tls-names": "umbra.example" }, "--tls-names applies to"],
+      [{ tls: "self-signed", "acme-email": "a@b.c" }, "--acme-email applies to --tls acme only"],
+      [{ tls: "acme", "tls-names": "u.example", "acme-directory": "http://acme.example/dir" }, "--acme-directory must use https"],
+      [{ tls: "acme", "tls-names": "u.example", "acme-http-port": "99999" }, "--acme-http-port"],
+      [{ tls: "acme", "tls-names": "u.example", "acme-ca-file": "/nonexistent/ca.pem" }, "--acme-ca-file: cannot read"],
+      [{ tls: "tls13" }, "--tls"],
+    ])("%p is refused: %s", (flags, message) => {
+      expect(() => loadConfig(flags, {}, "development")).toThrow(message);
+    });
+
+    test("a TLS endpoint in front and the coordinator's own key are exclusive", () => {
+      using dir = tempDir();
+      const file = join(dir.path, "tls.pem");
+      const { publicKey } = generateKeyPairSync("ec", { namedCurve: "P-256" });
+      writeFileSync(file, publicKey.export({ type: "spki", format: "pem" }));
+      expect(() => loadConfig({ tls: "self-signed", "tls-public-key-file": file }, {}, "development")).toThrow(
+        "--tls-public-key-file names a TLS endpoint in front of the coordinator",
+      );
     });
   });
 
