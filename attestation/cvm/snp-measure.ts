@@ -41,7 +41,8 @@ export type SnpMeasureReason =
   | "vcpus"
   | "vcpu_signature"
   | "guest_features"
-  | "firmware_digest";
+  | "firmware_digest"
+  | "measurements_format";
 
 export class SnpMeasureError extends Error {
   override readonly name = "SnpMeasureError";

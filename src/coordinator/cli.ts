@@ -15,6 +15,7 @@ import { StoreOpenError } from "../store/types.ts";
 import { VERSION } from "../version.ts";
 import { createApp } from "./app.ts";
 import { devBanner, seedDevelopment, startDevProvider } from "./dev.ts";
+import { runMeasure } from "./measure-command.ts";
 import { ListenError, listen } from "./server.ts";
 
 const USAGE = `umbra-coordinator ${VERSION}
@@ -24,6 +25,8 @@ usage:
   umbra-coordinator dev     [--listen HOST:PORT] [--db PATH]
   umbra-coordinator migrate [--db PATH]
   umbra-coordinator admin   [--db PATH] <noun> <verb> ...   (admin --help lists them)
+  umbra-coordinator measure --firmware F --kernel K ... (--vcpus N --cpu MODEL --guest-features X | --shapes FILE)
+  umbra-coordinator verify-attestation URL --image measurements.json [--shape NAME] [--json]
 
 Every flag has an UMBRA_* environment twin; see docs/operations.md.`;
 
@@ -160,6 +163,8 @@ async function main(argv: readonly string[]): Promise<number> {
     }
     case "admin":
       return admin(rest);
+    case "measure":
+      return runMeasure(rest, { print, printErr });
     case "--version":
     case "version":
       print(VERSION);
