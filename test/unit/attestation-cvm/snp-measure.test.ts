@@ -251,13 +251,9 @@ describe("synthetic firmware", () => {
 });
 
 describe("measurements.json", () => {
-  const shapes = {
-    policy: "0x30000",
-    shapes: [
-      { name: "milan-2vcpu", vcpus: 2, cpu: "EPYC-Milan", guest_features: "0x21" },
-      { name: "genoa-4vcpu", vcpus: 4, cpu: "EPYC-Genoa", guest_features: "0x1" },
-    ],
-  };
+  const milan = { name: "milan-2vcpu", vcpus: 2, cpu: "EPYC-Milan", guest_features: "0x21" } as const;
+  const genoa = { name: "genoa-4vcpu", vcpus: 4, cpu: "EPYC-Genoa", guest_features: "0x1" } as const;
+  const shapes = { policy: "0x30000", shapes: [milan, genoa] };
   const image = { firmware: syntheticFirmware(), ...BOOT };
 
   test("every shape measured as the calculator does, the image's hashes beside them; it reads back", () => {
@@ -276,8 +272,8 @@ describe("measurements.json", () => {
       },
       policy: "0x30000",
       shapes: [
-        { ...shapes.shapes[0], measurement: one(2, 0xa00f11, 0x21n) },
-        { ...shapes.shapes[1], measurement: one(4, 0xa10f10, 0x1n) },
+        { ...milan, measurement: one(2, 0xa00f11, 0x21n) },
+        { ...genoa, measurement: one(4, 0xa10f10, 0x1n) },
       ],
     });
     expect(parseMeasurementsFile(JSON.parse(JSON.stringify(m)))).toEqual(m);
@@ -286,10 +282,10 @@ describe("measurements.json", () => {
   test.each([
     ["a debug policy", { ...shapes, policy: "0x80000" }],
     ["a migration-agent policy", { ...shapes, policy: "0x40000" }],
-    ["an unknown CPU model", { ...shapes, shapes: [{ ...shapes.shapes[0], cpu: "EPYC-Naples" }] }],
-    ["duplicate names", { ...shapes, shapes: [shapes.shapes[0], shapes.shapes[0]] }],
+    ["an unknown CPU model", { ...shapes, shapes: [{ ...milan, cpu: "EPYC-Naples" }] }],
+    ["duplicate names", { ...shapes, shapes: [milan, milan] }],
     ["no shapes", { ...shapes, shapes: [] }],
-    ["zero vCPUs", { ...shapes, shapes: [{ ...shapes.shapes[0], vcpus: 0 }] }],
+    ["zero vCPUs", { ...shapes, shapes: [{ ...milan, vcpus: 0 }] }],
   ])("a shapes file with %s is refused", (_what, file) => {
     expect(refusal(() => parseShapesFile(file)).reason).toBe("measurements_format");
   });
