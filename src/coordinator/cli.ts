@@ -17,6 +17,7 @@ import { createApp } from "./app.ts";
 import { devBanner, seedDevelopment, startDevProvider } from "./dev.ts";
 import { runMeasure } from "./measure-command.ts";
 import { ListenError, listen } from "./server.ts";
+import { runVerifyAttestation } from "./verify-attestation-command.ts";
 
 const USAGE = `umbra-coordinator ${VERSION}
 
@@ -165,6 +166,8 @@ async function main(argv: readonly string[]): Promise<number> {
       return admin(rest);
     case "measure":
       return runMeasure(rest, { print, printErr });
+    case "verify-attestation":
+      return runVerifyAttestation(rest, { print, printErr });
     case "--version":
     case "version":
       print(VERSION);
