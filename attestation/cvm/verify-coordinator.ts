@@ -199,7 +199,7 @@ export async function verifyCoordinatorAttestation(baseUrl: string, options: Ver
   let decoded: ReturnType<typeof decodeAttestationDocument>;
   let report: SnpReport;
   try {
-    if (fetched.status !== 200) throw new CvmAttestationError("document_format", `${url} answered ${fetched.status}`);
+    if (fetched.status !== 200) throw new Error(`${url} answered ${fetched.status}`);
     const body = JSON.parse(fetched.body) as unknown;
     decoded = decodeAttestationDocument(body);
     doc = body as Record<string, unknown>;
