@@ -1,5 +1,7 @@
 /**
- * Verifies a coordinator's attestation (docs/security.md, "Verifying the coordinator").
+ * Verifies a coordinator's attestation against one measurement (docs/security.md, "Verifying the
+ * coordinator"). A thin wrapper over attestation/cvm/verify-coordinator.ts, the code of
+ * `umbra-coordinator verify-attestation` (which checks against a published measurements.json instead).
  *
  *   node_modules/.bin/bun docs/examples/verify-attestation.ts URL [--measurement HEX] [--tls-public-key FILE] [--no-smt]
  *
@@ -20,30 +22,16 @@
  * Exit status 0 when every check passes; 1 with the failed check's name otherwise.
  */
 import "reflect-metadata";
-import { createHash, createPublicKey } from "node:crypto";
+import { createPublicKey } from "node:crypto";
 import { readFileSync } from "node:fs";
-import { connect } from "node:tls";
 import { parseArgs } from "node:util";
-import { X509Certificate } from "@peculiar/x509";
+import { CvmAttestationError } from "../../attestation/cvm/index.ts";
 import {
-  CvmAttestationError,
-  createSnpVerifier,
-  decodeAttestationDocument,
-  loadAmdRoots,
-  type SnpRoot,
-  type SnpVerification,
-} from "../../attestation/cvm/index.ts";
-
-/** The fields of the answer this script reads (docs/api.md, GET /v1/attestation). */
-interface Answer {
-  platform: string;
-  report_data: { hex: string };
-  expected_measurement: string | null;
-  sealing_public_key: string;
-  tls_public_key_bound: boolean;
-  development: boolean;
-  development_root?: { name: string; ark: string; ask: string };
-}
+  type CoordinatorVerification,
+  type FetchedDocument,
+  fetchOverTls,
+  verifyCoordinatorAttestation,
+} from "../../attestation/cvm/verify-coordinator.ts";
 
 export interface VerifyOptions {
   /** The launch measurement you expect (48 bytes). */
@@ -63,85 +51,58 @@ export interface VerifyResult {
   readonly reportData: string;
   readonly tlsPublicKeyBound: boolean;
   readonly sealingPublicKey: string;
-  readonly verification: SnpVerification;
+  readonly checks: CoordinatorVerification["checks"];
 }
-
-const sha256 = (bytes: Uint8Array) => new Uint8Array(createHash("sha256").update(bytes).digest());
-const hex = (bytes: Uint8Array) => Buffer.from(bytes).toString("hex");
 
 /** SubjectPublicKeyInfo DER of a PEM certificate or public key file. */
 export function spkiOfFile(path: string): Uint8Array {
   return new Uint8Array(createPublicKey(readFileSync(path, "utf8")).export({ type: "spki", format: "der" }));
 }
 
-/** The SubjectPublicKeyInfo DER of the certificate an https server presents (the system's CAs apply). */
-function spkiOfServer(url: URL): Promise<Uint8Array> {
-  return new Promise((resolve, reject) => {
-    const socket = connect({ host: url.hostname, port: Number(url.port || 443), servername: url.hostname }, () => {
-      const cert = socket.getPeerX509Certificate();
-      socket.end();
-      if (cert) resolve(new Uint8Array(cert.publicKey.export({ type: "spki", format: "der" })));
-      else reject(new Error("the server presented no certificate"));
-    });
-    socket.once("error", reject);
-  });
-}
-
 /**
- * Fetches and verifies. Throws CvmAttestationError naming the failed check, or Error when the coordinator
- * answers no document or an input is missing.
+ * Fetches and verifies with attestation/cvm/verify-coordinator.ts (the code of `umbra-coordinator
+ * verify-attestation`). Throws CvmAttestationError naming the first failed check, or Error when the
+ * coordinator answers no document or an input is missing.
  */
 export async function verifyCoordinator(baseUrl: string, options: VerifyOptions = {}): Promise<VerifyResult> {
   const url = new URL("/v1/attestation", baseUrl);
-  const response = await (options.fetch ?? fetch)(url.toString());
-  const body = (await response.json()) as unknown;
-  if (response.status !== 200) throw new Error(`${url} answered ${response.status}: ${JSON.stringify(body)}`);
-  const doc = body as Answer;
-  const decoded = decodeAttestationDocument(doc);
-
-  const sealingPublicKey = new Uint8Array(Buffer.from(String(doc.sealing_public_key), "base64url"));
-  let tls: Uint8Array | null = options.tlsPublicKeySpki ?? null;
-  if (tls === null && url.protocol === "https:") tls = await spkiOfServer(url);
-  if (tls === null && doc.tls_public_key_bound !== false) {
+  let fetched: FetchedDocument;
+  if (options.fetch) {
+    const r = await options.fetch(url.toString());
+    fetched = { status: r.status, body: await r.text(), tlsPublicKeySpki: null };
+  } else if (url.protocol === "https:") {
+    fetched = await fetchOverTls(url);
+  } else {
+    const r = await fetch(url);
+    fetched = { status: r.status, body: await r.text(), tlsPublicKeySpki: null };
+  }
+  if (fetched.status !== 200) throw new Error(`${url} answered ${fetched.status}: ${fetched.body}`);
+  const doc = JSON.parse(fetched.body) as { platform?: string; expected_measurement?: string | null; sealing_public_key?: string };
+  let measurement = options.measurement ? Buffer.from(options.measurement).toString("hex") : undefined;
+  if (measurement === undefined) {
+    if (doc.platform !== "dev") throw new Error("pass --measurement HEX: the launch measurement you computed from the published image");
+    measurement = doc.expected_measurement ?? "00".repeat(48);
+  }
+  const result = await verifyCoordinatorAttestation(baseUrl, {
+    expected: { shapes: [{ name: "given", measurement }], policy: null, allowSmt: options.allowSmt ?? true },
+    allowDevelopment: true,
+    ...(options.tlsPublicKeySpki ? { tlsPublicKeySpki: options.tlsPublicKeySpki } : {}),
+    fetchDocument: async () => fetched,
+    ...(options.now ? { now: options.now } : {}),
+  });
+  const failed = result.checks.find((c) => c.status === "fail");
+  if (failed?.check === "tls_key" && failed.cause === undefined) {
     throw new Error("the answer binds a TLS key: pass --tls-public-key FILE (or use an https URL) to check it");
   }
-  const reportData = new Uint8Array(64);
-  if (tls !== null) reportData.set(sha256(tls), 0);
-  reportData.set(sha256(sealingPublicKey), 32);
-  if (hex(decoded.reportData) !== hex(reportData)) {
-    throw new CvmAttestationError("report_data", "the published report data does not bind these keys");
-  }
-
-  const development = decoded.platform === "dev";
-  let measurement = options.measurement;
-  if (measurement === undefined) {
-    if (!development) throw new Error("pass --measurement HEX: the launch measurement you computed from the published image");
-    measurement = new Uint8Array(Buffer.from(doc.expected_measurement ?? "00".repeat(48), "hex"));
-  }
-
-  let roots: SnpRoot[];
-  if (development) {
-    const root = doc.development_root;
-    if (!root) throw new CvmAttestationError("document_format", "development evidence without its development root");
-    const cert = (b64: string) => new X509Certificate(Buffer.from(b64, "base64"));
-    roots = [{ name: root.name, ark: cert(root.ark), ask: cert(root.ask), development: true }];
-  } else {
-    roots = await loadAmdRoots();
-  }
-  const verifier = createSnpVerifier({
-    roots,
-    mode: development ? "development" : "production",
-    ...(options.now ? { clock: { now: options.now } } : {}),
-  });
-  const verification = await verifier.verifyEvidence(decoded, { measurement, reportData, allowSmt: options.allowSmt ?? true });
+  if (failed) throw new CvmAttestationError(failed.cause ?? (failed.check === "measurement" ? "measurement" : "report_data"), failed.detail);
   return {
-    platform: decoded.platform,
-    development,
-    measurement: hex(verification.report.measurement),
-    reportData: hex(reportData),
-    tlsPublicKeyBound: tls !== null,
-    sealingPublicKey: doc.sealing_public_key,
-    verification,
+    platform: result.platform ?? "",
+    development: result.development,
+    measurement: result.measurement ?? "",
+    reportData: result.reportData ?? "",
+    tlsPublicKeyBound: result.checks.some((c) => c.check === "tls_key" && c.status === "pass"),
+    sealingPublicKey: doc.sealing_public_key ?? "",
+    checks: result.checks,
   };
 }
 
@@ -177,7 +138,7 @@ async function main(argv: string[]): Promise<number> {
       `tls key       ${result.tlsPublicKeyBound ? "bound (bytes 0..31)" : "NOT bound: the coordinator has no TLS key configured"}`,
     );
     console.log(`sealing key   ${result.sealingPublicKey} (bytes 32..63)`);
-    console.log(`chain         VCEK -> ASK -> ARK (${result.verification.chain.root.name})`);
+    for (const c of result.checks) console.log(`${c.check.padEnd(15)} ${c.status}  ${c.detail}`);
     console.log(result.development ? "verified (development)" : "verified");
     return 0;
   } catch (e) {

@@ -19,7 +19,9 @@ import { createCoordinatorTls } from "../tls/coordinator-tls.ts";
 import { VERSION } from "../version.ts";
 import { createApp } from "./app.ts";
 import { devBanner, seedDevelopment, startDevProvider } from "./dev.ts";
+import { runMeasure } from "./measure-command.ts";
 import { ListenError, listen } from "./server.ts";
+import { runVerifyAttestation } from "./verify-attestation-command.ts";
 
 const USAGE = `umbra-coordinator ${VERSION}
 
@@ -31,6 +33,8 @@ usage:
   umbra-coordinator admin   [--db PATH] <noun> <verb> ...   (admin --help lists them)
   umbra-coordinator provision URL --expected-measurement HEX --admin-token-file FILE [--tls-public-key FILE]
   umbra-coordinator config-digest [serve flags]              (the digest to bind: umbra.config= or HOST_DATA)
+  umbra-coordinator measure --firmware F --kernel K ... (--vcpus N --cpu MODEL --guest-features X | --shapes FILE)
+  umbra-coordinator verify-attestation URL --image measurements.json [--shape NAME] [--json]
 
 Every flag has an UMBRA_* environment twin; see docs/operations.md.`;
 
@@ -203,6 +207,10 @@ async function main(argv: readonly string[]): Promise<number> {
       print(configDigestHex(loadConfig(values, processEnv(), "production")));
       return 0;
     }
+    case "measure":
+      return runMeasure(rest, { print, printErr });
+    case "verify-attestation":
+      return runVerifyAttestation(rest, { print, printErr });
     case "--version":
     case "version":
       print(VERSION);

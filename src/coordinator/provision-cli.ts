@@ -42,8 +42,8 @@ export interface ProvisionOptions {
 }
 
 /**
- * Step 1: the one place the coordinator's attestation is verified for provisioning. Today it runs the
- * auditor's verifier (docs/examples/verify-attestation.ts); `verify-attestation` replaces it when merged.
+ * Step 1: the one place the coordinator's attestation is verified for provisioning: the auditor's checks
+ * (attestation/cvm/verify-coordinator.ts, through docs/examples/verify-attestation.ts's measurement-only form).
  * Throws ProvisionRefused naming the failed check.
  */
 export async function verifyTarget(
@@ -60,8 +60,8 @@ export async function verifyTarget(
     });
     return {
       development: result.development,
-      measurement: result.verification.report.measurement,
-      reportData: result.verification.report.reportData,
+      measurement: new Uint8Array(Buffer.from(result.measurement, "hex")),
+      reportData: new Uint8Array(Buffer.from(result.reportData, "hex")),
       sealingPublicKey: new Uint8Array(Buffer.from(result.sealingPublicKey, "base64url")),
     };
   } catch (e) {

@@ -1,0 +1,92 @@
+/**
+ * `umbra-coordinator verify-attestation URL --image measurements.json [--shape NAME] [--json]
+ *  [--tls-public-key FILE] [--development]`: the auditor's check of a live coordinator
+ * (attestation/cvm/verify-coordinator.ts). Prints one line per check, `pass|fail|skip  <check>  <detail>`,
+ * then a verdict line; `--json` prints the whole result as one JSON object instead.
+ * `--tls-public-key FILE` pins a PEM certificate or public key (for a plain-http URL); `--development`
+ * accepts development evidence (it proves nothing about hardware, and says so).
+ * Exit codes: 0 every check passed (or was skipped); 1 a check failed or the URL cannot be reached;
+ * 2 bad usage (unknown shape, unreadable or malformed measurements.json).
+ */
+
+import { createPublicKey } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { parseArgs } from "node:util";
+import { parseMeasurementsFile } from "../../attestation/cvm/measurements.ts";
+import { SnpMeasureError } from "../../attestation/cvm/snp-measure.ts";
+import { expectedFromMeasurements, verifyCoordinatorAttestation } from "../../attestation/cvm/verify-coordinator.ts";
+import { UsageError } from "../admin/admin-cli.ts";
+import type { CommandIo } from "./measure-command.ts";
+
+export const VERIFY_USAGE =
+  "usage: umbra-coordinator verify-attestation URL --image measurements.json [--shape NAME] [--json] [--tls-public-key FILE] [--development]";
+
+const OPTIONS = {
+  image: { type: "string" },
+  shape: { type: "string" },
+  json: { type: "boolean" },
+  "tls-public-key": { type: "string" },
+  development: { type: "boolean" },
+} as const;
+
+function readText(path: string, flag: string): string {
+  try {
+    return readFileSync(path, "utf8");
+  } catch (e) {
+    throw new UsageError(`--${flag}: cannot read ${path} (${(e as NodeJS.ErrnoException).code ?? "error"})`);
+  }
+}
+
+export async function runVerifyAttestation(argv: readonly string[], io: CommandIo): Promise<number> {
+  const { values: v, positionals } = (() => {
+    try {
+      return parseArgs({ args: [...argv], options: OPTIONS, strict: true, allowPositionals: true });
+    } catch (e) {
+      throw new UsageError(`${(e as Error).message}\n${VERIFY_USAGE}`);
+    }
+  })();
+  if (positionals.length !== 1 || v.image === undefined) throw new UsageError(VERIFY_USAGE);
+  const base = positionals[0] as string;
+  if (!/^https?:\/\//.test(base)) throw new UsageError(`URL must start with https:// (or http:// for development): ${base}`);
+  let file: ReturnType<typeof parseMeasurementsFile>;
+  try {
+    file = parseMeasurementsFile(JSON.parse(readText(v.image, "image")));
+  } catch (e) {
+    if (e instanceof SnpMeasureError) throw new UsageError(`--image ${v.image}: ${e.message}`);
+    if (e instanceof SyntaxError) throw new UsageError(`--image ${v.image}: not JSON`);
+    throw e;
+  }
+  if (v.shape !== undefined && !file.shapes.some((s) => s.name === v.shape)) {
+    throw new UsageError(`--shape ${v.shape}: not in ${v.image} (${file.shapes.map((s) => s.name).join(", ")})`);
+  }
+  let tlsPublicKeySpki: Uint8Array | undefined;
+  if (v["tls-public-key"] !== undefined) {
+    const pem = readText(v["tls-public-key"], "tls-public-key");
+    try {
+      tlsPublicKeySpki = new Uint8Array(createPublicKey(pem).export({ type: "spki", format: "der" }));
+    } catch {
+      throw new UsageError(`--tls-public-key: ${v["tls-public-key"]} holds no PEM certificate or public key`);
+    }
+  }
+
+  let result: Awaited<ReturnType<typeof verifyCoordinatorAttestation>>;
+  try {
+    result = await verifyCoordinatorAttestation(base, {
+      expected: expectedFromMeasurements(file, v.shape),
+      allowDevelopment: v.development === true,
+      ...(tlsPublicKeySpki ? { tlsPublicKeySpki } : {}),
+    });
+  } catch (e) {
+    io.printErr(`umbra-coordinator verify-attestation: cannot fetch ${base}: ${(e as Error).message}`);
+    return 1;
+  }
+  if (v.json === true) {
+    io.print(JSON.stringify(result));
+  } else {
+    if (result.development) io.print("DEVELOPMENT EVIDENCE: signed by a root the coordinator generated; it proves nothing about hardware.");
+    for (const c of result.checks) io.print(`${c.status.padEnd(4)}  ${c.check.padEnd(15)}  ${c.detail}`);
+    const failed = result.checks.filter((c) => c.status === "fail").map((c) => c.check);
+    io.print(failed.length === 0 ? `verified: ${result.url} runs shape ${result.shape}` : `FAILED: ${failed.join(", ")}`);
+  }
+  return result.ok ? 0 : 1;
+}
