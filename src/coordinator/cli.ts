@@ -31,7 +31,7 @@ usage:
   umbra-coordinator dev     [--listen HOST:PORT] [--db PATH]
   umbra-coordinator migrate [--db PATH]
   umbra-coordinator admin   [--db PATH] <noun> <verb> ...   (admin --help lists them)
-  umbra-coordinator provision URL --expected-measurement HEX --admin-token-file FILE [--tls-public-key FILE]
+  umbra-coordinator provision URL (--image measurements.json [--shape NAME] | --expected-measurement HEX) --admin-token-file FILE
   umbra-coordinator config-digest [serve flags]              (the digest to bind: umbra.config= or HOST_DATA)
   umbra-coordinator measure --firmware F --kernel K ... (--vcpus N --cpu MODEL --guest-features X | --shapes FILE)
   umbra-coordinator verify-attestation URL --image measurements.json [--shape NAME] [--json]

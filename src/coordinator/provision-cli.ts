@@ -1,14 +1,15 @@
 /**
  * The operator's side of provisioning and of the configuration binding (docs/operations.md):
  *
- *   umbra-coordinator provision URL --expected-measurement HEX --admin-token-file F
+ *   umbra-coordinator provision URL (--image measurements.json [--shape NAME] | --expected-measurement HEX)
+ *                                   --admin-token-file F
  *                                   [--tls-public-key FILE] [--allow-development-evidence]
  *   umbra-coordinator config-digest [the serve flags]      prints the configuration's digest (hex)
  *
  * provision, in order; nothing secret is sent before step 3, and nothing at all after a failed check:
  *   1. GET URL/v1/attestation and verify it (verifyTarget: report signature, chain to AMD's roots, policy,
- *      measurement = --expected-measurement, report data binding the TLS key seen and the published sealing
- *      key). Development evidence is refused unless --allow-development-evidence: its root comes from the
+ *      measurement of a published shape or --expected-measurement, report data binding the TLS key seen
+ *      and the published sealing key). Development evidence is refused unless --allow-development-evidence: its root comes from the
  *      answer itself, so anyone can make it.
  *   2. GET URL/v1/provision: the coordinator's fresh nonce.
  *   3. Seal {"admin_token": ...} to the verified sealing key, bound to the verified report's measurement and
@@ -17,6 +18,7 @@
  */
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
+import type { ExpectedImage, FetchedDocument } from "../../attestation/cvm/verify-coordinator.ts";
 import type { ProvisionEnvelope } from "../crypto/provision-seal.ts";
 import { sealProvisioning } from "../crypto/provision-seal.ts";
 
@@ -32,8 +34,8 @@ export interface VerifiedTarget {
 }
 
 export interface ProvisionOptions {
-  /** The launch measurement the operator computed from the published image (48 bytes). */
-  readonly measurement: Uint8Array;
+  /** What the operator expects: the measurement computed from the published image, or its measurements.json shapes. */
+  readonly expected: ExpectedImage;
   readonly adminToken: string;
   /** The TLS key the operator expects, DER SubjectPublicKeyInfo (else the https connection's, or none bound). */
   readonly tlsPublicKeySpki?: Uint8Array;
@@ -41,33 +43,61 @@ export interface ProvisionOptions {
   readonly fetch?: (url: string, init?: RequestInit) => Promise<Response>;
 }
 
+/** The expectation of one measurement computed by the operator (no published policy: debug and migration are still checked). */
+export function expectMeasurement(measurement: Uint8Array): ExpectedImage {
+  return { shapes: [{ name: "given", measurement: Buffer.from(measurement).toString("hex") }], policy: null };
+}
+
 /**
- * Step 1: the one place the coordinator's attestation is verified for provisioning: the auditor's checks
- * (attestation/cvm/verify-coordinator.ts, through docs/examples/verify-attestation.ts's measurement-only form).
- * Throws ProvisionRefused naming the failed check.
+ * Step 1: the one place the coordinator's attestation is verified for provisioning, with the auditor's
+ * checks (attestation/cvm/verify-coordinator.ts, the code of `verify-attestation`). Development evidence
+ * passes the chain only with `allowDevelopmentEvidence`. Throws ProvisionRefused naming the failed check.
  */
 export async function verifyTarget(
   baseUrl: string,
-  options: Pick<ProvisionOptions, "measurement" | "tlsPublicKeySpki" | "fetch">,
+  options: Pick<ProvisionOptions, "expected" | "tlsPublicKeySpki" | "allowDevelopmentEvidence" | "fetch">,
 ): Promise<VerifiedTarget> {
-  const { verifyCoordinator } = await import("../../docs/examples/verify-attestation.ts");
-  const { CvmAttestationError } = await import("../../attestation/cvm/errors.ts");
+  const { fetchOverTls, verifyCoordinatorAttestation } = await import("../../attestation/cvm/verify-coordinator.ts");
+  let body = "";
+  const fetchDocument = async (url: URL): Promise<FetchedDocument> => {
+    let fetched: FetchedDocument;
+    if (options.fetch === undefined && url.protocol === "https:") fetched = await fetchOverTls(url);
+    else {
+      const r = await (options.fetch ?? fetch)(url.toString());
+      fetched = { status: r.status, body: await r.text(), tlsPublicKeySpki: null };
+    }
+    body = fetched.body;
+    return fetched;
+  };
+  let result: Awaited<ReturnType<typeof verifyCoordinatorAttestation>>;
   try {
-    const result = await verifyCoordinator(baseUrl, {
-      measurement: options.measurement,
+    result = await verifyCoordinatorAttestation(baseUrl, {
+      expected: options.expected,
+      allowDevelopment: options.allowDevelopmentEvidence === true,
       ...(options.tlsPublicKeySpki ? { tlsPublicKeySpki: options.tlsPublicKeySpki } : {}),
-      ...(options.fetch ? { fetch: (url: string) => (options.fetch as NonNullable<ProvisionOptions["fetch"]>)(url) } : {}),
+      fetchDocument,
     });
-    return {
-      development: result.development,
-      measurement: new Uint8Array(Buffer.from(result.measurement, "hex")),
-      reportData: new Uint8Array(Buffer.from(result.reportData, "hex")),
-      sealingPublicKey: new Uint8Array(Buffer.from(result.sealingPublicKey, "base64url")),
-    };
   } catch (e) {
-    if (e instanceof CvmAttestationError) throw new ProvisionRefused(`attestation check failed: ${e.message}`);
     throw new ProvisionRefused(`attestation not verified: ${e instanceof Error ? e.message : String(e)}`);
   }
+  const failed = result.checks.find((c) => c.status === "fail");
+  if (failed !== undefined) {
+    const hint =
+      failed.cause === "dev_root_in_production"
+        ? " (development evidence: its root comes from the answer itself; --allow-development-evidence is for local tests only)"
+        : "";
+    throw new ProvisionRefused(`attestation check failed: ${failed.check}: ${failed.detail}${hint}`);
+  }
+  const sealing = (JSON.parse(body) as { sealing_public_key?: unknown }).sealing_public_key;
+  if (typeof sealing !== "string" || result.measurement === null || result.reportData === null) {
+    throw new ProvisionRefused("attestation not verified: the document names no sealing key or report");
+  }
+  return {
+    development: result.development,
+    measurement: new Uint8Array(Buffer.from(result.measurement, "hex")),
+    reportData: new Uint8Array(Buffer.from(result.reportData, "hex")),
+    sealingPublicKey: new Uint8Array(Buffer.from(sealing, "base64url")),
+  };
 }
 
 async function answer(response: Response): Promise<Record<string, unknown>> {
@@ -92,11 +122,6 @@ export async function provisionCoordinator(
 ): Promise<{ development: boolean; measurement: string; secrets: string[] }> {
   const doFetch = options.fetch ?? fetch;
   const target = await verifyTarget(baseUrl, options);
-  if (target.development && options.allowDevelopmentEvidence !== true) {
-    throw new ProvisionRefused(
-      "the coordinator presents development evidence (its root comes from the answer itself): refusing to send secrets; --allow-development-evidence is for local tests only",
-    );
-  }
   const url = new URL("/v1/provision", baseUrl).toString();
   const issued = await doFetch(url);
   const nonceBody = await answer(issued);
@@ -128,7 +153,7 @@ export async function provisionCoordinator(
 }
 
 export const PROVISION_USAGE =
-  "usage: umbra-coordinator provision URL --expected-measurement HEX --admin-token-file FILE [--tls-public-key FILE] [--allow-development-evidence]";
+  "usage: umbra-coordinator provision URL (--image measurements.json [--shape NAME] | --expected-measurement HEX) --admin-token-file FILE [--tls-public-key FILE] [--allow-development-evidence]";
 
 /** The `provision` verb. Returns the exit status. */
 export async function provisionCommand(
@@ -142,6 +167,8 @@ export async function provisionCommand(
     ({ values, positionals } = parseArgs({
       args: [...argv],
       options: {
+        image: { type: "string" },
+        shape: { type: "string" },
         "expected-measurement": { type: "string" },
         "admin-token-file": { type: "string" },
         "tls-public-key": { type: "string" },
@@ -155,31 +182,37 @@ export async function provisionCommand(
     return 2;
   }
   const measurement = values["expected-measurement"];
+  const image = values.image;
+  const shape = values.shape;
   const tokenFile = values["admin-token-file"];
-  if (positionals.length !== 1 || typeof measurement !== "string" || typeof tokenFile !== "string") {
+  const oneExpectation = (typeof measurement === "string") !== (typeof image === "string");
+  if (positionals.length !== 1 || !oneExpectation || typeof tokenFile !== "string" || (shape !== undefined && image === undefined)) {
     printErr(PROVISION_USAGE);
     return 2;
   }
-  if (!/^[0-9a-fA-F]{96}$/.test(measurement)) {
+  if (typeof measurement === "string" && !/^[0-9a-fA-F]{96}$/.test(measurement)) {
     printErr("umbra-coordinator: --expected-measurement: expected 96 hex digits (48 bytes)");
     return 2;
   }
-  let adminToken: string;
+  let expected: ExpectedImage;
   let tlsPublicKeySpki: Uint8Array | undefined;
+  let adminToken: string;
   try {
-    adminToken = readFileSync(tokenFile, "utf8").trim();
+    const { readExpectedImage, readTlsPublicKey } = await import("./verify-attestation-command.ts");
+    expected =
+      typeof image === "string"
+        ? readExpectedImage(image, typeof shape === "string" ? shape : undefined)
+        : expectMeasurement(new Uint8Array(Buffer.from(measurement as string, "hex")));
     const tls = values["tls-public-key"];
-    if (typeof tls === "string") {
-      const { spkiOfFile } = await import("../../docs/examples/verify-attestation.ts");
-      tlsPublicKeySpki = spkiOfFile(tls);
-    }
-  } catch {
-    printErr("umbra-coordinator: cannot read --admin-token-file or --tls-public-key");
+    if (typeof tls === "string") tlsPublicKeySpki = readTlsPublicKey(tls);
+    adminToken = readFileSync(tokenFile, "utf8").trim();
+  } catch (e) {
+    printErr(`umbra-coordinator: ${e instanceof Error && e.name === "UsageError" ? e.message : "cannot read --admin-token-file"}`);
     return 2;
   }
   try {
     const result = await provisionCoordinator(positionals[0] as string, {
-      measurement: new Uint8Array(Buffer.from(measurement, "hex")),
+      expected,
       adminToken,
       ...(tlsPublicKeySpki ? { tlsPublicKeySpki } : {}),
       allowDevelopmentEvidence: values["allow-development-evidence"] === true,

@@ -14,7 +14,7 @@ import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { parseMeasurementsFile } from "../../attestation/cvm/measurements.ts";
 import { SnpMeasureError } from "../../attestation/cvm/snp-measure.ts";
-import { expectedFromMeasurements, verifyCoordinatorAttestation } from "../../attestation/cvm/verify-coordinator.ts";
+import { type ExpectedImage, expectedFromMeasurements, verifyCoordinatorAttestation } from "../../attestation/cvm/verify-coordinator.ts";
 import { UsageError } from "../admin/admin-cli.ts";
 import type { CommandIo } from "./measure-command.ts";
 
@@ -37,6 +37,32 @@ function readText(path: string, flag: string): string {
   }
 }
 
+/** The expectations of `--image measurements.json [--shape NAME]`. Throws UsageError for a bad file or an unknown shape. */
+export function readExpectedImage(image: string, shape: string | undefined): ExpectedImage {
+  let file: ReturnType<typeof parseMeasurementsFile>;
+  try {
+    file = parseMeasurementsFile(JSON.parse(readText(image, "image")));
+  } catch (e) {
+    if (e instanceof SnpMeasureError) throw new UsageError(`--image ${image}: ${e.message}`);
+    if (e instanceof SyntaxError) throw new UsageError(`--image ${image}: not JSON`);
+    throw e;
+  }
+  if (shape !== undefined && !file.shapes.some((s) => s.name === shape)) {
+    throw new UsageError(`--shape ${shape}: not in ${image} (${file.shapes.map((s) => s.name).join(", ")})`);
+  }
+  return expectedFromMeasurements(file, shape);
+}
+
+/** DER SubjectPublicKeyInfo of `--tls-public-key FILE` (a PEM certificate or public key). Throws UsageError. */
+export function readTlsPublicKey(path: string): Uint8Array {
+  const pem = readText(path, "tls-public-key");
+  try {
+    return new Uint8Array(createPublicKey(pem).export({ type: "spki", format: "der" }));
+  } catch {
+    throw new UsageError(`--tls-public-key: ${path} holds no PEM certificate or public key`);
+  }
+}
+
 export async function runVerifyAttestation(argv: readonly string[], io: CommandIo): Promise<number> {
   const { values: v, positionals } = (() => {
     try {
@@ -48,31 +74,13 @@ export async function runVerifyAttestation(argv: readonly string[], io: CommandI
   if (positionals.length !== 1 || v.image === undefined) throw new UsageError(VERIFY_USAGE);
   const base = positionals[0] as string;
   if (!/^https?:\/\//.test(base)) throw new UsageError(`URL must start with https:// (or http:// for development): ${base}`);
-  let file: ReturnType<typeof parseMeasurementsFile>;
-  try {
-    file = parseMeasurementsFile(JSON.parse(readText(v.image, "image")));
-  } catch (e) {
-    if (e instanceof SnpMeasureError) throw new UsageError(`--image ${v.image}: ${e.message}`);
-    if (e instanceof SyntaxError) throw new UsageError(`--image ${v.image}: not JSON`);
-    throw e;
-  }
-  if (v.shape !== undefined && !file.shapes.some((s) => s.name === v.shape)) {
-    throw new UsageError(`--shape ${v.shape}: not in ${v.image} (${file.shapes.map((s) => s.name).join(", ")})`);
-  }
-  let tlsPublicKeySpki: Uint8Array | undefined;
-  if (v["tls-public-key"] !== undefined) {
-    const pem = readText(v["tls-public-key"], "tls-public-key");
-    try {
-      tlsPublicKeySpki = new Uint8Array(createPublicKey(pem).export({ type: "spki", format: "der" }));
-    } catch {
-      throw new UsageError(`--tls-public-key: ${v["tls-public-key"]} holds no PEM certificate or public key`);
-    }
-  }
+  const expected = readExpectedImage(v.image, v.shape);
+  const tlsPublicKeySpki = v["tls-public-key"] === undefined ? undefined : readTlsPublicKey(v["tls-public-key"]);
 
   let result: Awaited<ReturnType<typeof verifyCoordinatorAttestation>>;
   try {
     result = await verifyCoordinatorAttestation(base, {
-      expected: expectedFromMeasurements(file, v.shape),
+      expected,
       allowDevelopment: v.development === true,
       ...(tlsPublicKeySpki ? { tlsPublicKeySpki } : {}),
     });

@@ -9,7 +9,7 @@ import "reflect-metadata";
 import { describe, expect, test } from "bun:test";
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { type ProvisionOptions, provisionCoordinator } from "../../src/coordinator/provision-cli.ts";
+import { expectMeasurement, type ProvisionOptions, provisionCoordinator } from "../../src/coordinator/provision-cli.ts";
 import { toBase64url } from "../../src/crypto/encoding.ts";
 import { sealProvisioning } from "../../src/crypto/provision-seal.ts";
 import { type TestApp, testApp } from "../support/harness.ts";
@@ -30,7 +30,7 @@ function via(t: TestApp, sent: string[] = []): NonNullable<ProvisionOptions["fet
 
 const provision = (t: TestApp, extra: Partial<ProvisionOptions> = {}, sent: string[] = []) =>
   provisionCoordinator("http://localhost", {
-    measurement: MEASUREMENT,
+    expected: expectMeasurement(MEASUREMENT),
     adminToken: TOKEN,
     allowDevelopmentEvidence: true,
     fetch: via(t, sent),
@@ -108,7 +108,7 @@ describe("provisioning", () => {
   test("a wrong measurement: the client refuses after reading the attestation, before sending anything", async () => {
     await using t = await testApp({ env: AWAIT });
     const sent: string[] = [];
-    await expect(provision(t, { measurement: new Uint8Array(48).fill(0x4e) }, sent)).rejects.toThrow(
+    await expect(provision(t, { expected: expectMeasurement(new Uint8Array(48).fill(0x4e)) }, sent)).rejects.toThrow(
       "matches no published shape (given)",
     );
     expect([sent, t.app.provisioning.state]).toEqual([["GET /v1/attestation"], "awaiting"]);
