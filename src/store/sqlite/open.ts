@@ -35,19 +35,23 @@ export function openSqlite(path: string): OpenedDatabase {
   } catch (e) {
     throw new StoreOpenError(`cannot open database ${path}: ${reason(e)}`);
   }
+  let step = "settings";
   try {
     client.exec("PRAGMA busy_timeout = 5000");
     client.exec("PRAGMA synchronous = NORMAL");
     client.exec("PRAGMA foreign_keys = ON");
     // Beside a running coordinator (the admin CLI) some of these steps can meet SQLITE_BUSY that the
     // busy timeout does not wait out (a journal-mode switch, a read upgraded to a write): retried.
+    step = "journal mode";
     whileBusy(() => {
       const mode = client.prepare("PRAGMA journal_mode").get() as { journal_mode: string } | null;
       if (mode?.journal_mode !== "wal") client.exec("PRAGMA journal_mode = WAL");
     });
+    step = "migrations";
     whileBusy(() => applyMigrations(client));
     // The write probe: a database we can read but not write must stop the process now, not at the
     // first paid request.
+    step = "write probe";
     whileBusy(() =>
       client
         .prepare("INSERT INTO store_meta (key, value) VALUES ('opened_at', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value")
@@ -55,7 +59,7 @@ export function openSqlite(path: string): OpenedDatabase {
     );
   } catch (e) {
     client.close();
-    throw new StoreOpenError(`database ${path} is not writable or not usable: ${reason(e)}`);
+    throw new StoreOpenError(`database ${path} is not writable or not usable (${step}): ${reason(e)}`);
   }
   return { client, db: drizzle({ client, schema }) };
 }
