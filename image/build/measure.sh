@@ -13,7 +13,8 @@ if [ ! -f "$dir/OVMF.fd" ]; then
   say "measurements skipped: $dir has no OVMF.fd (make firmware)"
   exit 0
 fi
-if "$coordinator" measure --help 2>&1 | grep -q "unknown command 'measure'"; then
+probe=$("$coordinator" measure --help 2>&1 || true)
+if [[ "$probe" == *"unknown command 'measure'"* ]]; then
   say "measurements skipped: $coordinator has no 'measure' verb yet (umbra-coordinator measure, issue 19 point 1)"
   exit 0
 fi

@@ -19,7 +19,7 @@ dir=${1:-$REPO_DIR/dist/image}
 limit=${SMOKE_TIMEOUT:-300}
 [ -f "$dir/vmlinuz" ] && [ -f "$dir/initrd.cpio.zst" ] && [ -f "$dir/cmdline.txt" ] ||
   die "$dir has no vmlinuz, initrd.cpio.zst and cmdline.txt (make image)"
-need qemu-system-x86_64 qemu-system-x86
+need_qemu
 need curl curl
 # SMOKE_FIRMWARE=seabios (default) or ovmf (Debian's stock OVMF.fd); SMOKE_CPU (default EPYC-Milan,
 # a CPU model of the published shapes; TCG emulates what Bun needs and warns about the rest).
