@@ -5,7 +5,7 @@ STAMP := node_modules/.umbra-installed
 # No .env or bunfig.toml from the working directory: configuration comes from flags and UMBRA_* only.
 BUILD_FLAGS := --compile --minify --bytecode --format=esm --sourcemap=none --no-compile-autoload-dotenv --no-compile-autoload-bunfig
 
-.PHONY: dev test check typecheck lint format build bench soak migrations clean deps
+.PHONY: dev test check typecheck lint format build bench soak migrations clean deps image firmware image-smoke image-reproducible
 
 deps: $(STAMP)
 
@@ -51,6 +51,25 @@ build: deps
 migrations: deps
 	node_modules/.bin/drizzle-kit generate
 
+
+# The coordinator's confidential-VM image (image/README.md): kernel + one initramfs + command line from
+# inputs pinned in image/inputs.lock, in dist/image. The scripts install the Debian packages they need
+# when missing (apt-get). `make firmware` builds the AmdSev OVMF (about 5 minutes, cached outside the
+# repository by source hash); `make image` takes it from that cache and then computes measurements.json.
+image: build
+	image/build/image.sh dist/image
+
+firmware:
+	image/build/ovmf.sh dist/image/OVMF.fd
+
+# Boots dist/image under QEMU (TCG, stock firmware) and checks /healthz, /v1/attestation, the listening
+# sockets and the console. Bounded by SMOKE_TIMEOUT (default 300 s).
+image-smoke: image
+	image/launch/qemu-smoke.sh dist/image
+
+# Two builds of the image in two folders, compared byte for byte (diffoscope on a difference).
+image-reproducible: deps
+	image/check/reproducible.sh
 
 clean:
 	rm -rf dist .tmp
