@@ -9,9 +9,8 @@
 #      privileges;
 #   4. no shell answers on the console: a command typed there after boot is never evaluated, and no
 #      prompt or login appears.
-# The command line is DIR/cmdline.txt plus, for this boot only, a test-only admin token (the production
-# refusal of `serve` without one; provisioning replaces it, image/README.md) and umbra.ip for QEMU's
-# user network. Bounded: SMOKE_TIMEOUT seconds (default 300) for the whole boot; QEMU ends by its pid.
+# The command line is DIR/cmdline.txt plus, for this boot only, umbra.ip for QEMU's user network; the
+# coordinator serves https (self-signed, its key born in the VM) and awaits provisioning (no secret here). Bounded: SMOKE_TIMEOUT seconds (default 300) for the whole boot; QEMU ends by its pid.
 set -euo pipefail
 . "$(dirname "$0")/../build/lib.sh"
 
@@ -51,8 +50,8 @@ failed() {
   exit 1
 }
 
-token="smoke-test-only-admin-token-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
-cmdline="$(cat "$dir/cmdline.txt") umbra.ip=10.0.2.15/24,10.0.2.2 umbra.admin_token=$token"
+# The image serves https (self-signed, key born in the VM) and awaits provisioning: no secret on this line.
+cmdline="$(cat "$dir/cmdline.txt") umbra.ip=10.0.2.15/24,10.0.2.2"
 # The serial console's input is a FIFO kept open here (fd 3): what we write there is typed on ttyS0.
 mkfifo "$work/in"
 exec 3<>"$work/in"
@@ -69,7 +68,7 @@ for attempt in 1 2 3; do
   echo "smoke: QEMU pid $qemu_pid, TCG, $cpu, 1 vCPU, $firmware_name, 127.0.0.1:$port -> guest :8080"
   healthy=0
   while kill -0 "$qemu_pid" 2>/dev/null && [ $(($(date +%s) - started)) -lt "$limit" ]; do
-    if curl -sf --max-time 2 "http://127.0.0.1:$port/healthz" >"$work/healthz" 2>/dev/null; then
+    if curl -skf --max-time 2 "https://127.0.0.1:$port/healthz" >"$work/healthz" 2>/dev/null; then
       healthy=1
       break
     fi
@@ -84,7 +83,7 @@ done
 [ "$healthy" = 1 ] || failed "QEMU could not forward a loopback port"
 echo "smoke: ok   /healthz $(cat "$work/healthz") after $(($(date +%s) - started)) s"
 
-status=$(curl -s --max-time 10 -o "$work/attestation" -w '%{http_code}' "http://127.0.0.1:$port/v1/attestation")
+status=$(curl -sk --max-time 10 -o "$work/attestation" -w '%{http_code}' "https://127.0.0.1:$port/v1/attestation")
 [ "$status" = 503 ] || failed "/v1/attestation answered $status, not 503"
 grep -q '"code":"service_unavailable"' "$work/attestation" || failed "/v1/attestation 503 without code service_unavailable: $(cat "$work/attestation")"
 echo "smoke: ok   /v1/attestation 503: $(cat "$work/attestation")"
@@ -111,7 +110,7 @@ echo "smoke: ok   the coordinator runs as uid 1000 with no_new_privs"
 marker='umbra$((2121*2))smoke'
 printf '\r\n\r\necho %s\r\nid\r\n' "$marker" >&3
 # Let the guest process the input: /healthz again proves the VM ran past it.
-curl -sf --max-time 10 "http://127.0.0.1:$port/healthz" >/dev/null || failed "/healthz after typing on the console"
+curl -skf --max-time 10 "https://127.0.0.1:$port/healthz" >/dev/null || failed "/healthz after typing on the console"
 if grep -q 'umbra4242smoke\|uid=0\|uid=1000' "$console"; then failed "a shell answered on the console"; fi
 if grep -Eq '(^|[[:space:]])(/ #|~ #|# $|\$ $)|login:|Please press Enter' "$console"; then failed "a prompt or login appeared on the console"; fi
 echo "smoke: ok   no shell, prompt or login on the console"
