@@ -19,9 +19,7 @@ import { createCoordinatorTls } from "../tls/coordinator-tls.ts";
 import { VERSION } from "../version.ts";
 import { createApp } from "./app.ts";
 import { devBanner, seedDevelopment, startDevProvider } from "./dev.ts";
-import { runMeasure } from "./measure-command.ts";
 import { ListenError, listen } from "./server.ts";
-import { runVerifyAttestation } from "./verify-attestation-command.ts";
 
 const USAGE = `umbra-coordinator ${VERSION}
 
@@ -208,9 +206,10 @@ async function main(argv: readonly string[]): Promise<number> {
       return 0;
     }
     case "measure":
-      return runMeasure(rest, { print, printErr });
+      // Loaded on use: the verifier brings @peculiar/x509, which serve must not load at start.
+      return (await import("./measure-command.ts")).runMeasure(rest, { print, printErr });
     case "verify-attestation":
-      return runVerifyAttestation(rest, { print, printErr });
+      return (await import("./verify-attestation-command.ts")).runVerifyAttestation(rest, { print, printErr });
     case "--version":
     case "version":
       print(VERSION);
