@@ -63,6 +63,8 @@ export function openJournal(path: string): SettlementJournal {
   return {
     recovered,
     append(batch) {
+      // After close the number `fd` may belong to another file of this process (a database's WAL).
+      if (!open) throw new Error("the settlement journal is closed");
       if (batch.length === 0) return;
       let lines = "";
       for (const s of batch) lines += `${JSON.stringify(s)}\n`;
@@ -72,6 +74,8 @@ export function openJournal(path: string): SettlementJournal {
       while (written < bytes.length) written += writeSync(fd, bytes, written);
     },
     clear() {
+      // A late apply after close (shutdown) must not truncate whatever file now has this descriptor.
+      if (!open) return;
       ftruncateSync(fd, 0);
     },
     close() {

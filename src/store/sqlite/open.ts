@@ -40,23 +40,17 @@ export function openSqlite(path: string): OpenedDatabase {
     client.exec("PRAGMA busy_timeout = 5000");
     client.exec("PRAGMA synchronous = NORMAL");
     client.exec("PRAGMA foreign_keys = ON");
-    // Beside a running coordinator (the admin CLI) some of these steps can meet SQLITE_BUSY that the
-    // busy timeout does not wait out (a journal-mode switch, a read upgraded to a write): retried.
     step = "journal mode";
-    whileBusy(() => {
-      const mode = client.prepare("PRAGMA journal_mode").get() as { journal_mode: string } | null;
-      if (mode?.journal_mode !== "wal") client.exec("PRAGMA journal_mode = WAL");
-    });
+    const mode = client.prepare("PRAGMA journal_mode").get() as { journal_mode: string } | null;
+    if (mode?.journal_mode !== "wal") client.exec("PRAGMA journal_mode = WAL");
     step = "migrations";
-    whileBusy(() => applyMigrations(client));
+    applyMigrations(client);
     // The write probe: a database we can read but not write must stop the process now, not at the
     // first paid request.
     step = "write probe";
-    whileBusy(() =>
-      client
-        .prepare("INSERT INTO store_meta (key, value) VALUES ('opened_at', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value")
-        .run(String(Date.now())),
-    );
+    client
+      .prepare("INSERT INTO store_meta (key, value) VALUES ('opened_at', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value")
+      .run(String(Date.now()));
   } catch (e) {
     client.close();
     throw new StoreOpenError(`database ${path} is not writable or not usable (${step}): ${reason(e)}`);
@@ -92,24 +86,6 @@ function restrictFiles(path: string): void {
       chmodSync(file, 0o600);
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
-    }
-  }
-}
-
-/** How long opening keeps retrying a step that met SQLITE_BUSY (beyond the busy timeout's own waits). */
-const BUSY_RETRY_MS = 10_000;
-
-/** Runs `step`, again after a short pause while it fails with SQLITE_BUSY, for at most BUSY_RETRY_MS. */
-function whileBusy(step: () => void): void {
-  const deadline = Date.now() + BUSY_RETRY_MS;
-  for (let pause = 5; ; pause = Math.min(pause * 2, 200)) {
-    try {
-      step();
-      return;
-    } catch (e) {
-      const code = (e as { code?: unknown }).code;
-      if (typeof code !== "string" || !code.startsWith("SQLITE_BUSY") || Date.now() >= deadline) throw e;
-      Bun.sleepSync(pause);
     }
   }
 }
