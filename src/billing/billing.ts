@@ -43,16 +43,16 @@ const CHARS_PER_TOKEN = 4;
 export function promptTokenBound(messages: readonly ChatMessage[]): number {
   let tokens = REQUEST_OVERHEAD_TOKENS;
   for (const m of messages) {
-    tokens += MESSAGE_OVERHEAD_TOKENS + utf8Length(m.role);
-    if ("name" in m && m.name !== undefined) tokens += utf8Length(m.name);
-    if (m.role === "tool") tokens += utf8Length(m.tool_call_id);
+    tokens += MESSAGE_OVERHEAD_TOKENS + utf8Bytes(m.role);
+    if ("name" in m && m.name !== undefined) tokens += utf8Bytes(m.name);
+    if (m.role === "tool") tokens += utf8Bytes(m.tool_call_id);
     const content = m.content;
-    if (typeof content === "string") tokens += utf8Length(content);
-    else if (content) for (const part of content) tokens += part.type === "text" ? utf8Length(part.text) : IMAGE_PART_TOKENS;
+    if (typeof content === "string") tokens += utf8Bytes(content);
+    else if (content) for (const part of content) tokens += part.type === "text" ? utf8Bytes(part.text) : IMAGE_PART_TOKENS;
     if (m.role !== "assistant") continue;
-    if (m.refusal) tokens += utf8Length(m.refusal);
+    if (m.refusal) tokens += utf8Bytes(m.refusal);
     for (const call of m.tool_calls ?? []) {
-      tokens += TOOL_CALL_OVERHEAD_TOKENS + utf8Length(call.id) + utf8Length(call.function.name) + 2 * utf8Length(call.function.arguments);
+      tokens += TOOL_CALL_OVERHEAD_TOKENS + utf8Bytes(call.id) + utf8Bytes(call.function.name) + 2 * utf8Bytes(call.function.arguments);
     }
   }
   return tokens;
@@ -71,8 +71,9 @@ export function promptTokenEstimate(messages: readonly ChatMessage[]): number {
   return Math.ceil(chars / CHARS_PER_TOKEN);
 }
 
-function utf8Length(text: string): number {
-  return Buffer.byteLength(text, "utf8");
+/** UTF-8 bytes of a text (0 for none): the unit of every byte bound (reservation, usage bounds). */
+export function utf8Bytes(text: string | undefined): number {
+  return text ? Buffer.byteLength(text, "utf8") : 0;
 }
 
 /** The reservation for a prompt bound and an output budget. */

@@ -18,7 +18,7 @@
  * Pure functions; a report beyond a bound is invalid provider output (fleet/session.ts).
  */
 import type { EngineRequestBody, Usage } from "../protocol/messages.ts";
-import { promptTokenBound } from "./billing.ts";
+import { promptTokenBound, utf8Bytes } from "./billing.ts";
 
 /**
  * Prompt tokens a chat template may add beyond the per-message and per-request overheads of
@@ -79,10 +79,6 @@ export interface RelayedOutput {
 
 /** The bound a report broke (the label of umbra_provider_usage_rejected_total). */
 export type UsageBound = "prompt_tokens" | "cached_tokens" | "completion_budget" | "completion_output" | "reasoning_tokens";
-
-export function utf8Bytes(text: string | undefined): number {
-  return text ? Buffer.byteLength(text, "utf8") : 0;
-}
 
 export function usageLimits(body: EngineRequestBody): UsageLimits {
   const { messages, max_tokens, ...forwarded } = body;

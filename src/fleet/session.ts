@@ -21,7 +21,8 @@ import { type ChallengeSession, challengeFields } from "../../attestation/src/ch
 import { AttestationError } from "../../attestation/src/errors.ts";
 import { verifyIdentitySignature } from "../../attestation/src/identity-key.ts";
 import { type ProviderAttestation, withdrawTrust } from "../../attestation/src/levels.ts";
-import { type UsageBound, type UsageLimits, usageLimits, usageViolation, utf8Bytes } from "../billing/usage-bounds.ts";
+import { utf8Bytes } from "../billing/billing.ts";
+import { type UsageBound, type UsageLimits, usageLimits, usageViolation } from "../billing/usage-bounds.ts";
 import type { TrustLevel } from "../config/config.ts";
 import { ChunkOpener } from "../crypto/chunks.ts";
 import { fromBase64url, toBase64url, toHex } from "../crypto/encoding.ts";
