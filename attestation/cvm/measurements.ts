@@ -20,6 +20,7 @@
  */
 
 import { createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
 import {
   type DirectBoot,
   isSnpCpuModel,
@@ -183,4 +184,53 @@ export function measureShapes(image: ImageInputs, shapesFile: ShapesFile): Measu
       measurement: Buffer.from(measureShape(image, shape, firmwareDigest)).toString("hex"),
     })),
   };
+}
+
+// ---- what a verifier expects (verify-coordinator.ts, the provider tool's pin) -----------------------
+
+export interface ExpectedImage {
+  /** Published shapes and their measurements (96 hex digits each). */
+  readonly shapes: readonly { readonly name: string; readonly measurement: string }[];
+  /** The published policy, or null to check only debug / migration agent / VMPL. */
+  readonly policy: bigint | null;
+  /** Whether SMT may be on; default: what the published policy allows (bit 16), true without one. */
+  readonly allowSmt?: boolean;
+}
+
+/** A measurements.json that cannot be read or used: `input` says which (the file or the shape), the message starts with it. */
+export class ExpectedImageError extends Error {
+  override readonly name = "ExpectedImageError";
+  constructor(
+    readonly input: "image" | "shape",
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** The expectations of the measurements.json at `path`, narrowed to `shape` if given. Throws ExpectedImageError. */
+export function loadExpectedImage(path: string, shape?: string): ExpectedImage {
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (e) {
+    throw new ExpectedImageError("image", `${path}: cannot read it (${(e as NodeJS.ErrnoException).code ?? "error"})`);
+  }
+  let file: MeasurementsFile;
+  try {
+    file = parseMeasurementsFile(JSON.parse(text));
+  } catch (e) {
+    if (e instanceof SyntaxError) throw new ExpectedImageError("image", `${path}: not JSON`);
+    throw new ExpectedImageError("image", `${path}: ${(e as Error).message}`);
+  }
+  if (shape !== undefined && !file.shapes.some((s) => s.name === shape)) {
+    throw new ExpectedImageError("shape", `${shape}: not in ${path} (${file.shapes.map((s) => s.name).join(", ")})`);
+  }
+  return expectedFromMeasurements(file, shape);
+}
+
+/** The expectations of a measurements.json, optionally narrowed to one shape (the caller checks the name exists). */
+export function expectedFromMeasurements(file: MeasurementsFile, shape?: string): ExpectedImage {
+  const shapes = file.shapes.filter((s) => shape === undefined || s.name === shape);
+  return { shapes: shapes.map((s) => ({ name: s.name, measurement: s.measurement })), policy: BigInt(file.policy) };
 }

@@ -29,7 +29,7 @@ import { X509Certificate } from "@peculiar/x509";
 import { loadAmdRoots, type SnpRoot } from "./amd-roots.ts";
 import { decodeAttestationDocument } from "./attestation-document.ts";
 import { CvmAttestationError, type CvmCheck } from "./errors.ts";
-import type { MeasurementsFile } from "./measurements.ts";
+import type { ExpectedImage } from "./measurements.ts";
 import { parseSnpReport, SNP_POLICY_SMT, type SnpReport } from "./snp-report.ts";
 import { createSnpVerifier } from "./snp-verify.ts";
 
@@ -62,15 +62,10 @@ export interface FetchedDocument {
   readonly status: number;
   readonly body: string;
   readonly tlsPublicKeySpki: Uint8Array | null;
-}
-
-export interface ExpectedImage {
-  /** Published shapes and their measurements (96 hex digits each). */
-  readonly shapes: readonly { readonly name: string; readonly measurement: string }[];
-  /** The published policy, or null to check only debug / migration agent / VMPL. */
-  readonly policy: bigint | null;
-  /** Whether SMT may be on; default: what the published policy allows (bit 16), true without one. */
-  readonly allowSmt?: boolean;
+  /** https: the DER certificate presented on that connection (a client pinning the key reuses it). */
+  readonly tlsCertificate?: Uint8Array;
+  /** https: whether that certificate chained to a CA this process trusts (the host name is not checked). */
+  readonly tlsAuthorized?: boolean;
 }
 
 export interface VerifyCoordinatorOptions {
@@ -85,12 +80,6 @@ export interface VerifyCoordinatorOptions {
   readonly roots?: readonly SnpRoot[];
   /** Unix milliseconds, for certificate validity. */
   readonly now?: () => number;
-}
-
-/** The expectations of a measurements.json, optionally narrowed to one shape (the caller checks the name exists). */
-export function expectedFromMeasurements(file: MeasurementsFile, shape?: string): ExpectedImage {
-  const shapes = file.shapes.filter((s) => shape === undefined || s.name === shape);
-  return { shapes: shapes.map((s) => ({ name: s.name, measurement: s.measurement })), policy: BigInt(file.policy) };
 }
 
 const sha256 = (bytes: Uint8Array) => new Uint8Array(createHash("sha256").update(bytes).digest());
@@ -146,9 +135,15 @@ export function fetchOverTls(url: URL): Promise<FetchedDocument> {
     });
     const chunks: Buffer[] = [];
     let spki: Uint8Array | null = null;
+    let certificate: Uint8Array | undefined;
+    let authorized = false;
     socket.once("secureConnect", () => {
       const cert = socket.getPeerX509Certificate();
-      if (cert) spki = new Uint8Array(cert.publicKey.export({ type: "spki", format: "der" }));
+      if (cert) {
+        spki = new Uint8Array(cert.publicKey.export({ type: "spki", format: "der" }));
+        certificate = new Uint8Array(cert.raw);
+      }
+      authorized = socket.authorized;
       socket.write(
         `GET ${url.pathname}${url.search} HTTP/1.1\r\nHost: ${url.host}\r\nAccept: application/json\r\nConnection: close\r\n\r\n`,
       );
@@ -157,7 +152,8 @@ export function fetchOverTls(url: URL): Promise<FetchedDocument> {
     socket.once("error", reject);
     socket.once("end", () => {
       try {
-        resolve({ ...readHttpResponse(Buffer.concat(chunks)), tlsPublicKeySpki: spki });
+        const tls = certificate === undefined ? {} : { tlsCertificate: certificate, tlsAuthorized: authorized };
+        resolve({ ...readHttpResponse(Buffer.concat(chunks)), tlsPublicKeySpki: spki, ...tls });
       } catch (e) {
         reject(e);
       }

@@ -11,6 +11,8 @@
  */
 import { readFileSync } from "node:fs";
 import { type ParseArgsConfig, parseArgs } from "node:util";
+import { ExpectedImageError, loadExpectedImage } from "../../attestation/cvm/measurements.ts";
+import type { CoordinatorExpectation } from "../provider/coordinator-pin.ts";
 import { Schedule } from "../provider/schedule.ts";
 import { LOG_LEVELS, type LogLevel } from "./config.ts";
 import {
@@ -56,6 +58,8 @@ export interface ProviderConfig {
   readonly devAttestation: boolean;
   /** A signing helper holding the identity key (the Secure Enclave helper on a Mac); else a software key. */
   readonly identityHelper?: string;
+  /** `--coordinator-image`: verify the coordinator's attestation before each connection and pin its TLS key. */
+  readonly coordinatorExpectation?: CoordinatorExpectation;
   /** When it may serve (src/provider/schedule.ts); empty: always. */
   readonly schedule: readonly string[];
 }
@@ -124,6 +128,25 @@ export const PROVIDER_SETTINGS = {
     kind: "string",
     help: "path of a signing helper that holds the identity key (umbra-se-helper on a Mac)",
   },
+  coordinatorImage: {
+    flag: "coordinator-image",
+    env: "UMBRA_PROVIDER_COORDINATOR_IMAGE",
+    kind: "string",
+    help: "the coordinator image's measurements.json: verify its attestation before each connection and pin the TLS key it binds",
+  },
+  coordinatorShape: {
+    flag: "coordinator-shape",
+    env: "UMBRA_PROVIDER_COORDINATOR_SHAPE",
+    kind: "string",
+    help: "the published VM shape the coordinator must run (default: any shape in --coordinator-image)",
+  },
+  coordinatorEvidence: {
+    flag: "coordinator-evidence",
+    env: "UMBRA_PROVIDER_COORDINATOR_EVIDENCE",
+    kind: "enum",
+    values: ["production", "development"],
+    help: "development: accept a coordinator's development evidence (local tests only: anyone can make it)",
+  },
   schedule: {
     flag: "schedule",
     env: "UMBRA_PROVIDER_SCHEDULE",
@@ -132,7 +155,7 @@ export const PROVIDER_SETTINGS = {
   },
 } as const satisfies Record<string, Setting>;
 
-type SettingName = keyof typeof PROVIDER_SETTINGS;
+export type SettingName = keyof typeof PROVIDER_SETTINGS;
 
 /** parseArgs option descriptors for `umbra-provider start`. */
 export const PROVIDER_OPTIONS: NonNullable<ParseArgsConfig["options"]> = optionsOf(PROVIDER_SETTINGS);
@@ -242,7 +265,7 @@ export function modelsOf(entries: readonly string[]): ModelMapping[] {
  */
 export function loadProviderConfig(flags: FlagValues, env: Env, sources: { file?: FileValues; login?: StoredLogin } = {}): ProviderConfig {
   const file = sources.file ?? {};
-  const raw = (name: SettingName) => readSetting(PROVIDER_SETTINGS[name], flags, env) ?? fileValue(name, file);
+  const raw = settingReader(flags, env, file);
   const rawList = (name: SettingName) => {
     const given = readList(PROVIDER_SETTINGS[name], flags, env);
     return given.length > 0 ? given : fileList(name, file);
@@ -288,6 +311,8 @@ export function loadProviderConfig(flags: FlagValues, env: Env, sources: { file?
   if (identityHelper !== undefined && !devAttestation)
     throw new ConfigError("--identity-helper needs --dev-attestation on in this version");
 
+  const coordinatorExpectation = expectationOf(raw, connectUrl);
+
   const config: ProviderConfig = {
     connectUrl,
     token,
@@ -301,9 +326,41 @@ export function loadProviderConfig(flags: FlagValues, env: Env, sources: { file?
     logLevel: enumOf<LogLevel>("logLevel", raw("logLevel"), DEFAULTS.logLevel),
     devAttestation,
     ...(identityHelper !== undefined ? { identityHelper } : {}),
+    ...(coordinatorExpectation !== undefined ? { coordinatorExpectation } : {}),
     schedule: Object.freeze(scheduleOf(rawList("schedule"))),
   };
   return Object.freeze(config);
+}
+
+/** Reads a single-valued setting by name: flag, environment (and `_FILE` for secrets), then the config file. */
+export function settingReader(flags: FlagValues, env: Env, file: FileValues = {}): (name: SettingName) => string | undefined {
+  return (name) => readSetting(PROVIDER_SETTINGS[name], flags, env) ?? fileValue(name, file);
+}
+
+/**
+ * `--coordinator-image FILE [--coordinator-shape NAME] [--coordinator-evidence development]` -> what the
+ * coordinator's attestation must show (src/provider/coordinator-pin.ts); undefined without an image. `raw`
+ * reads a setting by name (flag, environment, config file); `url` is the coordinator's URL (https needed).
+ */
+export function expectationOf(raw: (name: SettingName) => string | undefined, url: string): CoordinatorExpectation | undefined {
+  const image = raw("coordinatorImage");
+  const shape = raw("coordinatorShape");
+  const development =
+    enumOf<"production" | "development">("coordinatorEvidence", raw("coordinatorEvidence"), "production") === "development";
+  if (image === undefined || image === "") {
+    if (shape !== undefined) throw new ConfigError("--coordinator-shape needs --coordinator-image (the measurements.json that names it)");
+    if (development) throw new ConfigError("--coordinator-evidence development needs --coordinator-image");
+    return undefined;
+  }
+  if (!/^(https|wss):/.test(url)) {
+    throw new ConfigError("--coordinator-image needs an https coordinator: the attestation binds the key of its TLS connection");
+  }
+  try {
+    return Object.freeze({ image: loadExpectedImage(image, shape), development });
+  } catch (error) {
+    if (error instanceof ExpectedImageError) throw new ConfigError(`--coordinator-${error.input}: ${error.message}`);
+    throw error;
+  }
 }
 
 function scheduleOf(windows: readonly string[]): string[] {

@@ -18,7 +18,8 @@
  */
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
-import type { ExpectedImage, FetchedDocument } from "../../attestation/cvm/verify-coordinator.ts";
+import type { ExpectedImage } from "../../attestation/cvm/measurements.ts";
+import type { FetchedDocument } from "../../attestation/cvm/verify-coordinator.ts";
 import type { ProvisionEnvelope } from "../crypto/provision-seal.ts";
 import { sealProvisioning } from "../crypto/provision-seal.ts";
 

@@ -12,9 +12,8 @@
 import { createPublicKey } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
-import { parseMeasurementsFile } from "../../attestation/cvm/measurements.ts";
-import { SnpMeasureError } from "../../attestation/cvm/snp-measure.ts";
-import { type ExpectedImage, expectedFromMeasurements, verifyCoordinatorAttestation } from "../../attestation/cvm/verify-coordinator.ts";
+import { type ExpectedImage, ExpectedImageError, loadExpectedImage } from "../../attestation/cvm/measurements.ts";
+import { verifyCoordinatorAttestation } from "../../attestation/cvm/verify-coordinator.ts";
 import { UsageError } from "../admin/admin-cli.ts";
 import type { CommandIo } from "./measure-command.ts";
 
@@ -39,18 +38,12 @@ function readText(path: string, flag: string): string {
 
 /** The expectations of `--image measurements.json [--shape NAME]`. Throws UsageError for a bad file or an unknown shape. */
 export function readExpectedImage(image: string, shape: string | undefined): ExpectedImage {
-  let file: ReturnType<typeof parseMeasurementsFile>;
   try {
-    file = parseMeasurementsFile(JSON.parse(readText(image, "image")));
+    return loadExpectedImage(image, shape);
   } catch (e) {
-    if (e instanceof SnpMeasureError) throw new UsageError(`--image ${image}: ${e.message}`);
-    if (e instanceof SyntaxError) throw new UsageError(`--image ${image}: not JSON`);
+    if (e instanceof ExpectedImageError) throw new UsageError(`--${e.input} ${e.message}`);
     throw e;
   }
-  if (shape !== undefined && !file.shapes.some((s) => s.name === shape)) {
-    throw new UsageError(`--shape ${shape}: not in ${image} (${file.shapes.map((s) => s.name).join(", ")})`);
-  }
-  return expectedFromMeasurements(file, shape);
 }
 
 /** DER SubjectPublicKeyInfo of `--tls-public-key FILE` (a PEM certificate or public key). Throws UsageError. */

@@ -43,6 +43,7 @@ import {
 } from "../protocol/messages.ts";
 import { VERSION } from "../version.ts";
 import { Attempts, type ReceiptSigner } from "./attempts.ts";
+import { CoordinatorRefused, type PinnedCoordinator, type PinnedTls } from "./coordinator-pin.ts";
 import type { Engine } from "./engines/engine.ts";
 
 export interface AgentOptions {
@@ -80,6 +81,12 @@ export interface AgentOptions {
   /** Called after every state change (for a status line); must not throw. */
   readonly onChange?: (state: AgentState) => void;
   /**
+   * Called before each dial: verifies the coordinator's attestation and returns the TLS options that pin
+   * its attested key (coordinator-pin.ts). A CoordinatorRefused is logged as an error and retried after
+   * the longest backoff; nothing is sent to a coordinator that failed it.
+   */
+  readonly pin?: () => Promise<PinnedCoordinator>;
+  /**
    * Offer session keys in the hello (one HPKE setup per connection instead of one per request;
    * src/crypto/session.ts). Default true; false makes the coordinator seal every request on its own.
    */
@@ -102,6 +109,8 @@ export interface AgentState {
   readonly sessions: number;
   /** The current welcome's `model_warnings`: served ids the coordinator routes nothing to (aliases, unknown). */
   readonly modelWarnings?: readonly ModelWarning[];
+  /** Why the coordinator is refused (its attestation failed a check; --coordinator-image); absent once connected. */
+  readonly refused?: string;
 }
 
 export type AgentExitReason = "stopped" | "drained" | "unauthorized" | "version";
@@ -162,6 +171,12 @@ class ProviderAgent implements Agent {
   private served = 0;
   private tokens = 0;
   private sessions = 0;
+  /** The attested TLS key of the last verified attestation (logged when it changes). */
+  private pinnedKey: string | undefined;
+  /** Why the coordinator was last refused (its attestation failed a check); cleared by a welcome. */
+  private refusal: string | undefined;
+  /** A failed TLS handshake was explained once already (cleared by a welcome). */
+  private tlsWarned = false;
 
   constructor(private readonly options: AgentOptions) {
     this.done = new Promise((resolve) => {
@@ -202,6 +217,7 @@ class ProviderAgent implements Agent {
       tokensServed: this.tokens,
       sessions: this.sessions,
       ...(this.welcome?.model_warnings ? { modelWarnings: this.welcome.model_warnings } : {}),
+      ...(this.refusal !== undefined ? { refused: this.refusal } : {}),
     };
   }
 
@@ -255,7 +271,54 @@ class ProviderAgent implements Agent {
     if (this.finished) return;
     this.reconnectTimer = undefined;
     this.upgradeStatus = undefined;
-    const ws = new WebSocket(this.options.url, { headers: { authorization: `Bearer ${this.options.token}` } });
+    const pin = this.options.pin;
+    if (pin === undefined) {
+      this.dial(undefined);
+      return;
+    }
+    pin().then(
+      (pinned) => {
+        if (this.finished) return;
+        if (this.draining) {
+          this.finish({ reason: "drained", message: DRAINED });
+          return;
+        }
+        if (this.pinnedKey !== pinned.keySha256) {
+          this.pinnedKey = pinned.keySha256;
+          this.logger.info("coordinator attestation verified; TLS key pinned", {
+            shape: pinned.shape ?? undefined,
+            tls_spki_sha256: pinned.keySha256,
+            mode: pinned.development ? "development evidence" : undefined,
+          });
+        }
+        this.dial(pinned.tls);
+      },
+      (error: unknown) => {
+        if (this.finished) return;
+        if (this.draining) {
+          this.finish({ reason: "drained", message: DRAINED });
+          return;
+        }
+        if (error instanceof CoordinatorRefused) {
+          this.refusal = error.message;
+          this.logger.error("refusing the coordinator: its attestation failed a check; retrying later", {
+            check: error.check,
+            reason: error.message,
+          });
+          this.retry(this.maxBackoff);
+        } else {
+          this.logger.debug("cannot fetch the coordinator's attestation", { reason: String((error as Error)?.message ?? error) });
+          this.retry(this.nextBackoff());
+        }
+      },
+    );
+  }
+
+  private dial(tls: PinnedTls | undefined): void {
+    const ws = new WebSocket(this.options.url, {
+      headers: { authorization: `Bearer ${this.options.token}` },
+      ...(tls !== undefined ? { tls } : {}),
+    });
     ws.binaryType = "arraybuffer";
     this.ws = ws;
     this.welcomeTimer = setTimeout(() => {
@@ -292,6 +355,13 @@ class ProviderAgent implements Agent {
       const message = event instanceof ErrorEvent ? event.message : "";
       const status = /\b101 status code:? (\d{3})/.exec(message)?.[1];
       if (status !== undefined) this.upgradeStatus = Number(status);
+      if (/TLS handshake failed|certificate/i.test(message) && !this.tlsWarned) {
+        this.tlsWarned = true;
+        const hint = this.options.pin
+          ? "the coordinator's key is not the one its attestation bound (restarted?); the next dial verifies again"
+          : "a coordinator with a self-signed certificate is trusted through its attestation: give --coordinator-image with the image's measurements.json";
+        this.logger.warn(`TLS with the coordinator failed: ${hint}`, { reason: message });
+      }
     };
     ws.onclose = (event: CloseEvent) => this.onClosed(ws, event.code, event.reason);
   }
@@ -351,14 +421,24 @@ class ProviderAgent implements Agent {
         : code === CLOSE.untrusted
           ? "the coordinator admits attested providers only and refused this machine's evidence; retrying later"
           : undefined;
-    const base = refusal ? this.maxBackoff : Math.min(this.maxBackoff, this.initialBackoff * 2 ** Math.min(this.failures, 30));
+    const delay = this.retry(refusal ? this.maxBackoff : this.nextBackoff());
+    if (refusal) this.logger.warn(refusal, { status: this.upgradeStatus ?? code, reason: reason.slice(0, 120), duration_ms: delay });
+  }
+
+  /** The next dial's backoff before jitter: doubling from the first, up to the ceiling. */
+  private nextBackoff(): number {
+    return Math.min(this.maxBackoff, this.initialBackoff * 2 ** Math.min(this.failures, 30));
+  }
+
+  /** Schedules the next dial after `base` ms (jittered); returns the delay. */
+  private retry(base: number): number {
     const delay = Math.round(base * (0.5 + 0.5 * this.random()));
     this.failures++;
-    if (refusal) this.logger.warn(refusal, { status: this.upgradeStatus ?? code, reason: reason.slice(0, 120), duration_ms: delay });
     if (this.failures === 1) this.logger.info("reconnecting", { duration_ms: delay, count: this.failures });
     else this.logger.debug("reconnecting", { duration_ms: delay, count: this.failures });
     this.reconnectTimer = setTimeout(() => this.connect(), delay);
     this.changed();
+    return delay;
   }
 
   /** Stops for good: no reconnect, every attempt aborted, the socket (if any) closed with `closeCode`. */
@@ -509,6 +589,8 @@ class ProviderAgent implements Agent {
       );
     }
     this.failures = 0;
+    this.refusal = undefined;
+    this.tlsWarned = false;
     this.sessions++;
     this.logger.info("connected to coordinator", { provider_id: welcome.provider_id, status: welcome.trust_level, version: VERSION });
     for (const w of welcome.model_warnings ?? []) {

@@ -21,7 +21,10 @@
  *                   weights warns (they may already be downloaded); echo: no weights to compare.
  *   engine          echo passes (development engine); openai: GET {upstream}/models must list every
  *                   model's upstream name. No --engine: skip.
- *   coordinator     GET {coordinator}/healthz answers 200 (plain http only for loopback hosts).
+ *   coordinator     GET {coordinator}/healthz answers 200 (plain http only for loopback hosts). With
+ *                   --coordinator-image, first the coordinator's attestation passes every check of
+ *                   coordinator-pin.ts (a refusal fails, naming the check) and every later request of
+ *                   doctor goes over the pinned TLS key; the token is sent to no coordinator that failed.
  *   clock           that answer's Date header (whole seconds: read as its mid-second) against the
  *                   midpoint of the round trip: <= 5 s pass, <= 60 s warn, more fail.
  *   device_token    present (--token, UMBRA_PROVIDER_TOKEN[_FILE], or the credentials of `login` when they
@@ -54,13 +57,22 @@ import { parseArgs } from "node:util";
 import {
   coordinatorBaseOf,
   type EngineName,
+  expectationOf,
   type ModelMapping,
   modelsOf,
   PROVIDER_SETTINGS,
   sameCoordinator,
+  settingReader,
 } from "../config/provider-config.ts";
 import { ConfigError, type Env, enumSetting, processEnv, readList, readSetting } from "../config/settings.ts";
 import { VERSION } from "../version.ts";
+import {
+  type CoordinatorExpectation,
+  CoordinatorRefused,
+  type PinnableInit,
+  type PinnedCoordinator,
+  pinCoordinator,
+} from "./coordinator-pin.ts";
 import { type ProviderHome, providerHome, readCredentials, type StoredCredentials } from "./home.ts";
 import { helperIdentity, type ProviderIdentity } from "./identity.ts";
 import { estimateModelSize, formatGiB } from "./model-size.ts";
@@ -97,11 +109,13 @@ export interface Probe {
   /** Bytes free to this user on the volume holding `path` (or its nearest existing parent). */
   freeDisk(path: string): number | undefined;
   run(argv: readonly string[], timeoutMs: number): Promise<CommandResult>;
-  fetch(url: string, init: RequestInit): Promise<Response>;
+  fetch(url: string, init: PinnableInit): Promise<Response>;
   now(): number;
   /** Throws ConfigError for an unreadable or malformed file (home.ts). */
   credentials(home: ProviderHome): StoredCredentials | undefined;
   identityHelper(path: string, timeoutMs: number): Promise<ProviderIdentity>;
+  /** Verifies the coordinator's attestation and pins its TLS key (coordinator-pin.ts). */
+  pinCoordinator(base: string, expectation: CoordinatorExpectation): Promise<PinnedCoordinator>;
 }
 
 export interface Timeouts {
@@ -163,6 +177,7 @@ const TRUST_SETTING = { flag: "trust", env: "", kind: "enum", values: TRUST_LEVE
 const USAGE = `usage: umbra-provider doctor [--trust hardware|self_signed|none] [--json]
                              [--engine echo|openai [--upstream URL]] [--model BUILD[=UPSTREAM_NAME] ...]
                              [--coordinator URL] [--token TOKEN] [--identity-helper PATH] [--models-dir PATH]
+                             [--coordinator-image measurements.json [--coordinator-shape NAME]]
 
 Checks this machine and prints one line per check (pass, warn, FAIL, skip) with what to do:
 Apple Silicon, macOS version, SIP, Secure Boot, Secure Enclave helper, memory and disk for the models,
@@ -198,6 +213,10 @@ interface Context {
   readonly token?: { readonly value: string; readonly source: string };
   readonly tokenProblem?: string;
   readonly stored?: StoredCredentials;
+  /** --coordinator-image: the attestation the coordinator must show before anything is sent to it. */
+  readonly expectation?: CoordinatorExpectation;
+  /** The verified attestation's pin (set by runChecks when there is an expectation and a base URL). */
+  pinned?: Promise<PinnedCoordinator>;
 }
 
 const result = (id: CheckId, status: Status, detail: string, fix?: string): CheckResult => ({
@@ -287,12 +306,20 @@ function contextOf(flags: Record<string, unknown>, probe: Probe, timeouts: Timeo
   const upstream = readSetting(PROVIDER_SETTINGS.upstream, f, env);
   const identityHelper = readSetting(PROVIDER_SETTINGS.identityHelper, f, env);
   const modelsDir = readSetting(MODELS_DIR, f, env);
+  const coordinator = coordinatorTarget(given ?? stored?.credentials.coordinator);
+  let expectation: CoordinatorExpectation | undefined;
+  try {
+    expectation = coordinator.base === undefined ? undefined : expectationOf(settingReader(f, env), coordinator.base);
+  } catch (error) {
+    throw new UsageError(messageOf(error));
+  }
   return {
     probe,
     timeouts,
     home,
     models: parseModels(readList(PROVIDER_SETTINGS.model, f, env)),
-    coordinator: coordinatorTarget(given ?? stored?.credentials.coordinator),
+    coordinator,
+    ...(expectation !== undefined ? { expectation } : {}),
     ...(engine !== undefined ? { engine } : {}),
     ...(upstream !== undefined ? { upstream } : {}),
     ...(identityHelper ? { identityHelper } : {}),
@@ -523,15 +550,35 @@ interface Health {
   readonly reached?: { readonly sentAt: number; readonly receivedAt: number; readonly date: string | null };
 }
 
-async function checkCoordinator({ probe, timeouts, coordinator }: Context): Promise<Health> {
+async function checkCoordinator({ probe, timeouts, coordinator, pinned }: Context): Promise<Health> {
   if (coordinator.base === undefined) {
     const problem = coordinator.problem ?? { detail: "no coordinator", fix: "" };
     return { check: result("coordinator", "fail", problem.detail, problem.fix) };
   }
+  let pin: PinnedCoordinator | undefined;
+  if (pinned !== undefined) {
+    try {
+      pin = await pinned;
+    } catch (error) {
+      const refused = error instanceof CoordinatorRefused;
+      return {
+        check: result(
+          "coordinator",
+          "fail",
+          refused ? `refused: ${messageOf(error)}` : `cannot verify its attestation: ${messageOf(error)}`,
+          refused
+            ? "the coordinator does not run the published image: check --coordinator-image (and --coordinator-shape) against the operator's release"
+            : "check the URL and this machine's network",
+        ),
+      };
+    }
+  }
   const url = `${coordinator.base}/healthz`;
   const sentAt = probe.now();
   try {
-    const response = await within(timeouts.networkMs, (signal) => probe.fetch(url, { signal, redirect: "manual" }));
+    const response = await within(timeouts.networkMs, (signal) =>
+      probe.fetch(url, { signal, redirect: "manual", ...(pin ? { tls: pin.tls } : {}) }),
+    );
     const receivedAt = probe.now();
     await response.body?.cancel();
     if (response.status !== 200) {
@@ -544,12 +591,26 @@ async function checkCoordinator({ probe, timeouts, coordinator }: Context): Prom
         ),
       };
     }
+    const attested = pin
+      ? `; attestation verified (shape ${pin.shape ?? "?"}${pin.development ? ", DEVELOPMENT evidence" : ""}), TLS key pinned`
+      : "";
     return {
-      check: result("coordinator", "pass", `${coordinator.base} is up (${Math.round(receivedAt - sentAt)} ms)`),
+      check: result("coordinator", "pass", `${coordinator.base} is up (${Math.round(receivedAt - sentAt)} ms)${attested}`),
       reached: { sentAt, receivedAt, date: response.headers.get("date") },
     };
   } catch (error) {
-    return { check: result("coordinator", "fail", `cannot reach ${url}: ${messageOf(error)}`, "check the URL and this machine's network") };
+    const message = messageOf(error);
+    const untrusted = !pin && /certificate|TLS|self[- ]signed/i.test(message);
+    return {
+      check: result(
+        "coordinator",
+        "fail",
+        `cannot reach ${url}: ${message}`,
+        untrusted
+          ? "a coordinator with a self-signed certificate is trusted through its attestation: give --coordinator-image with the image's measurements.json"
+          : "check the URL and this machine's network",
+      ),
+    };
   }
 }
 
@@ -567,7 +628,33 @@ function checkClock(health: Health): CheckResult {
   return result("clock", seconds <= 60 ? "warn" : "fail", detail, fix);
 }
 
-async function checkDeviceToken({ probe, timeouts, token, tokenProblem, stored, home, coordinator }: Context): Promise<CheckResult> {
+/**
+ * The probe's fetch, with the pinned TLS options when the coordinator is pinned; undefined when its
+ * attestation did not pass (the token is then sent nowhere).
+ */
+async function pinnedProbeFetch(
+  probe: Probe,
+  pinned: Promise<PinnedCoordinator> | undefined,
+): Promise<((url: string, init: PinnableInit) => Promise<Response>) | undefined> {
+  if (pinned === undefined) return probe.fetch;
+  try {
+    const { tls } = await pinned;
+    return (url, init) => probe.fetch(url, { ...init, tls });
+  } catch {
+    return undefined;
+  }
+}
+
+async function checkDeviceToken({
+  probe,
+  timeouts,
+  token,
+  tokenProblem,
+  stored,
+  home,
+  coordinator,
+  pinned,
+}: Context): Promise<CheckResult> {
   if (stored && (stored.mode & 0o077) !== 0) {
     const mode = stored.mode.toString(8).padStart(4, "0");
     return result(
@@ -585,8 +672,11 @@ async function checkDeviceToken({ probe, timeouts, token, tokenProblem, stored, 
   if (coordinator.base === undefined) return result("device_token", "warn", `${present}; not verified: no usable coordinator URL`);
   const base = coordinator.base;
   const url = `${base}/v1/provider/me`;
+  const fetchPinned = await pinnedProbeFetch(probe, pinned);
+  if (fetchPinned === undefined)
+    return result("device_token", "warn", `${present}; not verified: the coordinator's attestation did not pass`);
   try {
-    const answer = await within(timeouts.networkMs, (signal) => fetchProviderMe(base, token.value, { signal, fetch: probe.fetch }));
+    const answer = await within(timeouts.networkMs, (signal) => fetchProviderMe(base, token.value, { signal, fetch: fetchPinned }));
     const status = answer.status;
     const account = answer.account?.account_id.slice(0, 100);
     if (status === 200)
@@ -605,18 +695,20 @@ async function checkDeviceToken({ probe, timeouts, token, tokenProblem, stored, 
 /** How many catalog builds a failing check lists as examples. */
 const BUILDS_SHOWN = 5;
 
-async function checkCatalog({ probe, timeouts, token, coordinator, models }: Context): Promise<CheckResult> {
+async function checkCatalog({ probe, timeouts, token, coordinator, models, pinned }: Context): Promise<CheckResult> {
   const base = coordinator.base;
   if (models.length === 0 || base === undefined || token === undefined) {
     return result("catalog", "warn", "not checked: needs --model, a coordinator and a device token");
   }
+  const fetchPinned = await pinnedProbeFetch(probe, pinned);
+  if (fetchPinned === undefined) return result("catalog", "warn", "not checked: the coordinator's attestation did not pass");
   const url = `${base}/v1/provider/models`;
   let catalog: { id: string; aliases: string[] }[];
   try {
     catalog = await within(timeouts.networkMs, async (signal) => {
       const headers = { authorization: `Bearer ${token.value}`, accept: "application/json" };
       // The token goes to this coordinator only, never to where a redirect points.
-      const response = await probe.fetch(url, { signal, redirect: "manual", headers });
+      const response = await fetchPinned(url, { signal, redirect: "manual", headers });
       if (response.status === 404) throw new Error("the coordinator has no /v1/provider/models (older version)");
       if (!response.ok) throw new Error(`HTTP ${response.status}`);
       const body = (await response.json()) as { data?: { id?: unknown; aliases?: unknown }[] };
@@ -651,6 +743,12 @@ async function checkCatalog({ probe, timeouts, token, coordinator, models }: Con
 
 /** Runs every check (independent ones at once) and returns them in the documented order. */
 async function runChecks(context: Context): Promise<CheckResult[]> {
+  const { expectation, coordinator, probe, timeouts } = context;
+  if (expectation !== undefined && coordinator.base !== undefined) {
+    const base = coordinator.base;
+    context.pinned = within(timeouts.networkMs * 3, () => probe.pinCoordinator(base, expectation));
+    context.pinned.catch(() => undefined);
+  }
   const health = checkCoordinator(context);
   const checks = await Promise.all([
     checkPlatform(context),
@@ -752,6 +850,9 @@ export async function runDoctor(argv: readonly string[], io: DoctorIO): Promise<
         upstream: { type: "string" },
         model: { type: "string", multiple: true },
         "identity-helper": { type: "string" },
+        "coordinator-image": { type: "string" },
+        "coordinator-shape": { type: "string" },
+        "coordinator-evidence": { type: "string" },
       },
     }).values;
     if (flags.help === true) {
@@ -832,6 +933,7 @@ export function realProbe(env: Env): Probe {
     now: () => Date.now(),
     credentials: readCredentials,
     identityHelper: (path, timeoutMs) => helperIdentity([path], timeoutMs),
+    pinCoordinator: (base, expectation) => pinCoordinator(base, expectation),
   };
 }
 

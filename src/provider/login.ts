@@ -16,8 +16,16 @@
  */
 import { hostname } from "node:os";
 import { parseArgs } from "node:util";
-import { coordinatorBaseOf, PROVIDER_SETTINGS, readConfigFile } from "../config/provider-config.ts";
+import {
+  coordinatorBaseOf,
+  expectationOf,
+  PROVIDER_SETTINGS,
+  readConfigFile,
+  type SettingName,
+  settingReader,
+} from "../config/provider-config.ts";
 import { ConfigError, type Env, readSetting } from "../config/settings.ts";
+import { CoordinatorRefused, type PinnedTls, pinCoordinator, pinnedFetch } from "./coordinator-pin.ts";
 import { type ProviderHome, providerHome, readCredentials, writeCredentials } from "./home.ts";
 import { fetchProviderMe, type MeAnswer } from "./provider-me.ts";
 
@@ -29,6 +37,11 @@ export const LOGIN_USAGE = `usage: umbra-provider login [--coordinator URL] [--m
   --machine-name NAME   shown to the account holder when they approve (default: this machine's host name)
   --token TOKEN         unattended: store this provider device token (also UMBRA_PROVIDER_TOKEN or
                         UMBRA_PROVIDER_TOKEN_FILE) after the coordinator confirms it
+  --coordinator-image FILE
+                        the coordinator image's measurements.json: verify the coordinator's attestation
+                        first and pin the TLS key it binds (a self-signed coordinator needs it)
+  --coordinator-shape NAME, --coordinator-evidence production|development
+                        as for start
 
 The token is stored with mode 0600 in the tool's folder (UMBRA_PROVIDER_HOME to choose another).`;
 
@@ -54,15 +67,18 @@ interface DeviceCode {
 /** Options a test may change: the pause between polls (so that a fake clock is not needed). */
 export interface LoginHooks {
   readonly sleep?: (ms: number) => Promise<void>;
+  /** TLS options pinning the coordinator's attested key (--coordinator-image; coordinator-pin.ts). */
+  readonly tls?: PinnedTls;
 }
 
-async function post(url: string, body: Record<string, string>): Promise<Response> {
+async function post(url: string, body: Record<string, string>, tls: PinnedTls | undefined): Promise<Response> {
   try {
     return await fetch(url, {
       method: "POST",
       headers: { "content-type": "application/json", accept: "application/json" },
       body: JSON.stringify(body),
       signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+      ...(tls ? { tls } : {}),
     });
   } catch (error) {
     throw new LoginError(`cannot reach the coordinator at ${new URL(url).origin}: ${(error as Error).message}`);
@@ -89,10 +105,13 @@ function problem(body: Record<string, unknown>, status: number): string {
 }
 
 /** Asks the coordinator who this token belongs to; the account id, or a LoginError. */
-export async function confirmToken(base: string, token: string): Promise<{ accountId: string }> {
+export async function confirmToken(base: string, token: string, tls?: PinnedTls): Promise<{ accountId: string }> {
   let answer: MeAnswer;
   try {
-    answer = await fetchProviderMe(base, token, { signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
+    answer = await fetchProviderMe(base, token, {
+      signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+      ...(tls ? { fetch: pinnedFetch(tls) } : {}),
+    });
   } catch (error) {
     throw new LoginError(`cannot reach the coordinator at ${base}: ${(error as Error).message}`);
   }
@@ -116,7 +135,7 @@ export async function deviceLogin(
   hooks: LoginHooks = {},
 ): Promise<DeviceLoginResult> {
   const sleep = hooks.sleep ?? ((ms: number) => Bun.sleep(ms));
-  const started = await post(`${base}/v1/provider/device/code`, { client_id: CLIENT_ID, machine_name: machineName });
+  const started = await post(`${base}/v1/provider/device/code`, { client_id: CLIENT_ID, machine_name: machineName }, hooks.tls);
   const code = (await json(started)) as Partial<DeviceCode> & Record<string, unknown>;
   if (!started.ok) throw new LoginError(`the coordinator refused to start a login: ${problem(code, started.status)}`);
   if (typeof code.device_code !== "string" || typeof code.user_code !== "string" || typeof code.verification_uri !== "string") {
@@ -129,11 +148,11 @@ export async function deviceLogin(
   const deadline = Date.now() + expiresIn * 1000;
   for (;;) {
     await sleep(intervalMs);
-    const response = await post(`${base}/v1/provider/device/token`, {
-      grant_type: DEVICE_GRANT,
-      device_code: code.device_code,
-      client_id: CLIENT_ID,
-    });
+    const response = await post(
+      `${base}/v1/provider/device/token`,
+      { grant_type: DEVICE_GRANT, device_code: code.device_code, client_id: CLIENT_ID },
+      hooks.tls,
+    );
     const body = await json(response);
     if (response.ok) {
       if (typeof body.access_token !== "string" || typeof body.account_id !== "string") {
@@ -160,15 +179,8 @@ export async function deviceLogin(
 }
 
 /** The coordinator to log in to: flag, environment, config file, then the last login's. */
-function coordinatorOf(flag: string | undefined, env: Env, home: ProviderHome): string {
-  const given =
-    flag ??
-    readSetting(PROVIDER_SETTINGS.coordinator, {}, env) ??
-    (() => {
-      const file = readConfigFile(home.configFile, false)?.coordinator;
-      return typeof file === "string" ? file : undefined;
-    })() ??
-    readCredentials(home)?.credentials.coordinator;
+function coordinatorOf(raw: (name: SettingName) => string | undefined, home: ProviderHome): string {
+  const given = raw("coordinator") ?? readCredentials(home)?.credentials.coordinator;
   if (given === undefined) throw new ConfigError("--coordinator is required: the coordinator's base URL (e.g. https://umbra.example.com)");
   try {
     return coordinatorBaseOf(given);
@@ -187,6 +199,9 @@ export async function loginCommand(argv: readonly string[], env: Env, hooks: Log
         coordinator: { type: "string" },
         token: { type: "string" },
         "machine-name": { type: "string" },
+        "coordinator-image": { type: "string" },
+        "coordinator-shape": { type: "string" },
+        "coordinator-evidence": { type: "string" },
         help: { type: "boolean", short: "h" },
       },
       strict: true,
@@ -200,16 +215,29 @@ export async function loginCommand(argv: readonly string[], env: Env, hooks: Log
     return 0;
   }
   const home = providerHome(env);
-  const base = coordinatorOf(values.coordinator as string | undefined, env, home);
+  const raw = settingReader(values, env, readConfigFile(home.configFile, false));
+  const base = coordinatorOf(raw, home);
+  const expectation = expectationOf(raw, base);
   const machineName = (values["machine-name"] as string | undefined) ?? hostname().slice(0, 64);
   if (!/^[\x20-\x7e]{1,64}$/.test(machineName)) throw new ConfigError("--machine-name: 1 to 64 printable characters");
   const token = (values.token as string | undefined) ?? readSetting(PROVIDER_SETTINGS.token, {}, env);
   if (token !== undefined && !/^[\x21-\x7e]{1,4096}$/.test(token)) throw new ConfigError("--token: must be printable ASCII without spaces");
 
   try {
+    let tls: PinnedTls | undefined;
+    if (expectation !== undefined) {
+      const pinned = await pinCoordinator(base, expectation).catch((error: unknown) => {
+        if (error instanceof CoordinatorRefused) throw new LoginError(`refusing ${base}: ${error.message}`);
+        throw new LoginError(`cannot verify the coordinator at ${base}: ${(error as Error).message}`);
+      });
+      tls = pinned.tls;
+      process.stdout.write(
+        `Coordinator attestation verified: shape ${pinned.shape ?? "?"}${pinned.development ? " (DEVELOPMENT evidence)" : ""}; TLS key pinned.\n`,
+      );
+    }
     let linked: { token: string; accountId: string; expiresIn?: number | null };
     if (token !== undefined) {
-      linked = { token, accountId: (await confirmToken(base, token)).accountId };
+      linked = { token, accountId: (await confirmToken(base, token, tls)).accountId };
     } else {
       linked = await deviceLogin(
         base,
@@ -224,7 +252,7 @@ export async function loginCommand(argv: readonly string[], env: Env, hooks: Log
               `Waiting for approval (the code expires in ${Math.round(code.expires_in / 60)} minutes; Ctrl-C to cancel)...\n`,
           );
         },
-        hooks,
+        { ...hooks, ...(tls ? { tls } : {}) },
       );
     }
     writeCredentials(home, { coordinator: base, token: linked.token, accountId: linked.accountId, createdAt: Date.now() });

@@ -36,6 +36,8 @@ export interface RuntimeState {
   readonly log_file: string | null;
   /** What the coordinator said about served ids it routes nothing to (describeModelWarning); absent in older files. */
   readonly model_warnings?: readonly string[];
+  /** Why the coordinator is refused (its attestation failed a check, --coordinator-image); absent when not. */
+  readonly coordinator_refused?: string;
 }
 
 /** Whether a process with this pid exists (signal 0 probes without sending anything). */
@@ -122,7 +124,11 @@ export function describeState(s: RuntimeState): string {
     const next = s.schedule.next_change_at === null ? "" : `, next window ${clock(s.schedule.next_change_at)}`;
     return `umbra-provider waiting (outside the schedule${next}) · served ${s.requests_served} requests, ${s.tokens_served} tokens`;
   }
-  const where = s.connected ? `${s.phase} as ${s.provider_id ?? "?"} (trust ${s.trust_level ?? "?"})` : s.phase;
+  const where = s.connected
+    ? `${s.phase} as ${s.provider_id ?? "?"} (trust ${s.trust_level ?? "?"})`
+    : s.coordinator_refused !== undefined
+      ? `${s.phase} (coordinator refused: ${printable(s.coordinator_refused).slice(0, 160)})`
+      : s.phase;
   const models = s.models.length === 1 ? (s.models[0] ?? "") : `${s.models.length} models`;
   return `umbra-provider ${where} · ${models} · active ${s.active}/${s.max_concurrency} · served ${s.requests_served} requests, ${s.tokens_served} tokens · ${s.tokens_per_second} tok/s`;
 }

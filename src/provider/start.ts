@@ -34,6 +34,7 @@ import { createLogger, type Logger, type LogSink } from "../observability/logger
 import type { Hello } from "../protocol/messages.ts";
 import { VERSION } from "../version.ts";
 import { type Agent, type AgentState, startAgent } from "./agent.ts";
+import { CoordinatorRefused, type PinnedCoordinator, type PinnedTls, pinCoordinator } from "./coordinator-pin.ts";
 import { createEchoEngine } from "./engines/echo.ts";
 import type { Engine } from "./engines/engine.ts";
 import { createOpenAIEngine } from "./engines/openai.ts";
@@ -64,6 +65,8 @@ ${Object.values(PROVIDER_SETTINGS)
 
 --coordinator and --token default to what 'umbra-provider login' stored.
 SIGTERM or SIGINT drains (finishes active requests, then exits 0); a second signal stops at once.`;
+
+type Pin = () => Promise<PinnedCoordinator>;
 
 /** Set in the environment of the background process `--detach` starts. */
 const DETACHED_ENV = "UMBRA_PROVIDER_DETACHED";
@@ -125,13 +128,23 @@ interface Attestation {
  * root (POST /v1/provider/dev-chain with the device token), so this provider earns `hardware` there
  * through the same verification as a Mac. A production coordinator answers 404 and the start fails.
  */
-async function developmentAttestation(config: ProviderConfig, logger: Logger): Promise<Attestation> {
+async function developmentAttestation(config: ProviderConfig, logger: Logger, pin: Pin | undefined): Promise<Attestation> {
   const identity = await identityOf(config);
   const base = coordinatorBaseOf(config.connectUrl);
+  // The token goes only to a coordinator whose attestation passed (--coordinator-image).
+  let tls: PinnedTls | undefined;
+  try {
+    tls = pin ? (await pin()).tls : undefined;
+  } catch (error) {
+    throw new ConfigError(
+      `--dev-attestation: ${error instanceof CoordinatorRefused ? "" : "cannot verify the coordinator: "}${(error as Error).message}`,
+    );
+  }
   const response = await fetch(`${base}/v1/provider/dev-chain`, {
     method: "POST",
     headers: { authorization: `Bearer ${config.token}`, "content-type": "application/json" },
     body: JSON.stringify({ identity_key: Buffer.from(identity.publicKey).toString("base64url"), posture: postureJson(DEV_POSTURE) }),
+    ...(tls ? { tls } : {}),
   });
   if (!response.ok) throw new ConfigError(`--dev-attestation: the coordinator refused a development chain (HTTP ${response.status})`);
   const { chain } = (await response.json()) as { chain: string[] };
@@ -231,7 +244,7 @@ async function detach(argv: readonly string[], env: Env, home: ProviderHome, con
     await Bun.sleep(100);
     state = readState(home);
     if (exited !== undefined) break;
-    if (state?.pid === pid && (state.connected || state.phase === "waiting")) break;
+    if (state?.pid === pid && (state.connected || state.phase === "waiting" || state.coordinator_refused !== undefined)) break;
   }
   if (exited !== undefined) {
     printErr(`umbra-provider: the background process stopped (exit ${exited ?? "signal"}); last log lines (${home.logFile}):`);
@@ -269,7 +282,9 @@ async function serve(config: ProviderConfig, home: ProviderHome, detached: boole
   const engine = createEngine(config);
   const coordinator = coordinatorBaseOf(config.connectUrl);
   logger.info("provider starting", { url: coordinator, version: VERSION, count: config.models.length });
-  const attestation = config.devAttestation ? await developmentAttestation(config, logger) : undefined;
+  const expectation = config.coordinatorExpectation;
+  const pin: Pin | undefined = expectation ? () => pinCoordinator(coordinator, expectation) : undefined;
+  const attestation = config.devAttestation ? await developmentAttestation(config, logger, pin) : undefined;
 
   const startedAt = Date.now();
   const rate = new TokenRate();
@@ -308,6 +323,7 @@ async function serve(config: ProviderConfig, home: ProviderHome, detached: boole
       detached,
       log_file: detached ? home.logFile : null,
       model_warnings: (s?.modelWarnings ?? []).map(describeModelWarning),
+      ...(s?.refused !== undefined ? { coordinator_refused: s.refused } : {}),
     };
   };
   // The coordinator's warnings about served ids (aliases, unknown builds), printed once per change.
@@ -393,6 +409,7 @@ async function serve(config: ProviderConfig, home: ProviderHome, detached: boole
           : {}),
         url: config.connectUrl,
         token: config.token,
+        ...(pin ? { pin } : {}),
         engine,
         maxConcurrency: config.maxConcurrency,
         drainTimeoutMs: config.drainTimeoutMs,

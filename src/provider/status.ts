@@ -10,8 +10,10 @@
  * Exit codes: 0 stopped or not running, 1 still running after --timeout seconds, 2 bad usage.
  */
 import { type ParseArgsConfig, parseArgs } from "node:util";
+import { expectationOf, readConfigFile, settingReader } from "../config/provider-config.ts";
 import { ConfigError, type Env } from "../config/settings.ts";
 import { VERSION } from "../version.ts";
+import { type CoordinatorExpectation, CoordinatorRefused, pinCoordinator, pinnedFetch } from "./coordinator-pin.ts";
 import { providerHome, readCredentials } from "./home.ts";
 import { type AccountView, fetchProviderMe } from "./provider-me.ts";
 import { describeState, isAlive, type RuntimeState, readPid, readState } from "./runtime.ts";
@@ -54,9 +56,26 @@ function flagsOf(argv: readonly string[], options: ParseArgsConfig["options"]) {
   }
 }
 
-async function accountView(coordinator: string, token: string): Promise<{ account: AccountView | null; error: string | null }> {
+async function accountView(
+  coordinator: string,
+  token: string,
+  expectation: CoordinatorExpectation | undefined,
+): Promise<{ account: AccountView | null; error: string | null }> {
   try {
-    const answer = await fetchProviderMe(coordinator, token, { signal: AbortSignal.timeout(ME_TIMEOUT_MS) });
+    // With --coordinator-image (environment or config file), the token goes to an attested coordinator only.
+    let fetchMe: ((url: string, init: RequestInit) => Promise<Response>) | undefined;
+    if (expectation !== undefined) {
+      try {
+        fetchMe = pinnedFetch((await pinCoordinator(coordinator, expectation)).tls);
+      } catch (error) {
+        if (error instanceof CoordinatorRefused) return { account: null, error: `coordinator refused: ${error.message}` };
+        throw error;
+      }
+    }
+    const answer = await fetchProviderMe(coordinator, token, {
+      signal: AbortSignal.timeout(ME_TIMEOUT_MS),
+      ...(fetchMe ? { fetch: fetchMe } : {}),
+    });
     if (answer.status === 401)
       return { account: null, error: "the coordinator refused the stored device token; run 'umbra-provider login'" };
     if (answer.status !== 200) return { account: null, error: `the coordinator answered HTTP ${answer.status}` };
@@ -78,8 +97,13 @@ export async function statusReport(env: Env): Promise<StatusReport> {
   } catch (error) {
     storedError = (error as Error).message;
   }
+  let expectation: CoordinatorExpectation | undefined;
+  if (stored) {
+    const raw = settingReader({}, env, readConfigFile(home.configFile, false));
+    expectation = expectationOf(raw, stored.credentials.coordinator);
+  }
   const { account, error } = stored
-    ? await accountView(stored.credentials.coordinator, stored.credentials.token)
+    ? await accountView(stored.credentials.coordinator, stored.credentials.token, expectation)
     : { account: null, error: storedError };
   return {
     version: VERSION,

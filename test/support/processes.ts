@@ -62,7 +62,7 @@ export async function startCoordinator(env: Record<string, string> = {}, options
     stdout: "pipe",
     stderr: "pipe",
   });
-  const url = await waitForLine(proc.stderr, /"msg":"coordinator listening","url":"(http:\/\/[^"]+)"/, "coordinator");
+  const url = await waitForLine(proc.stderr, /"msg":"coordinator listening","url":"(https?:\/\/[^"]+)"/, "coordinator");
   const admin = adminClient(url, ADMIN);
   return {
     url,
@@ -154,13 +154,14 @@ export async function startDev(db: string): Promise<DevProcess> {
   };
 }
 
-/** Calls a coordinator's admin API with `token`; throws on any status but 2xx. */
+/** Calls a coordinator's admin API with `token`; throws on any status but 2xx. A self-signed https coordinator's certificate is not checked (tests). */
 export function adminClient(url: string, token: string) {
   return async <T>(method: string, path: string, body?: unknown): Promise<T> => {
     const response = await fetch(`${url}/admin/v1${path}`, {
       method,
       headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
       ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+      ...(url.startsWith("https:") ? { tls: { rejectUnauthorized: false } } : {}),
     });
     if (!response.ok) throw new Error(`admin ${method} ${path}: ${response.status} ${await response.text()}`);
     return (await response.json()) as T;

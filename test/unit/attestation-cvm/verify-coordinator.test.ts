@@ -7,12 +7,8 @@ import "reflect-metadata";
 import { describe, expect, test } from "bun:test";
 import { createHash } from "node:crypto";
 import { createDevSource, type DevSource, parseSnpReport, type SnpReportBody } from "../../../attestation/cvm/index.ts";
-import {
-  type CheckOutcome,
-  type ExpectedImage,
-  type FetchedDocument,
-  verifyCoordinatorAttestation,
-} from "../../../attestation/cvm/verify-coordinator.ts";
+import type { ExpectedImage } from "../../../attestation/cvm/measurements.ts";
+import { type CheckOutcome, type FetchedDocument, verifyCoordinatorAttestation } from "../../../attestation/cvm/verify-coordinator.ts";
 import { fixedClock, flipBit, MEASUREMENT, realMilanVector } from "../../fixtures/attestation-cvm/helpers.ts";
 
 const hex = (b: Uint8Array) => Buffer.from(b).toString("hex");

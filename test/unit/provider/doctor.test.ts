@@ -11,6 +11,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { SoftwareIdentity } from "../../../attestation/src/index.ts";
 import { ConfigError } from "../../../src/config/settings.ts";
+import { CoordinatorRefused, type PinnedCoordinator } from "../../../src/provider/coordinator-pin.ts";
 import {
   type CommandResult,
   type DoctorIO,
@@ -62,10 +63,13 @@ interface Fake {
   helper?: Error;
   /** How far the coordinator's clock is ahead of this machine's. */
   serverAheadMs?: number;
+  /** What pinning the coordinator gives (--coordinator-image): a pin, or the error it rejects with. */
+  pin?: PinnedCoordinator | Error;
 }
 
 interface FakeProbe extends Probe {
-  readonly requests: { url: string; authorization: string | null }[];
+  /** Every request, with whether it went over pinned TLS options. */
+  readonly requests: { url: string; authorization: string | null; pinned?: boolean }[];
   readonly diskPaths: string[];
   readonly helpersClosed: number[];
 }
@@ -109,7 +113,7 @@ function fakeProbe(fake: Fake = {}): FakeProbe {
       return typeof answer === "string" ? { exitCode: 0, stdout: answer } : answer;
     },
     fetch: async (url, init) => {
-      requests.push({ url, authorization: new Headers(init.headers).get("authorization") });
+      requests.push({ url, authorization: new Headers(init.headers).get("authorization"), ...(init.tls ? { pinned: true } : {}) });
       const route = routes[url];
       if (!route) throw new TypeError("Unable to connect. Is the computer able to access the url?");
       return route();
@@ -123,6 +127,11 @@ function fakeProbe(fake: Fake = {}): FakeProbe {
       if (fake.helper) throw fake.helper;
       const identity = softwareIdentity(SoftwareIdentity.generate());
       return { ...identity, close: () => helpersClosed.push(1) };
+    },
+    pinCoordinator: async () => {
+      if (fake.pin === undefined) throw new Error("no pin in this fake");
+      if (fake.pin instanceof Error) throw fake.pin;
+      return fake.pin;
     },
     requests,
     diskPaths,
@@ -674,6 +683,82 @@ describe("the device token is never printed", () => {
     const probe = fakeProbe({ stored: null, routes: { "http://127.0.0.1:8080/healthz": () => json({}) } });
     await doctor([...SERVE, "--coordinator", "ws://127.0.0.1:8080/v1/provider/connect", "--token", TOKEN], probe);
     expect(probe.requests.map((r) => r.url)).toContain("http://127.0.0.1:8080/healthz");
+  });
+});
+
+describe("--coordinator-image: the coordinator is pinned from its attestation", () => {
+  const dir = mkdtempSync(join(tmpdir(), "umbra-doctor-image-"));
+  const image = join(dir, "measurements.json");
+  writeFileSync(
+    image,
+    JSON.stringify({
+      version: 1,
+      image: {
+        firmware_sha256: "00".repeat(32),
+        kernel_sha256: "00".repeat(32),
+        initrd_sha256: null,
+        cmdline: "",
+        cmdline_sha256: "00".repeat(32),
+      },
+      policy: "0x30000",
+      shapes: [{ name: "milan-2vcpu", vcpus: 2, cpu: "EPYC-Milan", guest_features: "0x21", measurement: "ab".repeat(48) }],
+    }),
+  );
+  const pin: PinnedCoordinator = {
+    tls: { checkServerIdentity: () => undefined },
+    shape: "milan-2vcpu",
+    measurement: "ab".repeat(48),
+    development: false,
+    keySha256: "cd".repeat(32),
+  };
+
+  test("verified: the coordinator check says so and every request (the token's included) goes over the pinned key", async () => {
+    const probe = fakeProbe({ pin });
+    const { code, check } = await doctorJson([...SERVE, "--coordinator-image", image], probe);
+    expect(code).toBe(0);
+    expect(check("coordinator")?.detail).toBe(`${COORDINATOR} is up (0 ms); attestation verified (shape milan-2vcpu), TLS key pinned`);
+    const toCoordinator = probe.requests.filter((r) => r.url.startsWith(COORDINATOR));
+    expect(toCoordinator.map((r) => `${r.url.slice(COORDINATOR.length)} pinned=${r.pinned}`).sort()).toEqual([
+      "/healthz pinned=true",
+      "/v1/provider/me pinned=true",
+      "/v1/provider/models pinned=true",
+    ]);
+  });
+
+  test("refused: the coordinator check fails naming the check; nothing, the token least of all, is sent to it", async () => {
+    const probe = fakeProbe({
+      pin: new CoordinatorRefused("measurement", "attestation check measurement failed: matches no published shape"),
+    });
+    const { code, check } = await doctorJson([...SERVE, "--coordinator-image", image], probe);
+    expect(code).toBe(1);
+    expect([check("coordinator")?.status, check("coordinator")?.detail]).toEqual([
+      "fail",
+      "refused: attestation check measurement failed: matches no published shape",
+    ]);
+    expect([check("device_token")?.status, check("catalog")?.status]).toEqual(["warn", "warn"]);
+    expect(probe.requests.filter((r) => r.url.startsWith(COORDINATOR))).toEqual([]);
+  });
+
+  test("a plain-http coordinator, an unreadable file or an unknown shape is a usage error (exit 2)", async () => {
+    const loopback = ["--coordinator", "http://127.0.0.1:8080"];
+    const plain = await doctor([...SERVE, ...loopback, "--coordinator-image", image], fakeProbe({ pin }));
+    expect([plain.code, plain.err]).toEqual([2, expect.stringContaining("--coordinator-image needs an https coordinator")]);
+    const missing = await doctor([...SERVE, "--coordinator-image", join(dir, "nope.json")], fakeProbe({ pin }));
+    expect([missing.code, missing.err]).toEqual([2, expect.stringContaining("nope.json: cannot read it (ENOENT)")]);
+    const shape = await doctor([...SERVE, "--coordinator-image", image, "--coordinator-shape", "genoa"], fakeProbe({ pin }));
+    expect([shape.code, shape.err]).toEqual([2, expect.stringContaining("--coordinator-shape: genoa: not in")]);
+  });
+
+  test("without the image, an untrusted certificate is explained: pin it from the attestation", async () => {
+    const probe = fakeProbe({
+      routes: {
+        [`${COORDINATOR}/healthz`]: () => {
+          throw new Error("unable to verify the first certificate");
+        },
+      },
+    });
+    const { check } = await doctorJson(SERVE, probe);
+    expect(check("coordinator")?.fix).toContain("give --coordinator-image with the image's measurements.json");
   });
 });
 
