@@ -77,7 +77,7 @@ need_packages() {
 # from bookworm-backports through a temporary sources list (the machine's own sources are not changed).
 need_qemu() {
   local version
-  version=$(qemu-system-x86_64 --version 2>/dev/null | awk 'NR == 1 { print $4 }')
+  version=$({ qemu-system-x86_64 --version 2>/dev/null || true; } | awk 'NR == 1 { print $4 }')
   if [ -n "$version" ] && printf '9.1\n%s\n' "$version" | sort -V -C; then return 0; fi
   say "installing QEMU >= 9.1 from bookworm-backports (found: ${version:-none})"
   local sudo="" dir
