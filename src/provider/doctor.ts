@@ -566,9 +566,11 @@ async function checkCoordinator({ probe, timeouts, coordinator, pinned }: Contex
           "coordinator",
           "fail",
           refused ? `refused: ${messageOf(error)}` : `cannot verify its attestation: ${messageOf(error)}`,
-          refused
-            ? "the coordinator does not run the published image: check --coordinator-image (and --coordinator-shape) against the operator's release"
-            : "check the URL and this machine's network",
+          !refused
+            ? "check the URL and this machine's network"
+            : error.check === "document"
+              ? "the coordinator shows no attestation: it must run in its SEV-SNP VM (ask its operator)"
+              : "the coordinator does not run the published image: check --coordinator-image (and --coordinator-shape) against the operator's release",
         ),
       };
     }
