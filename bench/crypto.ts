@@ -22,7 +22,7 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { cpus } from "node:os";
 import { join } from "node:path";
-import { parseIdentityKey, SoftwareIdentity, verifyIdentitySignature } from "../attestation/src/index.ts";
+import { parseIdentityKey, SoftwareIdentity, verifyIdentitySignature } from "../attestation/provider/index.ts";
 import { type ChunkFrame, ChunkOpener, ChunkSealer } from "../src/crypto/chunks.ts";
 import { type ReceiptClaims, receiptBytes, sha256 } from "../src/crypto/receipts.ts";
 import { generateX25519KeyPair, type KemImplementation, openRequest, type RequestBinding, sealRequest } from "../src/crypto/seal.ts";

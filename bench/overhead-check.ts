@@ -11,7 +11,7 @@
  * ledger; the key's x-ratelimit-* headers; 401 without a key and with a wrong one; and a key with rpm 1
  * answered 200 then 429. Throws on the first failure; returns what it saw for the results file.
  */
-import { parseIdentityKey, verifyIdentitySignature } from "../attestation/src/identity-key.ts";
+import { parseIdentityKey, verifyIdentitySignature } from "../attestation/provider/identity-key.ts";
 import { toHex } from "../src/crypto/encoding.ts";
 import { receiptBytes, responseSha256 } from "../src/crypto/receipts.ts";
 import type { CoordinatorProcess } from "../test/support/processes.ts";

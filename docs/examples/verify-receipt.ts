@@ -14,7 +14,7 @@
  * (metadata.request_hash), response_hash, then prompt, cached and completion tokens as big-endian u64.
  * The signature (se_signature) is DER ECDSA P-256 over SHA-256 of those bytes.
  */
-import { parseIdentityKey, verifyIdentitySignature } from "../../attestation/src/index.ts";
+import { parseIdentityKey, verifyIdentitySignature } from "../../attestation/provider/index.ts";
 import { toHex } from "../../src/crypto/encoding.ts";
 import { receiptBytes, responseSha256 } from "../../src/crypto/receipts.ts";
 

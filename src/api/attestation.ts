@@ -13,8 +13,8 @@
  * provider (`umbra-provider start --dev-attestation`) earns `hardware` through the same checks as a Mac.
  */
 import { Elysia } from "elysia";
-import { parseIdentityKey } from "../../attestation/src/identity-key.ts";
-import { type Posture, parsePosture } from "../../attestation/src/posture.ts";
+import { parseIdentityKey } from "../../attestation/provider/identity-key.ts";
+import { type Posture, parsePosture } from "../../attestation/provider/posture.ts";
 import type { CoordinatorAttestation } from "../attestation/coordinator-attestation.ts";
 import { Errors } from "../errors/api-error.ts";
 import type { Fleet } from "../fleet/fleet.ts";

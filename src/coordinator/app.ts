@@ -2,8 +2,8 @@
  * createApp: wires every service from its dependencies and nothing else. Tests build the app the same
  * way, with a temporary store, a fixed clock or a fake fleet.
  */
-import type { DevelopmentRoot, TrustPolicy } from "../../attestation/src/index.ts";
-import type { ProviderAttestation } from "../../attestation/src/levels.ts";
+import type { DevelopmentRoot, TrustPolicy } from "../../attestation/provider/index.ts";
+import type { ProviderAttestation } from "../../attestation/provider/levels.ts";
 import { AdminService } from "../admin/admin-service.ts";
 import { createHttpApp, type HttpApp } from "../api/http.ts";
 import { type CoordinatorAttestation, createCoordinatorAttestation } from "../attestation/coordinator-attestation.ts";
@@ -92,7 +92,7 @@ export interface ProviderTrust {
  * The evidence checks (certificate chains, @peculiar/x509): loaded when the first provider presents
  * evidence, not at start, where their import would cost 15-20 ms.
  */
-const evidenceChecks = () => import("../../attestation/src/index.ts");
+const evidenceChecks = () => import("../../attestation/provider/index.ts");
 
 /** The trust policy: the pinned Apple root, or a development root generated for this process. */
 async function providerTrust(config: Config, now: () => number): Promise<ProviderTrust> {

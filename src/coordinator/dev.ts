@@ -5,9 +5,9 @@
  * (one live demo key at a time), connects one local provider (the echo engine, in this process, over a
  * real WebSocket to the listening port), and prints ready-to-paste examples.
  */
-import { parseChallenge } from "../../attestation/src/challenge.ts";
-import { FULL_SECURITY } from "../../attestation/src/posture.ts";
-import { answerChallenge, buildEvidence, SoftwareIdentity } from "../../attestation/src/software-identity.ts";
+import { parseChallenge } from "../../attestation/provider/challenge.ts";
+import { FULL_SECURITY } from "../../attestation/provider/posture.ts";
+import { answerChallenge, buildEvidence, SoftwareIdentity } from "../../attestation/provider/software-identity.ts";
 import { type Agent, startAgent } from "../provider/agent.ts";
 import { createEchoEngine } from "../provider/engines/echo.ts";
 import type { App } from "./app.ts";

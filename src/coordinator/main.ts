@@ -4,7 +4,7 @@
  * keep static import order reliably (STACK.md item 1; seen here as a rare start-up crash under load), so
  * the preload is awaited on its own before the command line module, and everything it imports, loads.
  */
-await import("../../attestation/src/preload.ts");
+await import("../../attestation/provider/preload.ts");
 await import("./cli.ts");
 
 export {};

@@ -14,7 +14,7 @@
  * only then.
  */
 import { randomBytes } from "node:crypto";
-import { type ProviderAttestation, summarizeAttestation } from "../../attestation/src/levels.ts";
+import { type ProviderAttestation, summarizeAttestation } from "../../attestation/provider/levels.ts";
 import type { TrustLevel } from "../config/config.ts";
 import { TRUST_LEVELS } from "../config/config.ts";
 import type { Logger } from "../observability/logger.ts";

@@ -17,10 +17,10 @@
  * is beyond what the coordinator can believe (billing/usage-bounds.ts).
  */
 
-import { type ChallengeSession, challengeFields } from "../../attestation/src/challenge.ts";
-import { AttestationError } from "../../attestation/src/errors.ts";
-import { verifyIdentitySignature } from "../../attestation/src/identity-key.ts";
-import { type ProviderAttestation, withdrawTrust } from "../../attestation/src/levels.ts";
+import { type ChallengeSession, challengeFields } from "../../attestation/provider/challenge.ts";
+import { AttestationError } from "../../attestation/provider/errors.ts";
+import { verifyIdentitySignature } from "../../attestation/provider/identity-key.ts";
+import { type ProviderAttestation, withdrawTrust } from "../../attestation/provider/levels.ts";
 import { utf8Bytes } from "../billing/billing.ts";
 import { type UsageBound, type UsageLimits, usageLimits, usageViolation } from "../billing/usage-bounds.ts";
 import type { TrustLevel } from "../config/config.ts";

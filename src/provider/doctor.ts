@@ -54,6 +54,8 @@ import { statfsSync } from "node:fs";
 import { cpus, release, totalmem } from "node:os";
 import { dirname, resolve } from "node:path";
 import { parseArgs } from "node:util";
+import { ConfigError, type Env, enumSetting, processEnv, readList, readSetting } from "../config/settings.ts";
+import { VERSION } from "../version.ts";
 import {
   coordinatorBaseOf,
   type EngineName,
@@ -63,9 +65,7 @@ import {
   PROVIDER_SETTINGS,
   sameCoordinator,
   settingReader,
-} from "../config/provider-config.ts";
-import { ConfigError, type Env, enumSetting, processEnv, readList, readSetting } from "../config/settings.ts";
-import { VERSION } from "../version.ts";
+} from "./config.ts";
 import {
   type CoordinatorExpectation,
   CoordinatorRefused,

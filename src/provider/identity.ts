@@ -25,7 +25,7 @@ import {
   parseIdentityKey,
   type SoftwareIdentity,
   verifyIdentitySignature,
-} from "../../attestation/src/index.ts";
+} from "../../attestation/provider/index.ts";
 
 export interface ProviderIdentity {
   readonly kind: "software" | "helper";

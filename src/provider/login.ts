@@ -16,15 +16,8 @@
  */
 import { hostname } from "node:os";
 import { parseArgs } from "node:util";
-import {
-  coordinatorBaseOf,
-  expectationOf,
-  PROVIDER_SETTINGS,
-  readConfigFile,
-  type SettingName,
-  settingReader,
-} from "../config/provider-config.ts";
 import { ConfigError, type Env, readSetting } from "../config/settings.ts";
+import { coordinatorBaseOf, expectationOf, PROVIDER_SETTINGS, readConfigFile, type SettingName, settingReader } from "./config.ts";
 import { CoordinatorRefused, type PinnedTls, pinCoordinator, pinnedFetch } from "./coordinator-pin.ts";
 import { type ProviderHome, providerHome, readCredentials, writeCredentials } from "./home.ts";
 import { fetchProviderMe, type MeAnswer } from "./provider-me.ts";

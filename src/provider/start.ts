@@ -6,7 +6,7 @@
  * starts the same command in the background (its own session, output appended to the log file in the
  * tool's folder), waits until it has connected (or failed) and returns; `status` and `stop` find it
  * through the pid file. Settings come from flags, `UMBRA_PROVIDER_*`, the config file and the stored
- * login (src/config/provider-config.ts).
+ * login (src/provider/config.ts).
  *
  * The welcome's model warnings (a served id that is an alias or not a catalog build: it gets no requests)
  * are printed on stderr, in the state file and by `--detach`, naming the build to serve.
@@ -20,7 +20,12 @@
 import { spawn } from "node:child_process";
 import { openSync, readFileSync } from "node:fs";
 import { cpus, totalmem } from "node:os";
-import { FULL_SECURITY, parseChallenge, postureJson, SoftwareIdentity } from "../../attestation/src/index.ts";
+import { FULL_SECURITY, parseChallenge, postureJson, SoftwareIdentity } from "../../attestation/provider/index.ts";
+import { ConfigError, type Env } from "../config/settings.ts";
+import { createLogger, type Logger, type LogSink } from "../observability/logger.ts";
+import type { Hello } from "../protocol/messages.ts";
+import { VERSION } from "../version.ts";
+import { type Agent, type AgentState, startAgent } from "./agent.ts";
 import {
   coordinatorBaseOf,
   loadProviderConfig,
@@ -28,12 +33,7 @@ import {
   type ProviderConfig,
   parseProviderFlags,
   readConfigFile,
-} from "../config/provider-config.ts";
-import { ConfigError, type Env } from "../config/settings.ts";
-import { createLogger, type Logger, type LogSink } from "../observability/logger.ts";
-import type { Hello } from "../protocol/messages.ts";
-import { VERSION } from "../version.ts";
-import { type Agent, type AgentState, startAgent } from "./agent.ts";
+} from "./config.ts";
 import { CoordinatorRefused, type PinnedCoordinator, type PinnedTls, pinCoordinator } from "./coordinator-pin.ts";
 import { createEchoEngine } from "./engines/echo.ts";
 import type { Engine } from "./engines/engine.ts";

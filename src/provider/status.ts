@@ -10,9 +10,9 @@
  * Exit codes: 0 stopped or not running, 1 still running after --timeout seconds, 2 bad usage.
  */
 import { type ParseArgsConfig, parseArgs } from "node:util";
-import { expectationOf, readConfigFile, settingReader } from "../config/provider-config.ts";
 import { ConfigError, type Env } from "../config/settings.ts";
 import { VERSION } from "../version.ts";
+import { expectationOf, readConfigFile, settingReader } from "./config.ts";
 import { type CoordinatorExpectation, CoordinatorRefused, pinCoordinator, pinnedFetch } from "./coordinator-pin.ts";
 import { providerHome, readCredentials } from "./home.ts";
 import { type AccountView, fetchProviderMe } from "./provider-me.ts";

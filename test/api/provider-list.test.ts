@@ -8,7 +8,7 @@
  * pending bound enforced where the session is counted (close 4029), before any hello.
  */
 import { describe, expect, test } from "bun:test";
-import { buildEvidence, FULL_SECURITY, SoftwareIdentity } from "../../attestation/src/index.ts";
+import { buildEvidence, FULL_SECURITY, SoftwareIdentity } from "../../attestation/provider/index.ts";
 import { toBase64url } from "../../src/crypto/encoding.ts";
 import { generateX25519KeyPair } from "../../src/crypto/seal.ts";
 import { MAX_PENDING_SESSIONS } from "../../src/fleet/fleet.ts";

@@ -15,7 +15,7 @@ import {
   parseIdentityKey,
   SoftwareIdentity,
   verifyIdentitySignature,
-} from "../../attestation/src/index.ts";
+} from "../../attestation/provider/index.ts";
 import { toHex } from "../../src/crypto/encoding.ts";
 import { receiptBytes, responseSha256 } from "../../src/crypto/receipts.ts";
 import { type Agent, type AgentOptions, startAgent } from "../../src/provider/agent.ts";

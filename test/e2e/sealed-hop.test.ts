@@ -7,7 +7,7 @@
  */
 import { describe, expect, test } from "bun:test";
 import { randomBytes } from "node:crypto";
-import { buildEvidence, FULL_SECURITY, SoftwareIdentity } from "../../attestation/src/index.ts";
+import { buildEvidence, FULL_SECURITY, SoftwareIdentity } from "../../attestation/provider/index.ts";
 import { ChunkSealer } from "../../src/crypto/chunks.ts";
 import { toBase64url } from "../../src/crypto/encoding.ts";
 import { CLOSE, type Inference } from "../../src/protocol/messages.ts";

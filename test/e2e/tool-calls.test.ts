@@ -6,7 +6,7 @@
  * the tool calls as a consumer can, a structured answer, and a full two-turn tool loop.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { parseIdentityKey, verifyIdentitySignature } from "../../attestation/src/index.ts";
+import { parseIdentityKey, verifyIdentitySignature } from "../../attestation/provider/index.ts";
 import { toHex } from "../../src/crypto/encoding.ts";
 import { receiptBytes, responseSha256 } from "../../src/crypto/receipts.ts";
 import { seedAccount, seedCatalog, type TestApp, testApp } from "../support/harness.ts";

@@ -7,7 +7,7 @@
  * (names and arguments) counting as relayed output.
  */
 import { describe, expect, test } from "bun:test";
-import { buildEvidence, FULL_SECURITY, SoftwareIdentity } from "../../attestation/src/index.ts";
+import { buildEvidence, FULL_SECURITY, SoftwareIdentity } from "../../attestation/provider/index.ts";
 import { chargeFor, estimatedUsage, feeFor, promptTokenBound, promptTokenEstimate } from "../../src/billing/billing.ts";
 import { OUTPUT_ALLOWANCE_TOKENS, PROMPT_TEMPLATE_ALLOWANCE, TOOL_CALL_ALLOWANCE_TOKENS } from "../../src/billing/usage-bounds.ts";
 import { type ChatMessage, CLOSE, type Usage } from "../../src/protocol/messages.ts";

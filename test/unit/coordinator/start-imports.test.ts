@@ -46,13 +46,13 @@ describe("coordinator start-up imports", () => {
   test("the entry point reaches the command line module only after the reflect-metadata preload", () => {
     const imports = importsOf(resolve(ROOT, "src/coordinator/main.ts"));
     expect(imports.map((i) => `${i.kind} ${i.path}`)).toEqual([
-      "dynamic-import ../../attestation/src/preload.ts",
+      "dynamic-import ../../attestation/provider/preload.ts",
       "dynamic-import ./cli.ts",
     ]);
   });
 
   test("the walk finds the library where it is imported statically (the check can fail)", () => {
-    expect(staticChain("attestation/src/index.ts", isX509)?.at(-1)).toBe("@peculiar/x509");
+    expect(staticChain("attestation/provider/index.ts", isX509)?.at(-1)).toBe("@peculiar/x509");
     expect(staticChain("attestation/cvm/dev-source.ts", isX509)).toEqual([
       "attestation/cvm/dev-source.ts",
       "attestation/cvm/dev-chain.ts",

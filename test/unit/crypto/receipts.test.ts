@@ -7,7 +7,7 @@
  */
 import { describe, expect, test } from "bun:test";
 import { p256 } from "@noble/curves/nist.js";
-import { parseIdentityKey, SoftwareIdentity, verifyIdentitySignature } from "../../../attestation/src/index.ts";
+import { parseIdentityKey, SoftwareIdentity, verifyIdentitySignature } from "../../../attestation/provider/index.ts";
 import { fromBase64url, fromHex, toHex } from "../../../src/crypto/encoding.ts";
 import { InvalidInputError } from "../../../src/crypto/errors.ts";
 import { type ReceiptClaims, ResponseDigest, receiptBytes, responseBytes, responseSha256, sha256 } from "../../../src/crypto/receipts.ts";

@@ -9,7 +9,7 @@ import { describe, expect, test } from "bun:test";
 import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { SoftwareIdentity } from "../../../attestation/src/index.ts";
+import { SoftwareIdentity } from "../../../attestation/provider/index.ts";
 import { ConfigError } from "../../../src/config/settings.ts";
 import { CoordinatorRefused, type PinnedCoordinator } from "../../../src/provider/coordinator-pin.ts";
 import {

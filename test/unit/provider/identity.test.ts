@@ -15,7 +15,7 @@ import {
   verifyChallengeResponse,
   verifyIdentitySignature,
   verifySecureEnclaveEvidence,
-} from "../../../attestation/src/index.ts";
+} from "../../../attestation/provider/index.ts";
 import {
   helperIdentity,
   IdentityError,

@@ -19,7 +19,7 @@ import {
   type TrustPolicy,
   trustRank,
   withdrawTrust,
-} from "../../../attestation/src/index.ts";
+} from "../../../attestation/provider/index.ts";
 import golden from "../../fixtures/attestation/evidence-v1.json";
 
 const NOW = Date.parse("2026-11-21T12:00:00Z");

@@ -2,7 +2,7 @@ import { describe, expect, test } from "bun:test";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { ConfigError } from "../../../src/config/config.ts";
-import { loadProviderConfig, parseProviderFlags, readConfigFile } from "../../../src/config/provider-config.ts";
+import { loadProviderConfig, parseProviderFlags, readConfigFile } from "../../../src/provider/config.ts";
 import { tempDir } from "../../support/harness.ts";
 
 const BASE = ["--coordinator", "https://coord.example", "--token", "tok_123", "--engine", "echo", "--model", "org/echo"];

@@ -12,9 +12,7 @@
 import { readFileSync } from "node:fs";
 import { type ParseArgsConfig, parseArgs } from "node:util";
 import { ExpectedImageError, loadExpectedImage } from "../../attestation/cvm/measurements.ts";
-import type { CoordinatorExpectation } from "../provider/coordinator-pin.ts";
-import { Schedule } from "../provider/schedule.ts";
-import { LOG_LEVELS, type LogLevel } from "./config.ts";
+import { LOG_LEVELS, type LogLevel } from "../config/config.ts";
 import {
   ConfigError,
   type Env,
@@ -25,7 +23,9 @@ import {
   readList,
   readSetting,
   type Setting,
-} from "./settings.ts";
+} from "../config/settings.ts";
+import type { CoordinatorExpectation } from "./coordinator-pin.ts";
+import { Schedule } from "./schedule.ts";
 
 export type EngineName = "echo" | "openai";
 export const ENGINE_NAMES: readonly EngineName[] = ["echo", "openai"];

@@ -17,7 +17,7 @@ import {
   TrustAnchor,
   toExtensions,
   verifyMdaChain,
-} from "../../../attestation/src/index.ts";
+} from "../../../attestation/provider/index.ts";
 
 const HOUR = 3_600_000;
 const DAY = 24 * HOUR;

@@ -11,7 +11,7 @@ import {
   DevelopmentRoot,
   derToPem,
   TrustAnchor,
-} from "../../../attestation/src/index.ts";
+} from "../../../attestation/provider/index.ts";
 
 const PEM_FILE = join(import.meta.dir, "../../../attestation/roots/apple-enterprise-attestation-root-ca.pem");
 const PINNED = "ccf59ef8fcb3017d97f8b5fa6fa90e7a3f9283f76b55ac6cf6eda8b8b949f05b";

@@ -13,7 +13,7 @@ import {
   parseIdentityKey,
   SoftwareIdentity,
   verifyChallengeResponse,
-} from "../../../attestation/src/index.ts";
+} from "../../../attestation/provider/index.ts";
 
 const T0 = Date.parse("2026-11-21T12:00:00Z");
 const INTERVAL = 300_000;

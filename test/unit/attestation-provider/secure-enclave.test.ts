@@ -10,7 +10,7 @@ import {
   parseIdentityKey,
   SoftwareIdentity,
   verifySecureEnclaveEvidence,
-} from "../../../attestation/src/index.ts";
+} from "../../../attestation/provider/index.ts";
 import golden from "../../fixtures/attestation/evidence-v1.json";
 
 const NOW = Date.parse("2026-11-21T12:00:00Z");

@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
-import { decodeInteger, encodeInteger } from "../../../attestation/src/der.ts";
-import { bytesEqual, parseSignedJson } from "../../../attestation/src/encoding.ts";
-import { AttestationError } from "../../../attestation/src/index.ts";
+import { decodeInteger, encodeInteger } from "../../../attestation/provider/der.ts";
+import { bytesEqual, parseSignedJson } from "../../../attestation/provider/encoding.ts";
+import { AttestationError } from "../../../attestation/provider/index.ts";
 
 const utf8 = (s: string) => new TextEncoder().encode(s);
 
