@@ -1,5 +1,5 @@
 /**
- * The settlement journal (src/store/journal.ts) with the wallets' writer loop (src/billing/wallets.ts)
+ * The settlement journal (src/store/journal.ts) with the wallets' writer (src/billing/settlement-writer.ts)
  * over a real SQLite file: under load a settlement is durable in the journal before it is in the
  * database, its charge stays counted against the balance until applied, reports wait for the apply, a
  * killed process's journal is applied at the next start before any money moves (exactly once), a torn
@@ -20,6 +20,7 @@ import { createSqliteStore } from "../../../src/store/sqlite/index.ts";
 import { type Store, StoreOpenError } from "../../../src/store/types.ts";
 import { tempDir } from "../../support/harness.ts";
 import { type LogLine, recordingLogger } from "../../support/logs.ts";
+import { manualTimers, turns } from "../../support/manual-timers.ts";
 import { settlementOf } from "../../support/settlements.ts";
 
 const T0 = 1_790_000_000_000;
@@ -118,11 +119,24 @@ describe("settlement journal", () => {
     using dir = tempDir();
     const path = join(dir.path, "umbra.db");
     const store = await openStore(path);
-    const wallets = walletsOn(store, [], 20);
+    const timers = manualTimers();
+    let committed = () => {};
+    const commit = new Promise<void>((resolve) => {
+      committed = resolve;
+    });
+    const wallets = new Wallets(store.money, recordingLogger([]), {
+      spacedAbovePerSecond: 0,
+      journalApplyMs: 20,
+      timers,
+      observeCommit: () => committed(),
+    });
     await pay(wallets, "req-1", 500);
-    expect(usageRows(path)).toBe(0);
-    const deadline = Date.now() + 5_000;
-    while (usageRows(path) === 0 && Date.now() < deadline) await Bun.sleep(10);
+    timers.advance(19);
+    await turns();
+    expect({ usage: usageRows(path), journal: journalLines(path) }).toEqual({ usage: 0, journal: 1 });
+    timers.advance(1);
+    await commit; // the apply, started by the timer alone
+    await wallets.flushed(); // the journal is emptied right after the apply's commit
     expect(usageRows(path)).toBe(1);
     expect(readFileSync(journalPath(path), "utf8")).toBe("");
     store.close();

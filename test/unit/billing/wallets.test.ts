@@ -1,8 +1,9 @@
 /**
- * Wallets (src/billing/wallets.ts) against a fake MoneyStore the test drives: its settles and balance
- * reads can be held until the test releases them, chosen request ids are refused, every call is
- * recorded in order, and any two store calls in flight at once are counted as an overlap (the writer
- * loop must never let that happen).
+ * Wallets (src/billing/wallets.ts, with holds.ts and settlement-writer.ts) against a fake MoneyStore the
+ * test drives: its settles and balance reads can be held until the test releases them, chosen request
+ * ids are refused, every call is recorded in order, and any two store calls in flight at once are
+ * counted as an overlap (the writer loop must never let that happen). The writer's clock and timers are
+ * manual: a commit gap passes when the test advances the clock.
  *
  * What is pinned: available = durable - held - pending, to the unit, before, during and after a
  * commit; the key spend cap the same way; holds, releases and settlements; a settlement resolves only
@@ -14,6 +15,7 @@ import { Wallets } from "../../../src/billing/wallets.ts";
 import { ApiError } from "../../../src/errors/api-error.ts";
 import { type MoneyStore, PLATFORM_ACCOUNT_ID, type Settlement, type SettleResult } from "../../../src/store/money-types.ts";
 import { type LogLine, recordingLogger } from "../../support/logs.ts";
+import { manualTimers, turns } from "../../support/manual-timers.ts";
 import { settlementOf } from "../../support/settlements.ts";
 
 /** An in-memory MoneyStore with the contract's semantics, under the test's control. */
@@ -135,22 +137,19 @@ function setup(balances: Record<string, number>, spent: Record<string, number> =
   const store = new FakeMoney({ provider: 0, ...balances }, spent);
   const logs: LogLine[] = [];
   const commits: number[] = [];
+  const timers = manualTimers();
   const wallets = new Wallets(store, recordingLogger(logs), {
     commitGapMs,
     spacedAbovePerSecond,
     observeCommit: (n) => void commits.push(n),
+    timers,
   });
-  return { store, wallets, logs, commits };
+  return { store, wallets, logs, commits, timers };
 }
 
 /** A settlement of `charge` by `accountId`, earned by the account "provider". */
 function settlement(requestId: string, accountId: string, charge: number, keyId: string | null = null): Settlement {
   return settlementOf({ requestId, accountId, charge, keyId, providerAccountId: "provider" });
-}
-
-/** Lets the event loop turn a few times (no timers): whatever was going to happen now has happened. */
-async function turns(n = 20): Promise<void> {
-  for (let i = 0; i < n; i++) await new Promise<void>((resolve) => setImmediate(resolve));
 }
 
 /** A promise and whether it has settled yet. */
@@ -420,8 +419,8 @@ describe("settle", () => {
   });
 
   test("commits are spaced: a settlement after a quiet gap commits at once, those just after a commit share the next", async () => {
-    // A gap far longer than the test's event-loop turns, so that timing cannot decide the outcome.
-    const { store, wallets, commits } = setup({ A: 1_000 }, {}, 300);
+    // The clock stands still until the test advances it, so only the gap decides the outcome.
+    const { store, wallets, commits, timers } = setup({ A: 1_000 }, {}, 300);
     const holds = await Promise.all([1, 2, 3, 4].map(() => hold(wallets, "A", 10)));
     // Quiet: committed within a few event-loop turns, no timer involved.
     const first = track(wallets.settle(holds[0], settlement("r-1", "A", 1)));
@@ -435,6 +434,10 @@ describe("settle", () => {
       await turns(2);
     }
     expect(next.map((x) => x.done())).toEqual([false, false, false]);
+    timers.advance(299);
+    await turns();
+    expect({ done: next.map((x) => x.done()), batches: store.batches }).toEqual({ done: [false, false, false], batches: [["r-1"]] });
+    timers.advance(1);
     await Promise.all(next.map((x) => x.promise));
     expect({ batches: store.batches, commits, A: store.balances.get("A") }).toEqual({
       batches: [["r-1"], ["r-2", "r-3", "r-4"]],
@@ -445,14 +448,18 @@ describe("settle", () => {
 
   test("below the spacing rate, settlements just after a commit are committed at once, not after the gap", async () => {
     // Same arrivals as above, with a gap of 300 ms, but the rate that turns spacing on is out of reach.
-    const { store, wallets, commits } = setup({ A: 1_000 }, {}, 300, Number.POSITIVE_INFINITY);
+    const { store, wallets, commits, timers } = setup({ A: 1_000 }, {}, 300, Number.POSITIVE_INFINITY);
     const holds = await Promise.all([1, 2, 3].map(() => hold(wallets, "A", 10)));
     for (const [i, h] of holds.entries()) {
       const settled = track(wallets.settle(h, settlement(`r-${i + 1}`, "A", 1)));
       await turns();
       expect(settled.done()).toBe(true);
     }
-    expect({ batches: store.batches, commits }).toEqual({ batches: [["r-1"], ["r-2"], ["r-3"]], commits: [1, 1, 1] });
+    expect({ batches: store.batches, commits, timers: timers.pending() }).toEqual({
+      batches: [["r-1"], ["r-2"], ["r-3"]],
+      commits: [1, 1, 1],
+      timers: 0,
+    });
   });
 
   test("across a commit, available stays exact and durable comes from the store's result", async () => {
