@@ -18,11 +18,7 @@
  *      (hashes GPA & 0xfff); without direct boot, ZERO pages instead.
  *   3. One VMSA page per vCPU: vCPU 0 starts at EIP 0xfffffff0, the others at the firmware's SEV-ES reset
  *      vector; RDX holds the vCPU signature (CPUID(1).EAX of -cpu), SEV_FEATURES the guest features.
- * Firmware layout (OVMF): a GUIDed table ends 32 bytes before the end of the file; its last entry (the
- * footer, GUID 96b582de-...) gives the table's size; entries are `data || u16 size || GUID (mixed-endian)`
- * read backwards. Needed: the hashes-table GPA (7255371f-...), the reset vector (00f771de-...), and the
- * offset from the end of the file of the "ASEV" metadata: {u32 size, u32 version 1, u32 count} then
- * `count` x {u32 gpa, u32 size, u32 type}.
+ * Firmware layout (OVMF footer table, "ASEV" metadata sections): read by ovmf.ts.
  * Hashes table (QEMU's PaddedSevHashTable): GUID 9438d606-..., u16 168, then {GUID, u16 50, SHA-256} for
  * the command line (bytes + NUL), the initrd (empty when none) and the kernel; zero-padded to 176 bytes.
  * Other VMMs (`ec2`, `gce`) differ in initial registers and section handling; kept for the reference
@@ -30,33 +26,10 @@
  */
 
 import { createHash } from "node:crypto";
+import { ensure, guidBytes, type OvmfLayout, PAGE, parseOvmf, SNP_SECTION_TYPES, type SnpMetadataSection } from "./ovmf.ts";
 
-export type SnpMeasureReason =
-  | "firmware_size"
-  | "footer_table"
-  | "metadata"
-  | "reset_vector"
-  | "hashes_table"
-  | "no_kernel_hashes_section"
-  | "vcpus"
-  | "vcpu_signature"
-  | "guest_features"
-  | "firmware_digest"
-  | "measurements_format";
-
-export class SnpMeasureError extends Error {
-  override readonly name = "SnpMeasureError";
-  constructor(
-    readonly reason: SnpMeasureReason,
-    message: string,
-  ) {
-    super(message);
-  }
-}
-
-function ensure(ok: boolean, reason: SnpMeasureReason, message: string): asserts ok {
-  if (!ok) throw new SnpMeasureError(reason, message);
-}
+// The measurement's error: thrown here and by the firmware parsing alike.
+export { SnpMeasureError, type SnpMeasureReason } from "./ovmf.ts";
 
 /** CPUID(1).EAX of QEMU's CPU models: what QEMU puts in RDX of every VMSA. */
 export const SNP_CPU_SIGNATURES = Object.freeze({
@@ -98,8 +71,6 @@ export interface SnpMeasureInputs {
   readonly firmwareDigest?: Uint8Array;
 }
 
-const PAGE = 4096;
-const FOUR_GIB = 2 ** 32;
 const VMSA_GPA = 0xfffffffff000n;
 const BSP_EIP = 0xfffffff0;
 const HASHES_TABLE_SIZE = 168;
@@ -108,135 +79,16 @@ const HASHES_TABLE_PADDED = 176;
 const PageType = { Normal: 1, Vmsa: 2, Zero: 3, Unmeasured: 4, Secrets: 5, Cpuid: 6 } as const;
 type PageType = (typeof PageType)[keyof typeof PageType];
 
-export const SNP_SECTION_TYPES = Object.freeze({
-  SNP_SEC_MEM: 1,
-  SNP_SECRETS: 2,
-  CPUID: 3,
-  SVSM_CAA: 4,
-  SNP_KERNEL_HASHES: 0x10,
-} as const);
-
+/** The GUIDs of QEMU's hashes table and its entries. */
 const GUID = {
-  footer: "96b582de-1fb2-45f7-baea-a366c55a082d",
-  hashesTableGpa: "7255371f-3a3b-4b04-927b-1da6efa8d454",
-  resetVector: "00f771de-1a7e-4fcb-890e-68c77e2fb44e",
-  metadata: "dc886566-984a-4798-a75e-5585a7bf67cc",
   hashesTable: "9438d606-4f22-4cc9-b479-a793d411fd21",
   cmdline: "97d02dd8-bd20-4c94-aa78-e7714d36ab2a",
   initrd: "44baf731-3a2f-4bd7-9af1-41e29169781d",
   kernel: "4de79437-abd2-427f-b835-d5b172d2045b",
 } as const;
 
-/** A GUID in its mixed-endian byte form (the first three groups little-endian), as edk2 and QEMU store it. */
-function guidBytes(guid: string): Uint8Array {
-  const h = guid.replaceAll("-", "");
-  const be = Buffer.from(h, "hex");
-  const out = new Uint8Array(16);
-  out.set([be[3]!, be[2]!, be[1]!, be[0]!, be[5]!, be[4]!, be[7]!, be[6]!], 0);
-  out.set(be.subarray(8), 8);
-  return out;
-}
-
 const sha384 = (bytes: Uint8Array) => new Uint8Array(createHash("sha384").update(bytes).digest());
 const sha256 = (bytes: Uint8Array) => new Uint8Array(createHash("sha256").update(bytes).digest());
-const sameBytes = (a: Uint8Array, b: Uint8Array) => Buffer.from(a).equals(Buffer.from(b));
-
-export interface SnpMetadataSection {
-  readonly gpa: number;
-  readonly size: number;
-  readonly type: number;
-}
-
-/** What the measurement needs from the firmware file. */
-export interface OvmfLayout {
-  /** GPA of the first firmware byte: 2^32 - length. */
-  readonly gpa: number;
-  /** GPA where QEMU writes the hashes table; null when the firmware has none. */
-  readonly hashesTableGpa: number | null;
-  /** EIP of the application processors; null when the firmware has none. */
-  readonly resetVector: number | null;
-  readonly sections: readonly SnpMetadataSection[];
-}
-
-function readFooterTable(fw: Uint8Array): Map<string, Uint8Array> {
-  const view = new DataView(fw.buffer, fw.byteOffset, fw.byteLength);
-  const entryHeader = 18;
-  const footerAt = fw.length - 32 - entryHeader;
-  ensure(footerAt >= 0, "footer_table", "the firmware is too short to hold a footer table");
-  ensure(
-    sameBytes(fw.subarray(footerAt + 2, footerAt + entryHeader), guidBytes(GUID.footer)),
-    "footer_table",
-    "the firmware has no OVMF footer table (footer GUID not found 50 bytes before the end)",
-  );
-  const tableSize = view.getUint16(footerAt, true) - entryHeader;
-  ensure(tableSize >= 0 && footerAt - tableSize >= 0, "footer_table", "the footer table's size is out of range");
-  const table = new Map<string, Uint8Array>();
-  let end = footerAt;
-  const start = footerAt - tableSize;
-  while (end - start >= entryHeader) {
-    const size = view.getUint16(end - entryHeader, true);
-    ensure(size >= entryHeader && end - size >= start, "footer_table", `a footer table entry has an invalid size (${size})`);
-    const guid = Buffer.from(fw.subarray(end - 16, end)).toString("hex");
-    table.set(guid, fw.subarray(end - size, end - entryHeader));
-    end -= size;
-  }
-  return table;
-}
-
-function u32Entry(table: Map<string, Uint8Array>, guid: string, reason: SnpMeasureReason, what: string): number | null {
-  const data = table.get(Buffer.from(guidBytes(guid)).toString("hex"));
-  if (data === undefined) return null;
-  ensure(data.length >= 4, reason, `the footer table's ${what} entry is shorter than 4 bytes`);
-  return new DataView(data.buffer, data.byteOffset, data.byteLength).getUint32(0, true);
-}
-
-/**
- * Reads the footer table and the SEV metadata. Throws SnpMeasureError: firmware_size (empty, not whole
- * pages, over 4 GiB), footer_table, metadata (missing, bad signature, version, bounds, unknown section
- * type, unaligned section), reset_vector, hashes_table.
- */
-export function parseOvmf(firmware: Uint8Array): OvmfLayout {
-  ensure(
-    firmware.length > 0 && firmware.length % PAGE === 0 && firmware.length <= FOUR_GIB,
-    "firmware_size",
-    `the firmware is ${firmware.length} bytes; expected a non-empty whole number of 4 KiB pages`,
-  );
-  const table = readFooterTable(firmware);
-  const offsetFromEnd = u32Entry(table, GUID.metadata, "metadata", "SEV metadata");
-  ensure(offsetFromEnd !== null, "metadata", "the firmware has no SEV metadata (not an SEV-SNP firmware)");
-  const start = firmware.length - offsetFromEnd;
-  ensure(offsetFromEnd >= 16 && start >= 0, "metadata", "the SEV metadata offset is out of range");
-  const view = new DataView(firmware.buffer, firmware.byteOffset, firmware.byteLength);
-  ensure(
-    Buffer.from(firmware.subarray(start, start + 4)).toString("latin1") === "ASEV",
-    "metadata",
-    "the SEV metadata has no ASEV signature",
-  );
-  const size = view.getUint32(start + 4, true);
-  const version = view.getUint32(start + 8, true);
-  const count = view.getUint32(start + 12, true);
-  ensure(version === 1, "metadata", `SEV metadata version ${version}; expected 1`);
-  ensure(size >= 16 + 12 * count && start + size <= firmware.length, "metadata", "the SEV metadata's size is out of range");
-  const known = new Set<number>(Object.values(SNP_SECTION_TYPES));
-  const sections: SnpMetadataSection[] = [];
-  for (let i = 0; i < count; i++) {
-    const at = start + 16 + 12 * i;
-    const section = { gpa: view.getUint32(at, true), size: view.getUint32(at + 4, true), type: view.getUint32(at + 8, true) };
-    ensure(known.has(section.type), "metadata", `SEV metadata section ${i} has unknown type ${section.type}`);
-    ensure(
-      section.gpa % PAGE === 0 && section.size % PAGE === 0 && section.size > 0,
-      "metadata",
-      `SEV metadata section ${i} is not whole 4 KiB pages`,
-    );
-    sections.push(section);
-  }
-  return {
-    gpa: FOUR_GIB - firmware.length,
-    hashesTableGpa: u32Entry(table, GUID.hashesTableGpa, "hashes_table", "hashes table") || null,
-    resetVector: u32Entry(table, GUID.resetVector, "reset_vector", "SEV-ES reset vector") || null,
-    sections,
-  };
-}
 
 /** The launch-digest chain (LD), one PAGE_INFO at a time. */
 class LaunchDigest {

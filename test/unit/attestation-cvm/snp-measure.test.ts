@@ -13,9 +13,9 @@ import { createHash } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { measureShapes, parseMeasurementsFile, parseShapesFile } from "../../../attestation/cvm/measurements.ts";
+import { parseOvmf } from "../../../attestation/cvm/ovmf.ts";
 import {
   measureSnpLaunch,
-  parseOvmf,
   SNP_CPU_SIGNATURES,
   type SnpCpuModel,
   SnpMeasureError,
