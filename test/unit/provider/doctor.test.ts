@@ -20,7 +20,7 @@ import {
   realProbe,
   runDoctor,
   type TrustLevel,
-} from "../../../src/provider/doctor.ts";
+} from "../../../src/provider/doctor/index.ts";
 import type { StoredCredentials } from "../../../src/provider/home.ts";
 import { IdentityError, softwareIdentity } from "../../../src/provider/identity.ts";
 import { estimateModelSize } from "../../../src/provider/model-size.ts";
