@@ -3,8 +3,8 @@
  * check reads. A bad value is a usage error (exit 2); a missing one is for a check to report. As `start`,
  * the stored token is never sent to another coordinator than its login's.
  */
-import { parseArgs } from "node:util";
-import { enumSetting, readList, readSetting } from "../../config/settings.ts";
+import { type ParseArgsConfig, parseArgs } from "node:util";
+import { enumSetting, type FlagValues, optionsOf, readList, readSetting } from "../../config/settings.ts";
 import {
   coordinatorBaseOf,
   type EngineName,
@@ -12,6 +12,7 @@ import {
   type ModelMapping,
   modelsOf,
   PROVIDER_SETTINGS,
+  type SettingName,
   sameCoordinator,
   settingReader,
 } from "../config.ts";
@@ -25,34 +26,34 @@ export class UsageError extends Error {}
 const MODELS_DIR = { flag: "models-dir", env: "UMBRA_PROVIDER_MODELS_DIR", kind: "string", help: "" } as const;
 const TRUST_SETTING = { flag: "trust", env: "", kind: "enum", values: TRUST_LEVELS, help: "" } as const;
 
-type Flags = Record<string, string | boolean | string[] | undefined>;
+/** The settings of `start` that doctor reads too (config.ts), with their UMBRA_PROVIDER_* twins. */
+const START_SETTINGS = [
+  "coordinator",
+  "token",
+  "engine",
+  "upstream",
+  "model",
+  "identityHelper",
+  "coordinatorImage",
+  "coordinatorShape",
+  "coordinatorEvidence",
+] as const satisfies readonly SettingName[];
+
+const OPTIONS: NonNullable<ParseArgsConfig["options"]> = {
+  json: { type: "boolean" },
+  help: { type: "boolean", short: "h" },
+  ...optionsOf({ trust: TRUST_SETTING, modelsDir: MODELS_DIR }),
+  ...optionsOf(Object.fromEntries(START_SETTINGS.map((name) => [name, PROVIDER_SETTINGS[name]]))),
+};
 
 /** Parses argv; throws parseArgs' own errors (code ERR_PARSE_ARGS_*) for unknown flags or arguments. */
-export function parseFlags(argv: readonly string[]): Flags {
-  return parseArgs({
-    args: [...argv],
-    strict: true,
-    allowPositionals: false,
-    options: {
-      json: { type: "boolean" },
-      help: { type: "boolean", short: "h" },
-      trust: { type: "string" },
-      "models-dir": { type: "string" },
-      coordinator: { type: "string" },
-      token: { type: "string" },
-      engine: { type: "string" },
-      upstream: { type: "string" },
-      model: { type: "string", multiple: true },
-      "identity-helper": { type: "string" },
-      "coordinator-image": { type: "string" },
-      "coordinator-shape": { type: "string" },
-      "coordinator-evidence": { type: "string" },
-    },
-  }).values;
+export function parseFlags(argv: readonly string[]): FlagValues {
+  return parseArgs({ args: [...argv], strict: true, allowPositionals: false, options: OPTIONS }).values;
 }
 
 /** --trust (default hardware); throws ConfigError for another value. */
-export const trustOf = (flags: Flags): TrustLevel => enumSetting<TrustLevel>(TRUST_SETTING, flags.trust as string | undefined, "hardware");
+export const trustOf = (flags: FlagValues): TrustLevel =>
+  enumSetting<TrustLevel>(TRUST_SETTING, flags.trust as string | undefined, "hardware");
 
 /** The coordinator's http(s) base URL, by the same rules as `start` (plaintext for loopback only). */
 function coordinatorTarget(value: string | undefined): Target {
@@ -77,7 +78,7 @@ function parseModels(entries: readonly string[]): readonly ModelMapping[] {
 }
 
 /** Throws UsageError (or ConfigError) for a value that no check could make sense of. */
-export function settingsOf(f: Flags, probe: Probe, timeouts: Timeouts): Settings {
+export function settingsOf(f: FlagValues, probe: Probe, timeouts: Timeouts): Settings {
   const env = probe.env;
   const home = providerHome(env, probe.platform);
   const engineRaw = readSetting(PROVIDER_SETTINGS.engine, f, env);
