@@ -3,7 +3,6 @@
  * the entries' `needs`). `runChecks` starts the coordinator's pin and health once, runs every check at
  * once and returns the results in this order.
  */
-
 import { catalog, deviceToken } from "./account-checks.ts";
 import { type Need, type Settings, type Status, TRUST_LEVELS, type TrustLevel } from "./check.ts";
 import { disk, macos, memory, platform, secureBoot, secureEnclave, sip } from "./machine-checks.ts";

@@ -2,7 +2,7 @@
  * The verdict at a trust level: a check the level needs blocks when it failed, warned where a pass is
  * needed, or was skipped; every other check is advice. The summary line says which and why.
  */
-import type { TrustLevel } from "./check.ts";
+import type { Need, TrustLevel } from "./check.ts";
 import { type CheckId, type CheckResult, REQUIREMENTS } from "./checks.ts";
 
 export interface Verdict {
@@ -18,7 +18,7 @@ export interface Verdict {
 
 export function assess(checks: readonly CheckResult[], trust: TrustLevel): Verdict {
   const needs = REQUIREMENTS[trust];
-  const pick = (test: (c: CheckResult, need: "pass" | "ok") => boolean) =>
+  const pick = (test: (c: CheckResult, need: Need) => boolean) =>
     checks.filter((c) => needs[c.id] !== undefined && test(c, needs[c.id] ?? "ok")).map((c) => c.id);
   const failed = pick((c) => c.status === "fail");
   const unproven = pick((c, need) => c.status === "warn" && need === "pass");
