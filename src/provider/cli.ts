@@ -1,7 +1,7 @@
 /**
  * umbra-provider: the tool a provider runs on an Apple Silicon Mac to lend it to Umbra.
  *
- *   doctor   check this machine (doctor.ts)
+ *   doctor   check this machine (doctor/)
  *   login    link this machine to an account: device authorization (login.ts)
  *   start    serve models to a coordinator, in the foreground or --detach (start.ts)
  *   status   the local provider's state, running or not (status.ts)
@@ -12,7 +12,7 @@
 import { ConfigError } from "../config/config.ts";
 import { processEnv } from "../config/settings.ts";
 import { VERSION } from "../version.ts";
-import { doctorCommand } from "./doctor.ts";
+import { doctorCommand } from "./doctor/index.ts";
 import { loginCommand } from "./login.ts";
 import { startCommand } from "./start.ts";
 import { statusCommand, stopCommand } from "./status.ts";

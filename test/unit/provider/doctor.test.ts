@@ -1,7 +1,7 @@
 /**
  * `umbra-provider doctor` against fake machines (the Probe interface): a healthy Mac passes everything
  * and exits 0; each broken condition gives the right status, fix and exit code; the trust levels need
- * what the file header says; the JSON shape; the token is never printed; usage errors exit 2. The real
+ * what the checks' entries say; the JSON shape; the token is never printed; usage errors exit 2. The real
  * probe's command deadline, free-disk walk and credentials mode are exercised on this machine; the
  * model-size estimate has its own table.
  */
@@ -20,7 +20,7 @@ import {
   realProbe,
   runDoctor,
   type TrustLevel,
-} from "../../../src/provider/doctor.ts";
+} from "../../../src/provider/doctor/index.ts";
 import type { StoredCredentials } from "../../../src/provider/home.ts";
 import { IdentityError, softwareIdentity } from "../../../src/provider/identity.ts";
 import { estimateModelSize } from "../../../src/provider/model-size.ts";
