@@ -1,30 +1,19 @@
 /**
  * Administration operations, shared by the HTTP API (/admin/v1) and the CLI (`umbra-coordinator admin`):
- * one validation, one set of answers. Inputs are untrusted JSON; outputs are JSON-ready snake_case
- * objects. Money in micro-USD, prices in micro-USD per million tokens, times in Unix seconds.
+ * one validation, one set of answers (admin-json.ts). Inputs are untrusted JSON. Here: accounts, reports,
+ * API keys, provider tokens; the catalog's operations (builds, aliases, prices) are in catalog-admin.ts.
  *
  * Errors: 400 with `param` for bad values, 404 for unknown ids, 409 for id collisions. Every operation
  * validates everything before its first write, and multi-row writes are single store transactions.
- *
  * Credentials: an API key links machines (approves provider device logins) only when created with
  * `link_machines`; a provider token expires only when created with `expires_in_seconds` or `expires_at`.
- *
  * Reports: an account's `reserved_micro_usd` is the running coordinator's live holds when the hooks
  * provide them (`reservedFor`), else the stored value (the CLI, a separate process, has no live holds).
  * Usage reports take UTC dates (YYYY-MM-DD), both bounds inclusive.
  */
 import { API_KEY_PREFIX, issueSecret, newId, PROVIDER_TOKEN_PREFIX } from "../auth/secrets.ts";
 import { Errors } from "../errors/api-error.ts";
-import type {
-  Account,
-  ApiKeyRecord,
-  LedgerEntry,
-  ModelBuild,
-  PriceRow,
-  ProviderTokenRecord,
-  Store,
-  UsageTotalsRow,
-} from "../store/types.ts";
+import type { Account, Store } from "../store/types.ts";
 import { DuplicateError } from "../store/types.ts";
 import {
   MODEL_ID,
@@ -37,115 +26,15 @@ import {
   requiredInt,
   requiredString,
 } from "../validation/fields.ts";
+import { accountJson, keyJson, ledgerEntryJson, providerTokenJson, seconds, usageSumsJson, usageTotal } from "./admin-json.ts";
+import { CatalogAdmin } from "./catalog-admin.ts";
 
 const MAX_MONEY = Number.MAX_SAFE_INTEGER;
-/** One million USD per million tokens: far above any real rate, small enough to keep products exact. */
-const MAX_PRICE = 1_000_000_000_000;
-const seconds = (ms: number) => Math.floor(ms / 1000);
 const SUBJECT = { max: 256 };
 const DAY_MS = 86_400_000;
 const LEDGER_LIMIT = { min: 1, max: 1000, fallback: 100 } as const;
 /** The longest lifetime a provider device token may be given: ten years (365-day years), in seconds. */
 export const MAX_PROVIDER_TOKEN_LIFETIME_SECONDS = 315_360_000;
-
-export function accountJson(a: Account) {
-  return {
-    id: a.id,
-    object: "account" as const,
-    name: a.name,
-    jwt_subject: a.jwtSubject,
-    created: seconds(a.createdAt),
-    balance_micro_usd: a.balance,
-    reserved_micro_usd: a.reserved,
-  };
-}
-
-export function keyJson(k: ApiKeyRecord) {
-  return {
-    id: k.id,
-    object: "api_key" as const,
-    account_id: k.accountId,
-    name: k.name,
-    hint: `${API_KEY_PREFIX}...${k.hint}`,
-    allowed_models: k.allowedModels === null ? null : [...k.allowedModels],
-    spend_cap_micro_usd: k.spendCap,
-    spent_micro_usd: k.spent,
-    rpm: k.rpm,
-    tpm: k.tpm,
-    self_route_only: k.selfRouteOnly,
-    link_machines: k.linkMachines,
-    created: seconds(k.createdAt),
-    revoked_at: k.revokedAt === null ? null : seconds(k.revokedAt),
-  };
-}
-
-export function providerTokenJson(t: ProviderTokenRecord) {
-  return {
-    id: t.id,
-    object: "provider_token" as const,
-    account_id: t.accountId,
-    hint: `${PROVIDER_TOKEN_PREFIX}...${t.hint}`,
-    created: seconds(t.createdAt),
-    expires_at: t.expiresAt === null ? null : seconds(t.expiresAt),
-    revoked_at: t.revokedAt === null ? null : seconds(t.revokedAt),
-  };
-}
-
-export function buildJson(b: ModelBuild) {
-  return {
-    id: b.id,
-    object: "model_build" as const,
-    created: b.created,
-    owned_by: b.ownedBy,
-    model_type: b.modelType,
-    name: b.name,
-    display_name: b.displayName,
-    hugging_face_id: b.huggingFaceId,
-    description: b.description,
-    quantization: b.quantization,
-    deprecation_date: b.deprecationDate,
-    input_modalities: b.inputModalities,
-    output_modalities: b.outputModalities,
-    supported_sampling_parameters: b.supportedSamplingParameters,
-    supported_features: b.supportedFeatures,
-    context_length: b.contextLength,
-    max_output_length: b.maxOutputLength,
-  };
-}
-
-export function ledgerEntryJson(e: LedgerEntry) {
-  return {
-    id: e.id,
-    /** A string, not a closed set: kinds are added as the money path grows. */
-    kind: e.kind as string,
-    amount_micro_usd: e.amount,
-    balance_after_micro_usd: e.balanceAfter,
-    request_id: e.requestId,
-    created: seconds(e.createdAt),
-  };
-}
-
-function usageSumsJson(r: Omit<UsageTotalsRow, "key">) {
-  return {
-    requests: r.requests,
-    prompt_tokens: r.promptTokens,
-    cached_tokens: r.cachedTokens,
-    completion_tokens: r.completionTokens,
-    cost_micro_usd: r.cost,
-  };
-}
-
-function usageTotal(rows: readonly UsageTotalsRow[]): Omit<UsageTotalsRow, "key"> {
-  const total = { requests: 0, promptTokens: 0, cachedTokens: 0, completionTokens: 0, cost: 0 };
-  for (const r of rows) {
-    total.requests += r.requests;
-    total.promptTokens += r.promptTokens;
-    total.cachedTokens += r.cachedTokens;
-    total.completionTokens += r.completionTokens;
-    total.cost += r.cost;
-  }
-  return total;
-}
 
 /** A UTC calendar date as YYYY-MM-DD and the Unix ms of its midnight; undefined when absent. */
 function utcDay(value: unknown, param: string): { day: string; start: number } | undefined {
@@ -157,34 +46,6 @@ function utcDay(value: unknown, param: string): { day: string; start: number } |
   if (Number.isNaN(start) || new Date(start).toISOString().slice(0, 10) !== value) throw refused();
   return { day: value, start };
 }
-
-function priceJson(p: PriceRow) {
-  return {
-    model: p.model,
-    object: "price" as const,
-    input_price: p.inputPrice,
-    output_price: p.outputPrice,
-    cache_read_price: p.cacheReadPrice,
-  };
-}
-
-const BUILD_FIELDS = [
-  "created",
-  "owned_by",
-  "model_type",
-  "name",
-  "display_name",
-  "hugging_face_id",
-  "description",
-  "quantization",
-  "deprecation_date",
-  "input_modalities",
-  "output_modalities",
-  "supported_sampling_parameters",
-  "supported_features",
-  "context_length",
-  "max_output_length",
-] as const;
 
 const LABEL = { max: 128, pattern: /^[\x21-\x7e]+$/, patternHint: "must be printable ASCII without spaces" };
 
@@ -199,12 +60,15 @@ export interface AdminHooks {
   settled?(): Promise<void>;
 }
 
-export class AdminService {
+/** Every admin operation: the catalog's (CatalogAdmin), then accounts, reports, API keys and provider tokens. */
+export class AdminService extends CatalogAdmin {
   constructor(
-    private readonly store: Store,
-    private readonly now: () => number,
+    store: Store,
+    now: () => number,
     private readonly hooks: AdminHooks = {},
-  ) {}
+  ) {
+    super(store, now);
+  }
 
   /** Reads an account for a report: balances, ledgers and usage include every answer delivered so far. */
   private async account(id: string, param = "account_id"): Promise<Account> {
@@ -217,10 +81,6 @@ export class AdminService {
   /** The account answer, with the live reserved amount when the hooks know it. */
   private accountJson(a: Account) {
     return { ...accountJson(a), reserved_micro_usd: this.hooks.reservedFor?.(a.id) ?? a.reserved };
-  }
-
-  private modelId(id: string, param: string): string {
-    return requiredString({ [param]: id }, param, MODEL_ID);
   }
 
   async createAccount(body: unknown) {
@@ -382,96 +242,5 @@ export class AdminService {
     if (!token) throw Errors.notFound(`no provider token '${id.slice(0, 64)}'`, "id");
     this.hooks.providerTokenRevoked?.(token.id);
     return providerTokenJson(token);
-  }
-
-  async upsertModel(buildId: string, body: unknown) {
-    const id = this.modelId(buildId, "id");
-    const o = objectBody(body ?? {}, BUILD_FIELDS);
-    const existing = await this.store.catalog.getBuild(id);
-    const build: ModelBuild = {
-      id,
-      created: optionalInt(o, "created", 0, 253402300799) ?? existing?.created ?? seconds(this.now()),
-      ownedBy: optionalString(o, "owned_by", { max: 128 }) ?? "umbra",
-      modelType: optionalString(o, "model_type", { max: 64 }) ?? "chat",
-      name: optionalString(o, "name", { max: 200 }) ?? null,
-      displayName: optionalString(o, "display_name", { max: 200 }) ?? null,
-      huggingFaceId: optionalString(o, "hugging_face_id", { max: 256 }) ?? null,
-      description: optionalString(o, "description", { max: 4000 }) ?? null,
-      quantization: optionalString(o, "quantization", { max: 64 }) ?? null,
-      deprecationDate:
-        optionalString(o, "deprecation_date", {
-          max: 32,
-          pattern: /^\d{4}-\d{2}-\d{2}$/,
-          patternHint: "must be a date as YYYY-MM-DD",
-        }) ?? null,
-      inputModalities: optionalStringArray(o, "input_modalities", { max: 32 }) ?? null,
-      outputModalities: optionalStringArray(o, "output_modalities", { max: 32 }) ?? null,
-      supportedSamplingParameters: optionalStringArray(o, "supported_sampling_parameters", { max: 64 }) ?? null,
-      supportedFeatures: optionalStringArray(o, "supported_features", { max: 64 }) ?? null,
-      contextLength: optionalInt(o, "context_length", 1, 100_000_000) ?? null,
-      maxOutputLength: optionalInt(o, "max_output_length", 1, 100_000_000) ?? null,
-    };
-    if (build.contextLength !== null && build.maxOutputLength !== null && build.maxOutputLength > build.contextLength) {
-      throw Errors.invalidValue("'max_output_length' must not exceed 'context_length'", "max_output_length");
-    }
-    if (await this.store.catalog.getAlias(id)) throw Errors.conflict(`'${id}' is already an alias`, "id");
-    return buildJson(await this.store.catalog.upsertBuild(build, this.now()));
-  }
-
-  async listBuilds() {
-    return { object: "list" as const, data: (await this.store.catalog.listBuilds()).map(buildJson) };
-  }
-
-  async setAlias(aliasId: string, body: unknown) {
-    const alias = this.modelId(aliasId, "alias");
-    const o = objectBody(body, ["build_id"]);
-    const buildId = requiredString(o, "build_id", MODEL_ID);
-    if (await this.store.catalog.getBuild(alias)) throw Errors.conflict(`'${alias}' is already a build id`, "alias");
-    const set = await this.store.catalog.setAlias(alias, buildId, this.now());
-    if (!set) throw Errors.modelNotFound(`no model build '${buildId}'`, "build_id");
-    return { alias: set.alias, object: "model_alias" as const, build_id: set.buildId };
-  }
-
-  async deleteAlias(aliasId: string) {
-    const alias = this.modelId(aliasId, "alias");
-    if (!(await this.store.catalog.deleteAlias(alias))) throw Errors.modelNotFound(`no alias '${alias}'`, "alias");
-    return { alias, object: "model_alias" as const, deleted: true };
-  }
-
-  async listAliases() {
-    return {
-      object: "list" as const,
-      data: (await this.store.catalog.listAliases()).map((a) => ({ alias: a.alias, object: "model_alias" as const, build_id: a.buildId })),
-    };
-  }
-
-  private async requireModel(model: string): Promise<void> {
-    if (!(await this.store.catalog.getAlias(model)) && !(await this.store.catalog.getBuild(model))) {
-      throw Errors.modelNotFound(`no model '${model}'`, "model");
-    }
-  }
-
-  async setPrice(modelId: string, body: unknown) {
-    const model = this.modelId(modelId, "model");
-    const o = objectBody(body, ["input_price", "output_price", "cache_read_price"]);
-    const row: PriceRow = {
-      model,
-      inputPrice: requiredInt(o, "input_price", 0, MAX_PRICE),
-      outputPrice: requiredInt(o, "output_price", 0, MAX_PRICE),
-      cacheReadPrice: optionalInt(o, "cache_read_price", 0, MAX_PRICE) ?? null,
-    };
-    await this.requireModel(model);
-    return priceJson(await this.store.prices.set(row, this.now()));
-  }
-
-  async clearPrice(modelId: string) {
-    const model = this.modelId(modelId, "model");
-    await this.requireModel(model);
-    const deleted = await this.store.prices.clear(model);
-    return { model, object: "price" as const, deleted };
-  }
-
-  async listPrices() {
-    return { object: "list" as const, data: (await this.store.prices.list()).map(priceJson) };
   }
 }

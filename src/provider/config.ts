@@ -4,31 +4,38 @@
  *
  * Precedence: flag > environment > `<NAME>_FILE` (secrets only) > the config file (JSON, keys named like
  * the flags, lists as arrays; never the token) > the credentials `login` stored (coordinator and token) >
- * default. `--model` and `--schedule` repeat; their environment twins hold comma-separated lists. Each model is `BUILD` or `BUILD=UPSTREAM_NAME` (the
- * name the OpenAI-compatible runtime knows the weights by; defaults to the build id).
+ * default. Each setting is one entry in provider-settings.ts: the plain ones are parsed in a loop, the
+ * rules below read the others. `--model` and `--schedule` repeat (environment: comma-separated). Each
+ * model is `BUILD` or `BUILD=UPSTREAM_NAME` (the runtime's name for the weights; default the build id).
  * The device token never travels in plaintext to another machine: plain `http`/`ws` coordinator URLs
  * are accepted for loopback hosts only.
  */
 import { readFileSync } from "node:fs";
-import { type ParseArgsConfig, parseArgs } from "node:util";
 import { ExpectedImageError, loadExpectedImage } from "../../attestation/cvm/measurements.ts";
-import { LOG_LEVELS, type LogLevel } from "../config/config.ts";
 import {
   ConfigError,
   type Env,
   enumSetting,
   type FlagValues,
-  intSetting,
-  optionsOf,
+  parseSetting,
+  parseSettings,
   readList,
   readSetting,
   type Setting,
+  type SettingValues,
 } from "../config/settings.ts";
 import type { CoordinatorExpectation } from "./coordinator-pin.ts";
+import { type EngineName, PROVIDER_SETTINGS, type SettingName } from "./provider-settings.ts";
 import { Schedule } from "./schedule.ts";
 
-export type EngineName = "echo" | "openai";
-export const ENGINE_NAMES: readonly EngineName[] = ["echo", "openai"];
+export {
+  ENGINE_NAMES,
+  type EngineName,
+  PROVIDER_OPTIONS,
+  PROVIDER_SETTINGS,
+  parseProviderFlags,
+  type SettingName,
+} from "./provider-settings.ts";
 
 /** Path the agent dials on the coordinator. */
 export const CONNECT_PATH = "/v1/provider/connect";
@@ -40,7 +47,22 @@ export interface ModelMapping {
   readonly upstreamName: string;
 }
 
-export interface ProviderConfig {
+/** The settings loadProviderConfig's rules read themselves; every other entry is the field of its name. */
+const DERIVED = [
+  "coordinator",
+  "token",
+  "engine",
+  "upstream",
+  "model",
+  "identityHelper",
+  "coordinatorImage",
+  "coordinatorShape",
+  "coordinatorEvidence",
+  "schedule",
+] as const satisfies readonly SettingName[];
+
+/** The plain settings (their comments are in provider-settings.ts), then those built by the rules. */
+export interface ProviderConfig extends SettingValues<Omit<typeof PROVIDER_SETTINGS, (typeof DERIVED)[number]>> {
   /** `ws(s)://host[:port][/base]/v1/provider/connect`. */
   readonly connectUrl: string;
   readonly token: string;
@@ -48,14 +70,6 @@ export interface ProviderConfig {
   /** OpenAI-compatible base URL including `/v1`, without a trailing slash (openai engine only). */
   readonly upstream?: string;
   readonly models: readonly ModelMapping[];
-  readonly maxConcurrency: number;
-  /** 0 = as fast as possible. */
-  readonly echoTokensPerSecond: number;
-  readonly echoFirstTokenDelayMs: number;
-  readonly drainTimeoutMs: number;
-  readonly logLevel: LogLevel;
-  /** Ask a development coordinator for a device chain (software identity key; never valid in production). */
-  readonly devAttestation: boolean;
   /** A signing helper holding the identity key (the Secure Enclave helper on a Mac); else a software key. */
   readonly identityHelper?: string;
   /** `--coordinator-image`: verify the coordinator's attestation before each connection and pin its TLS key. */
@@ -73,106 +87,9 @@ export interface StoredLogin {
   readonly token: string;
 }
 
-/** Every `start` setting with its flag and environment twin. docs/operations.md lists the same table. */
-export const PROVIDER_SETTINGS = {
-  coordinator: {
-    flag: "coordinator",
-    env: "UMBRA_PROVIDER_COORDINATOR",
-    kind: "string",
-    help: "coordinator base URL (https://, wss://; http:// and ws:// for loopback only)",
-  },
-  token: { flag: "token", env: "UMBRA_PROVIDER_TOKEN", kind: "string", secret: true, help: "provider device token" },
-  engine: { flag: "engine", env: "UMBRA_PROVIDER_ENGINE", kind: "enum", values: ENGINE_NAMES, help: "echo or openai" },
-  upstream: {
-    flag: "upstream",
-    env: "UMBRA_PROVIDER_UPSTREAM",
-    kind: "string",
-    help: "OpenAI-compatible base URL including /v1 (openai engine)",
-  },
-  model: {
-    flag: "model",
-    env: "UMBRA_PROVIDER_MODEL",
-    kind: "list",
-    help: "BUILD or BUILD=UPSTREAM_NAME, repeatable; BUILD is a catalog build id, not an alias",
-  },
-  maxConcurrency: { flag: "max-concurrency", env: "UMBRA_PROVIDER_MAX_CONCURRENCY", kind: "int", help: "attempts served at once" },
-  echoTokensPerSecond: {
-    flag: "echo-tokens-per-second",
-    env: "UMBRA_PROVIDER_ECHO_TOKENS_PER_SECOND",
-    kind: "int",
-    help: "echo engine token rate (0 = as fast as possible)",
-  },
-  echoFirstTokenDelayMs: {
-    flag: "echo-first-token-delay-ms",
-    env: "UMBRA_PROVIDER_ECHO_FIRST_TOKEN_DELAY_MS",
-    kind: "int",
-    help: "echo engine delay before the first token",
-  },
-  drainTimeoutMs: {
-    flag: "drain-timeout-ms",
-    env: "UMBRA_PROVIDER_DRAIN_TIMEOUT_MS",
-    kind: "int",
-    help: "longest wait for active attempts on shutdown",
-  },
-  logLevel: { flag: "log-level", env: "UMBRA_PROVIDER_LOG_LEVEL", kind: "enum", values: LOG_LEVELS, help: "error, warn, info or debug" },
-  devAttestation: {
-    flag: "dev-attestation",
-    env: "UMBRA_PROVIDER_DEV_ATTESTATION",
-    kind: "enum",
-    values: ["on", "off"],
-    help: "on: get a development device chain from a development coordinator (trust level hardware there)",
-  },
-  identityHelper: {
-    flag: "identity-helper",
-    env: "UMBRA_PROVIDER_IDENTITY_HELPER",
-    kind: "string",
-    help: "path of a signing helper that holds the identity key (umbra-se-helper on a Mac)",
-  },
-  coordinatorImage: {
-    flag: "coordinator-image",
-    env: "UMBRA_PROVIDER_COORDINATOR_IMAGE",
-    kind: "string",
-    help: "the coordinator image's measurements.json: verify its attestation before each connection and pin the TLS key it binds",
-  },
-  coordinatorShape: {
-    flag: "coordinator-shape",
-    env: "UMBRA_PROVIDER_COORDINATOR_SHAPE",
-    kind: "string",
-    help: "the published VM shape the coordinator must run (default: any shape in --coordinator-image)",
-  },
-  coordinatorEvidence: {
-    flag: "coordinator-evidence",
-    env: "UMBRA_PROVIDER_COORDINATOR_EVIDENCE",
-    kind: "enum",
-    values: ["production", "development"],
-    help: "development: accept a coordinator's development evidence (local tests only: anyone can make it)",
-  },
-  schedule: {
-    flag: "schedule",
-    env: "UMBRA_PROVIDER_SCHEDULE",
-    kind: "list",
-    help: "when to serve, local time: 'mon-fri 22:00-07:00', 'daily 09:00-17:00'; repeatable",
-  },
-} as const satisfies Record<string, Setting>;
-
-export type SettingName = keyof typeof PROVIDER_SETTINGS;
-
-/** parseArgs option descriptors for `umbra-provider start`. */
-export const PROVIDER_OPTIONS: NonNullable<ParseArgsConfig["options"]> = optionsOf(PROVIDER_SETTINGS);
-
-const DEFAULTS = {
-  maxConcurrency: 8,
-  echoTokensPerSecond: 0,
-  echoFirstTokenDelayMs: 0,
-  drainTimeoutMs: 120_000,
-  logLevel: "info",
-} as const;
-
-/** Protocol limits (src/protocol/messages.ts): models per hello, max_concurrency. */
+/** Protocol limits (src/protocol/messages.ts): models per hello, build id length. */
 const MAX_MODELS = 64;
-const MAX_CONCURRENCY = 4096;
 const MAX_BUILD_ID = 256;
-const DAY_MS = 86_400_000;
 
 const flagName = (name: SettingName) => `--${PROVIDER_SETTINGS[name].flag}`;
 
@@ -190,10 +107,6 @@ function fileList(name: SettingName, file: FileValues): string[] {
   if (v === undefined) return [];
   return typeof v === "string" ? [v] : [...v];
 }
-const enumOf = <T extends string>(name: SettingName, value: string | undefined, fallback: T | undefined): T =>
-  enumSetting(PROVIDER_SETTINGS[name], value, fallback);
-const intOf = (name: SettingName, value: string | undefined, fallback: number, min: number, max: number) =>
-  intSetting(PROVIDER_SETTINGS[name], value, fallback, min, max);
 
 function isLoopback(hostname: string): boolean {
   const host = hostname.replace(/^\[(.*)\]$/, "$1").toLowerCase();
@@ -297,18 +210,18 @@ export function loadProviderConfig(flags: FlagValues, env: Env, sources: { file?
   }
   if (!/^[\x21-\x7e]{1,4096}$/.test(token)) throw new ConfigError("--token: must be printable ASCII without spaces");
 
-  const engine = enumOf<EngineName>("engine", raw("engine"), undefined);
+  const engine = enumSetting<EngineName>(PROVIDER_SETTINGS.engine, raw("engine"), undefined);
   const upstreamRaw = raw("upstream");
   if (engine === "openai" && upstreamRaw === undefined) {
     throw new ConfigError("--upstream is required with --engine openai (e.g. http://127.0.0.1:11434/v1)");
   }
   if (engine !== "openai" && upstreamRaw !== undefined) throw new ConfigError(`--upstream does not apply to --engine ${engine}`);
   const upstream = upstreamRaw === undefined ? undefined : upstreamOf(upstreamRaw);
-  const devAttestation = enumOf<"on" | "off">("devAttestation", raw("devAttestation"), "off") === "on";
+  const plain = parseSettings(PROVIDER_SETTINGS, DERIVED, raw);
   const identityHelper = raw("identityHelper");
   if (identityHelper === "") throw new ConfigError("--identity-helper: empty path");
   // Production evidence also needs the Mac's device attestation chain and its measured posture.
-  if (identityHelper !== undefined && !devAttestation)
+  if (identityHelper !== undefined && !plain.devAttestation)
     throw new ConfigError("--identity-helper needs --dev-attestation on in this version");
 
   const coordinatorExpectation = expectationOf(raw, connectUrl);
@@ -319,12 +232,7 @@ export function loadProviderConfig(flags: FlagValues, env: Env, sources: { file?
     engine,
     ...(upstream !== undefined ? { upstream } : {}),
     models: Object.freeze(modelsOf(rawList("model"))),
-    maxConcurrency: intOf("maxConcurrency", raw("maxConcurrency"), DEFAULTS.maxConcurrency, 1, MAX_CONCURRENCY),
-    echoTokensPerSecond: intOf("echoTokensPerSecond", raw("echoTokensPerSecond"), DEFAULTS.echoTokensPerSecond, 0, 1_000_000),
-    echoFirstTokenDelayMs: intOf("echoFirstTokenDelayMs", raw("echoFirstTokenDelayMs"), DEFAULTS.echoFirstTokenDelayMs, 0, DAY_MS),
-    drainTimeoutMs: intOf("drainTimeoutMs", raw("drainTimeoutMs"), DEFAULTS.drainTimeoutMs, 0, DAY_MS),
-    logLevel: enumOf<LogLevel>("logLevel", raw("logLevel"), DEFAULTS.logLevel),
-    devAttestation,
+    ...plain,
     ...(identityHelper !== undefined ? { identityHelper } : {}),
     ...(coordinatorExpectation !== undefined ? { coordinatorExpectation } : {}),
     schedule: Object.freeze(scheduleOf(rawList("schedule"))),
@@ -345,8 +253,7 @@ export function settingReader(flags: FlagValues, env: Env, file: FileValues = {}
 export function expectationOf(raw: (name: SettingName) => string | undefined, url: string): CoordinatorExpectation | undefined {
   const image = raw("coordinatorImage");
   const shape = raw("coordinatorShape");
-  const development =
-    enumOf<"production" | "development">("coordinatorEvidence", raw("coordinatorEvidence"), "production") === "development";
+  const development = parseSetting(PROVIDER_SETTINGS.coordinatorEvidence, raw("coordinatorEvidence")) === "development";
   if (image === undefined || image === "") {
     if (shape !== undefined) throw new ConfigError("--coordinator-shape needs --coordinator-image (the measurements.json that names it)");
     if (development) throw new ConfigError("--coordinator-evidence development needs --coordinator-image");
@@ -434,16 +341,4 @@ export function readConfigFile(path: string, explicit: boolean): FileValues | un
     }
   }
   return out;
-}
-
-/** Parses `start` argv; unknown flags and positionals are an error (ConfigError naming the flag). */
-export function parseProviderFlags(argv: readonly string[], extra: NonNullable<ParseArgsConfig["options"]> = {}): FlagValues {
-  let parsed: { values: FlagValues; positionals: string[] };
-  try {
-    parsed = parseArgs({ args: [...argv], options: { ...PROVIDER_OPTIONS, ...extra }, allowPositionals: true, strict: true });
-  } catch (e) {
-    throw new ConfigError(e instanceof Error ? e.message : String(e));
-  }
-  if (parsed.positionals.length > 0) throw new ConfigError(`unexpected argument '${parsed.positionals[0]}'`);
-  return parsed.values;
 }
