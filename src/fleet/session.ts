@@ -163,10 +163,6 @@ export class ProviderSession implements AttemptOwner {
     return this.latency;
   }
 
-  serves(buildId: string): boolean {
-    return this.served.has(buildId);
-  }
-
   /** Handles one frame from the provider; never throws. */
   onFrame(data: string | Buffer | ArrayBuffer | Uint8Array): void {
     if (this.state === "closed") return;
