@@ -227,7 +227,7 @@ export class Attempt {
     return first ? at - this.startedAt : undefined;
   }
 
-  /** Called by the session. */
+  /** Queues an event from the session (a terminal one releases the slot); ignored once done. */
   push(event: AttemptEvent): void {
     if (this.ended) return;
     const terminal = event.type === "complete" || event.type === "error" || event.type === "lost" || event.type === "invalid";
