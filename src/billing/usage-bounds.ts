@@ -15,7 +15,7 @@
  * The relayed-output bounds hold only when the runtime returns everything it generates as content,
  * reasoning or tool calls: a request forwarding any field outside VISIBLE_OUTPUT_FIELDS (runtime
  * switches that hide reasoning) is bounded by the budget alone there.
- * Pure functions; a report beyond a bound is invalid provider output (fleet/session.ts).
+ * Pure functions; a report beyond a bound is invalid provider output (fleet/attempt-frames.ts).
  */
 import type { EngineRequestBody, Usage } from "../protocol/messages.ts";
 import { promptTokenBound, utf8Bytes } from "./billing.ts";

@@ -7,7 +7,7 @@
  *
  * Steps (provider, src/provider/attempts.ts): bytes = receiptBytes(claims); signature = the identity key's
  *   DER ECDSA P-256 over SHA-256(bytes) (src/provider/identity.ts: software key or Secure Enclave helper).
- * Steps (coordinator, src/fleet/session.ts): compute both digests itself (the request plaintext it sealed,
+ * Steps (coordinator, src/fleet/sealed-channel.ts): compute both digests itself (the request plaintext it sealed,
  *   the response content and tool calls it relayed), rebuild the bytes and verify with the identity key
  *   verified at hello (attestation/'s verifyIdentitySignature: strict DER, high-S accepted, STACK.md item 8).
  *

@@ -1,21 +1,19 @@
 /**
- * One attempt: a chat request dispatched to one provider session. The session pushes events as frames
- * arrive; the consumer (dispatcher, then the response writer) pulls them with `next()`.
+ * One attempt: a chat request dispatched to one provider session. The session relays its frames as
+ * events (attempt-frames.ts checks them first); the consumer (dispatcher, then the response writer)
+ * pulls them with `next()`. State changes only through the methods; others read the getters.
  *
- * Invariants: events arrive in protocol order (the session rejects out-of-order frames before they get
- * here); after a terminal event (complete, error, lost) nothing more is pushed; `cancel()` is
- * idempotent, tells the provider once, frees the session slot once, and ends a pending `next()` with
- * a `lost` event so no waiter hangs.
- *
- * Bounded memory: the protocol has no per-attempt flow control and a provider connection carries many
- * attempts, so a consumer that stops reading cannot slow its provider down without stalling the others.
- * Instead the text queued and not yet consumed is bounded (MAX_BACKLOG_CHARS): past it the backlog is
- * dropped, the provider told to cancel (client_gone), `lost` (SLOW_CONSUMER) queued and
- * `onBacklogDropped` called (the response writer settles and ends the answer at once).
+ * Invariants: after a terminal event (complete, error, lost, invalid) nothing more is pushed; `cancel()`
+ * is idempotent, tells the provider once, frees the session slot once, and ends a pending `next()` with
+ * `lost` so no waiter hangs. Bounded memory: a provider connection carries many attempts and has no
+ * per-attempt flow control, so the text queued and not yet consumed is bounded (MAX_BACKLOG_CHARS): past
+ * it the backlog is dropped, the provider told to cancel (client_gone), `lost` (SLOW_CONSUMER) queued and
+ * the `onBacklogDropped` callback run (the response writer settles and ends the answer at once).
  */
-import type { UsageLimits } from "../billing/usage-bounds.ts";
+import { utf8Bytes } from "../billing/billing.ts";
+import type { RelayedOutput, UsageLimits } from "../billing/usage-bounds.ts";
 import type { ChunkOpener } from "../crypto/chunks.ts";
-import type { ResponseDigest } from "../crypto/receipts.ts";
+import { ResponseDigest } from "../crypto/receipts.ts";
 import type { Delta, ProviderErrorCode, ToolCallDelta, Usage } from "../protocol/messages.ts";
 
 export type AttemptEvent =
@@ -80,8 +78,33 @@ function eventChars(event: AttemptEvent): number {
 }
 
 export interface AttemptOwner {
-  /** Frees the slot and tells the provider (when `notify`); called once per attempt. */
+  /** Frees the slot and, when `cancel` is given, tells the provider; called once per attempt. */
   release(attempt: Attempt, cancel: CancelReason | undefined): void;
+}
+
+/** What a sealed attempt keeps to open its answer and check the receipt (set once, before sending). */
+export interface AttemptSeal {
+  /** Opens this attempt's response frames. */
+  readonly opener: ChunkOpener;
+  /** SHA-256 of the request plaintext the coordinator sealed. */
+  readonly requestSha256: Uint8Array;
+  /** The build the request was sent for (receipts name it). */
+  readonly model: string;
+}
+
+/** The output bounds of an attempt, from its request (set at dispatch). */
+export interface AttemptBounds {
+  /** The most output text the budget allows (outputCharLimit). */
+  readonly maxOutputChars: number;
+  readonly limits?: UsageLimits;
+}
+
+/** What an attempt relayed so far (the usage bounds check it). */
+export interface Relayed extends RelayedOutput {
+  /** Chunk and tool-call frames received; the expected `seq` of the next one. */
+  readonly chunks: number;
+  /** Output text (UTF-16 code units, tool calls included), bounded by the output budget. */
+  readonly outputChars: number;
 }
 
 export class Attempt {
@@ -93,32 +116,12 @@ export class Attempt {
   private cancelReason: CancelReason | undefined;
   /** Text of the queued chunks not yet consumed. */
   private backlogChars = 0;
-  /** Chunk and tool-call frames received so far; the expected `seq` of the next one. */
-  chunks = 0;
-  /** Tool calls opened so far: the index a call's first fragment must carry next. */
-  toolCalls = 0;
-  /** Output text received so far, and the most the budget allows (outputCharLimit; set at dispatch). */
-  outputChars = 0;
-  maxOutputChars = Number.POSITIVE_INFINITY;
-  /**
-   * UTF-8 bytes of the content, reasoning and tool calls (names and arguments) relayed so far, and the
-   * bounds of the usage reported (set at dispatch).
-   */
-  contentBytes = 0;
-  reasoningBytes = 0;
-  toolCallBytes = 0;
-  limits: UsageLimits | undefined;
-  /** Called once if the backlog was dropped (see MAX_BACKLOG_CHARS). */
-  onBacklogDropped: (() => void) | undefined;
-  acceptedAt: number | undefined;
-  firstContentAt: number | undefined;
-  /** Sealed sessions: opens this attempt's response frames (set before the inference is sent). */
-  opener: ChunkOpener | undefined;
-  /** Sealed sessions: SHA-256 of the request plaintext, and the response's digest so far (receipts). */
-  requestSha256: Uint8Array | undefined;
-  responseDigest: ResponseDigest | undefined;
-  /** The build the request was sent for (receipts name it). */
-  model: string | undefined;
+  private dropped: (() => void) | undefined;
+  private readonly counts = { chunks: 0, toolCalls: 0, outputChars: 0, contentBytes: 0, reasoningBytes: 0, toolCallBytes: 0 };
+  private acceptedTime: number | undefined;
+  private firstContentTime: number | undefined;
+  private seal: AttemptSeal | undefined;
+  private digest: ResponseDigest | undefined;
 
   constructor(
     readonly requestId: string,
@@ -128,6 +131,7 @@ export class Attempt {
     readonly providerAccountId: string,
     readonly startedAt: number,
     private readonly owner: AttemptOwner,
+    private readonly bounds: AttemptBounds = { maxOutputChars: Number.POSITIVE_INFINITY },
   ) {}
 
   get key(): string {
@@ -139,7 +143,91 @@ export class Attempt {
     return this.ended;
   }
 
-  /** Called by the session. */
+  /** Frames, tool calls, text and bytes relayed so far (tool calls opened: the next call's index). */
+  get relayed(): Readonly<Relayed> {
+    return this.counts;
+  }
+
+  /** The bounds of the usage the provider may report (undefined: not checked). */
+  get limits(): UsageLimits | undefined {
+    return this.bounds.limits;
+  }
+
+  get acceptedAt(): number | undefined {
+    return this.acceptedTime;
+  }
+
+  get firstContentAt(): number | undefined {
+    return this.firstContentTime;
+  }
+
+  /** Sealed sessions: the opener and request hash (undefined for plaintext, or until sealed). */
+  get sealed(): AttemptSeal | undefined {
+    return this.seal;
+  }
+
+  /** Sealed sessions: the request was sealed (before it is sent); its answer opens with `seal.opener`. */
+  sealWith(seal: AttemptSeal): void {
+    this.seal = seal;
+    this.digest = new ResponseDigest();
+  }
+
+  /** Sealed sessions: the digest of the content and tool calls relayed so far (receipts). */
+  responseSha256(): Uint8Array | undefined {
+    return this.digest?.digest();
+  }
+
+  /** `callback` runs once if the backlog is dropped (see MAX_BACKLOG_CHARS). */
+  onBacklogDropped(callback: () => void): void {
+    this.dropped = callback;
+  }
+
+  /** The provider accepted the attempt. */
+  accepted(at: number): void {
+    this.acceptedTime = at;
+    this.push({ type: "accepted" });
+  }
+
+  /** Counts a delta's output; false when the text is now beyond the output budget. */
+  countDelta(delta: Delta): boolean {
+    const c = this.counts;
+    c.outputChars += deltaChars(delta);
+    c.contentBytes += utf8Bytes(delta.content);
+    c.reasoningBytes += utf8Bytes(delta.reasoning_content);
+    return c.outputChars <= this.bounds.maxOutputChars;
+  }
+
+  /** Counts a tool-call fragment (one with an id opens a call); false when beyond the output budget. */
+  countToolCall(call: ToolCallDelta): boolean {
+    const c = this.counts;
+    if (call.id !== undefined) c.toolCalls++;
+    c.outputChars += toolCallChars(call);
+    c.toolCallBytes += utf8Bytes(call.name) + utf8Bytes(call.arguments);
+    return c.outputChars <= this.bounds.maxOutputChars;
+  }
+
+  /**
+   * Relays a counted chunk or tool-call fragment (digested for the receipt when sealed) received at `at`.
+   * Returns the first-content latency (ms) when it is the attempt's first content, else undefined.
+   * @throws InvalidInputError (sealed) for a tool-call fragment the digest cannot take.
+   */
+  relay(
+    event: { readonly type: "chunk"; readonly delta: Delta } | { readonly type: "tool_call"; readonly call: ToolCallDelta },
+    at: number,
+  ): number | undefined {
+    if (event.type === "chunk") {
+      if (event.delta.content) this.digest?.addContent(event.delta.content);
+    } else {
+      this.digest?.addToolCall(event.call);
+    }
+    this.counts.chunks++;
+    const first = this.firstContentTime === undefined;
+    if (first) this.firstContentTime = at;
+    this.push(event);
+    return first ? at - this.startedAt : undefined;
+  }
+
+  /** Queues an event from the session (a terminal one releases the slot); ignored once done. */
   push(event: AttemptEvent): void {
     if (this.ended) return;
     const terminal = event.type === "complete" || event.type === "error" || event.type === "lost" || event.type === "invalid";
@@ -168,7 +256,7 @@ export class Attempt {
     this.cancelReason = "client_gone";
     this.release("client_gone");
     this.queue.push({ type: "lost", reason: SLOW_CONSUMER });
-    this.onBacklogDropped?.();
+    this.dropped?.();
   }
 
   /** Number of events received but not yet consumed (for backpressure accounting). */

@@ -221,7 +221,7 @@ export async function streamCompletion(
     }
   };
   const stopped = { usage: undefined, finishReason: undefined };
-  attempt.onBacklogDropped = () => void stop({ status: "cancelled", ...stopped }, errorEvent(notRead()));
+  attempt.onBacklogDropped(() => void stop({ status: "cancelled", ...stopped }, errorEvent(notRead())));
   const expire = () => void stop({ status: "failed", ...stopped }, errorEvent(Errors.timeout("the request timed out")));
   deadline?.addEventListener("abort", expire, { once: true });
 

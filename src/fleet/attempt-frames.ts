@@ -1,0 +1,129 @@
+/**
+ * The frames of one attempt, checked and relayed to it: the per-attempt half of the session's state
+ * machine (session.ts routes each frame to its attempt).
+ *
+ * Order: `accepted` once, first; chunk and tool_call frames numbered by `seq` from 0 with no gap;
+ * `complete` carries the count; tool calls one after another. A violation throws ProtocolError (the
+ * session ends, its attempts fail over). Invalid output is returned, not thrown, and fails the attempt
+ * without failover: a sealed frame that does not open or verify (sealed-channel.ts), a plaintext frame
+ * in a sealed attempt, text far beyond the budget (outputCharLimit in attempt.ts), usage beyond what the
+ * coordinator can believe (billing/usage-bounds.ts).
+ */
+import { type UsageBound, usageViolation } from "../billing/usage-bounds.ts";
+import { type Delta, type Hello, ProtocolError, type ProviderFrame, type ToolCallDelta, type Usage } from "../protocol/messages.ts";
+import type { Attempt, AttemptSeal } from "./attempt.ts";
+import { openSealed, type ReceiptSigner, type SealedFrame, sealedFailure, verifyReceipt } from "./sealed-channel.ts";
+
+export type AttemptFrame = Exclude<ProviderFrame, Hello | { type: "heartbeat" } | { type: "challenge_response" }>;
+
+/** What the session gives: its clock, the receipt signer (itself), and the usage-rejection metric. */
+export interface FrameContext {
+  readonly now: () => number;
+  readonly signer: ReceiptSigner;
+  readonly onUsageRejected?: (bound: UsageBound) => void;
+}
+
+/** A frame's outcome: invalid output (the session ends), or a first-content latency sample (ms). */
+export interface FrameOutcome {
+  readonly invalid?: string;
+  readonly firstContentMs?: number;
+}
+
+const RELAYED: FrameOutcome = Object.freeze({});
+const OVER_BUDGET: FrameOutcome = Object.freeze({ invalid: "output far beyond the output budget" });
+
+/** Checks one frame and relays it to its attempt. @throws ProtocolError for a frame out of order. */
+export function applyAttemptFrame(attempt: Attempt, frame: AttemptFrame, ctx: FrameContext): FrameOutcome {
+  const seal = attempt.sealed;
+  const sealed = frame.type === "sealed_chunk" || frame.type === "sealed_tool_call" || frame.type === "sealed_complete";
+  if (seal !== undefined && (frame.type === "chunk" || frame.type === "tool_call" || frame.type === "complete")) {
+    return { invalid: "plaintext frame in a sealed session" };
+  }
+  if (sealed && seal === undefined) throw new ProtocolError("sealed frame in a plaintext session");
+  if (frame.type === "error") {
+    attempt.push({ type: "error", code: frame.code });
+    return RELAYED;
+  }
+  if (frame.type === "accepted") {
+    if (attempt.acceptedAt !== undefined) throw new ProtocolError("duplicate accepted");
+    attempt.accepted(ctx.now());
+    return RELAYED;
+  }
+  if (attempt.acceptedAt === undefined) throw new ProtocolError(`${frame.type} before accepted`);
+  const { chunks } = attempt.relayed;
+  switch (frame.type) {
+    case "chunk":
+      if (frame.seq !== chunks) throw new ProtocolError(`chunk seq ${frame.seq}, expected ${chunks}`);
+      return relayDelta(attempt, frame.delta, ctx);
+    case "tool_call":
+      if (frame.seq !== chunks) throw new ProtocolError(`tool_call seq ${frame.seq}, expected ${chunks}`);
+      return relayToolCall(attempt, frame.tool_call, ctx);
+    case "complete":
+      if (frame.seq !== chunks) throw new ProtocolError(`complete after ${frame.seq} frames, received ${chunks}`);
+      return complete(attempt, frame.usage, ctx, () => {
+        attempt.push({ type: "complete", finishReason: frame.finish_reason, usage: frame.usage });
+      });
+    default:
+      return applySealed(attempt, frame, seal as AttemptSeal, ctx);
+  }
+}
+
+/**
+ * A sealed frame, opened and read (sealed-channel.ts), then checked like a plaintext one; any failure,
+ * a tool call out of order included, is invalid output.
+ */
+function applySealed(attempt: Attempt, frame: SealedFrame, seal: AttemptSeal, ctx: FrameContext): FrameOutcome {
+  try {
+    const opened = openSealed(seal.opener, frame);
+    if (opened.type === "chunk") return relayDelta(attempt, opened.delta, ctx);
+    if (opened.type === "tool_call") return relayToolCall(attempt, opened.call, ctx);
+    const { end } = opened;
+    return complete(attempt, end.usage, ctx, () => {
+      const responseSha256 = attempt.responseSha256() as Uint8Array;
+      const receipt = verifyReceipt(ctx.signer, { requestId: attempt.requestId, seal, responseSha256 }, end);
+      attempt.push({ type: "complete", finishReason: end.finish_reason, usage: end.usage, ...(receipt ? { receipt } : {}) });
+    });
+  } catch (e) {
+    return { invalid: sealedFailure(e) };
+  }
+}
+
+/** A delta within the output budget is relayed (a provider ignoring max_tokens would grow it unbounded). */
+function relayDelta(attempt: Attempt, delta: Delta, ctx: FrameContext): FrameOutcome {
+  if (!attempt.countDelta(delta)) return OVER_BUDGET;
+  return firstContent(attempt.relay({ type: "chunk", delta }, ctx.now()));
+}
+
+/**
+ * A tool-call fragment: one call after another (the next index with id and name opens a call; the last
+ * index without them continues it), within the output bound; then relayed and digested for the receipt.
+ * @throws ProtocolError for a fragment out of order.
+ */
+function relayToolCall(attempt: Attempt, call: ToolCallDelta, ctx: FrameContext): FrameOutcome {
+  const { toolCalls } = attempt.relayed;
+  if (call.id !== undefined) {
+    if (call.index !== toolCalls) throw new ProtocolError(`tool_call index ${call.index} opens a call, expected ${toolCalls}`);
+  } else if (call.index !== toolCalls - 1) {
+    throw new ProtocolError(`tool_call index ${call.index} continues no open call (last is ${toolCalls - 1})`);
+  }
+  if (!attempt.countToolCall(call)) return OVER_BUDGET;
+  return firstContent(attempt.relay({ type: "tool_call", call }, ctx.now()));
+}
+
+/**
+ * Usage beyond the attempt's bounds (usageViolation: prompt bytes, budget, bytes relayed) is invalid
+ * output: no charge may rest on it, and a receipt signed over it is not shown. Else `end` runs.
+ */
+function complete(attempt: Attempt, usage: Usage, ctx: FrameContext, end: () => void): FrameOutcome {
+  const bound = attempt.limits && usageViolation(usage, attempt.limits, attempt.relayed);
+  if (bound !== undefined) {
+    ctx.onUsageRejected?.(bound);
+    return { invalid: `usage beyond its bound: ${bound}` };
+  }
+  end();
+  return RELAYED;
+}
+
+function firstContent(sample: number | undefined): FrameOutcome {
+  return sample === undefined ? RELAYED : { firstContentMs: sample };
+}
