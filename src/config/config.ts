@@ -8,12 +8,12 @@ import { createPublicKey, X509Certificate } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { isIP } from "node:net";
 import { type ParseArgsConfig, parseArgs } from "node:util";
+import { TRUST_LEVELS, type TrustLevel } from "../../attestation/provider/levels.ts";
 import { ConfigError, type Env, enumSetting, type FlagValues, intSetting, optionsOf, readSetting, type Setting } from "./settings.ts";
 
 export { ConfigError, type Env, type FlagValues } from "./settings.ts";
 
 export type Mode = "production" | "development";
-export type TrustLevel = "none" | "self_signed" | "hardware";
 export type LogLevel = "error" | "warn" | "info" | "debug";
 export type TrustRoot = "apple" | "development";
 /** Where the coordinator's own attestation evidence comes from (GET /v1/attestation). */
@@ -48,7 +48,6 @@ export interface TlsConfig {
 /** Let's Encrypt's production directory, the default of --acme-directory. */
 export const LETS_ENCRYPT_DIRECTORY = "https://acme-v02.api.letsencrypt.org/directory";
 
-export const TRUST_LEVELS: readonly TrustLevel[] = ["none", "self_signed", "hardware"];
 export const LOG_LEVELS: readonly LogLevel[] = ["error", "warn", "info", "debug"];
 
 export interface JwtConfig {

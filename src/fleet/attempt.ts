@@ -16,7 +16,7 @@
 import type { UsageLimits } from "../billing/usage-bounds.ts";
 import type { ChunkOpener } from "../crypto/chunks.ts";
 import type { ResponseDigest } from "../crypto/receipts.ts";
-import type { Delta, ProviderErrorCode, ToolCallDelta, Usage } from "../protocol/messages.ts";
+import type { CancelReason, Delta, ProviderErrorCode, ToolCallDelta, Usage } from "../protocol/messages.ts";
 
 export type AttemptEvent =
   | { readonly type: "accepted" }
@@ -43,8 +43,6 @@ export interface VerifiedReceipt {
   readonly providerKeyId: string;
   readonly trustLevel: string;
 }
-
-export type CancelReason = "client_gone" | "deadline" | "failover" | "shutdown";
 
 /**
  * Chunk text (UTF-16 code units) an attempt may hold for a consumer that has not read it yet. A reading

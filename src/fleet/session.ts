@@ -20,10 +20,9 @@
 import { type ChallengeSession, challengeFields } from "../../attestation/provider/challenge.ts";
 import { AttestationError } from "../../attestation/provider/errors.ts";
 import { verifyIdentitySignature } from "../../attestation/provider/identity-key.ts";
-import { type ProviderAttestation, withdrawTrust } from "../../attestation/provider/levels.ts";
+import { type ProviderAttestation, type TrustLevel, withdrawTrust } from "../../attestation/provider/levels.ts";
 import { utf8Bytes } from "../billing/billing.ts";
 import { type UsageBound, type UsageLimits, usageLimits, usageViolation } from "../billing/usage-bounds.ts";
-import type { TrustLevel } from "../config/config.ts";
 import { ChunkOpener } from "../crypto/chunks.ts";
 import { fromBase64url, toBase64url, toHex } from "../crypto/encoding.ts";
 import { CryptoError } from "../crypto/errors.ts";
@@ -32,6 +31,7 @@ import { sealRequest } from "../crypto/seal.ts";
 import { openSenderSession, type SessionSealer } from "../crypto/session.ts";
 import type { Logger } from "../observability/logger.ts";
 import {
+  type CancelReason,
   CLOSE,
   type Delta,
   encode,
@@ -51,16 +51,7 @@ import {
   type ToolCallDelta,
   type Usage,
 } from "../protocol/messages.ts";
-import {
-  Attempt,
-  type AttemptOwner,
-  attemptKey,
-  type CancelReason,
-  deltaChars,
-  outputCharLimit,
-  toolCallChars,
-  type VerifiedReceipt,
-} from "./attempt.ts";
+import { Attempt, type AttemptOwner, attemptKey, deltaChars, outputCharLimit, toolCallChars, type VerifiedReceipt } from "./attempt.ts";
 
 const encoder = new TextEncoder();
 

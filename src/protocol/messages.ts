@@ -45,6 +45,12 @@ export const MAX_TOOL_CALL_ID = 256;
 export const MAX_TOOL_NAME = 256;
 /** Largest inference frame the coordinator sends (a whole chat request). */
 export const MAX_INFERENCE_FRAME_BYTES = 8 * 1024 * 1024;
+/** Longest build id a hello may name, in UTF-16 code units. */
+export const MAX_BUILD_ID = 256;
+/** Most models one hello may offer (and so most `welcome.model_warnings`). */
+export const MAX_MODELS_PER_HELLO = 64;
+/** Largest `max_concurrency` a hello may declare. */
+export const MAX_CONCURRENCY = 4096;
 
 /** WebSocket close codes used by both sides. */
 export const CLOSE = {
@@ -64,7 +70,13 @@ export const CLOSE = {
   tooManySessions: 4029,
 } as const;
 
-export type ProviderStatus = "idle" | "serving" | "draining";
+/** What a provider's heartbeat says it is doing. */
+export const PROVIDER_STATUSES = ["idle", "serving", "draining"] as const;
+export type ProviderStatus = (typeof PROVIDER_STATUSES)[number];
+
+/** Why the coordinator cancels an attempt. */
+export const CANCEL_REASONS = ["client_gone", "deadline", "failover", "shutdown"] as const;
+export type CancelReason = (typeof CANCEL_REASONS)[number];
 
 /** The closed vocabulary of provider errors. */
 export const PROVIDER_ERROR_CODES = [
@@ -260,7 +272,7 @@ export interface Welcome {
    * Every `sealed_inference` of the session then carries `n` instead of `enc`.
    */
   readonly session_enc?: string;
-  /** The hello's models that are not catalog builds (at most 64; absent when every model is a build). */
+  /** The hello's models that are not catalog builds (at most MAX_MODELS_PER_HELLO; absent when every model is a build). */
   readonly model_warnings?: readonly ModelWarning[];
 }
 
@@ -315,7 +327,7 @@ export interface Cancel {
   readonly type: "cancel";
   readonly request_id: string;
   readonly attempt: number;
-  readonly reason: "client_gone" | "deadline" | "failover" | "shutdown";
+  readonly reason: CancelReason;
 }
 
 /** A fresh nonce (base64) and the coordinator's time: answer with `challenge_response` in time. */
@@ -363,6 +375,11 @@ function strArray(o: Obj, k: string, maxItems = 256): string[] {
     fail(`field '${k}' must be an array of at most ${maxItems} strings`);
   }
   return v as string[];
+}
+
+/** A value of one closed vocabulary (an `as const` list). */
+function isOneOf<T extends string>(values: readonly T[], v: unknown): v is T {
+  return typeof v === "string" && (values as readonly string[]).includes(v);
 }
 
 function obj(v: unknown, what: string): Obj {
@@ -490,7 +507,9 @@ function providerFrameOf(o: Obj): ProviderFrame {
         fail("field 'protocol_versions' must be a non-empty array of integers");
       }
       const modelsRaw = o.models;
-      if (!Array.isArray(modelsRaw) || modelsRaw.length === 0 || modelsRaw.length > 64) fail("field 'models' must hold 1..64 models");
+      if (!Array.isArray(modelsRaw) || modelsRaw.length === 0 || modelsRaw.length > MAX_MODELS_PER_HELLO) {
+        fail(`field 'models' must hold 1..${MAX_MODELS_PER_HELLO} models`);
+      }
       const models = modelsRaw.map((m): ServedModel => {
         const mo = obj(m, "model");
         const quantization = optStr(mo, "quantization", 64);
@@ -498,7 +517,7 @@ function providerFrameOf(o: Obj): ProviderFrame {
         const maxOut = optInt(mo, "max_output_length", 1, MAX_TOKENS_LIMIT);
         const weightHash = optStr(mo, "weight_hash", 128);
         return {
-          build_id: str(mo, "build_id"),
+          build_id: str(mo, "build_id", MAX_BUILD_ID),
           ...(quantization !== undefined ? { quantization } : {}),
           ...(context !== undefined ? { context_length: context } : {}),
           ...(maxOut !== undefined ? { max_output_length: maxOut } : {}),
@@ -520,7 +539,7 @@ function providerFrameOf(o: Obj): ProviderFrame {
         engine: str(o, "engine", 64),
         ...(hardware ? { hardware } : {}),
         models,
-        max_concurrency: int(o, "max_concurrency", 1, 4096),
+        max_concurrency: int(o, "max_concurrency", 1, MAX_CONCURRENCY),
         ...(encryptionKey !== undefined ? { encryption_key: encryptionKey } : {}),
         ...(o.session_keys === true ? { session_keys: true } : {}),
         ...(o.evidence !== undefined ? { evidence: obj(o.evidence, "evidence") } : {}),
@@ -528,7 +547,7 @@ function providerFrameOf(o: Obj): ProviderFrame {
     }
     case "heartbeat": {
       const status = o.status;
-      if (status !== "idle" && status !== "serving" && status !== "draining") fail("field 'status' must be idle, serving or draining");
+      if (!isOneOf(PROVIDER_STATUSES, status)) fail(`field 'status' must be one of ${PROVIDER_STATUSES.join(", ")}`);
       return {
         type: "heartbeat",
         status,
@@ -556,11 +575,9 @@ function providerFrameOf(o: Obj): ProviderFrame {
       return { type: "complete", ...attemptIds(o), seq: int(o, "seq"), ...parseFinal(o) };
     case "error": {
       const code = o.code;
-      if (typeof code !== "string" || !(PROVIDER_ERROR_CODES as readonly string[]).includes(code)) {
-        fail("field 'code' is not in the error vocabulary");
-      }
+      if (!isOneOf(PROVIDER_ERROR_CODES, code)) fail("field 'code' is not in the error vocabulary");
       const message = o.message === undefined ? undefined : str(o, "message", 200);
-      return { type: "error", ...attemptIds(o), code: code as ProviderErrorCode, ...(message !== undefined ? { message } : {}) };
+      return { type: "error", ...attemptIds(o), code, ...(message !== undefined ? { message } : {}) };
     }
     default:
       return fail("unknown frame type");
@@ -568,7 +585,9 @@ function providerFrameOf(o: Obj): ProviderFrame {
 }
 
 function modelWarnings(v: unknown): ModelWarning[] {
-  if (!Array.isArray(v) || v.length === 0 || v.length > 64) fail("field 'model_warnings' must hold 1..64 warnings");
+  if (!Array.isArray(v) || v.length === 0 || v.length > MAX_MODELS_PER_HELLO) {
+    fail(`field 'model_warnings' must hold 1..${MAX_MODELS_PER_HELLO} warnings`);
+  }
   return v.map((w): ModelWarning => {
     const o = obj(w, "model warning");
     const buildId = optStr(o, "build_id");
@@ -616,8 +635,7 @@ export function parseCoordinatorFrame(text: string | Buffer | ArrayBuffer | Uint
     }
     case "cancel": {
       const reason = o.reason;
-      if (reason !== "client_gone" && reason !== "deadline" && reason !== "failover" && reason !== "shutdown")
-        fail("unknown cancel reason");
+      if (!isOneOf(CANCEL_REASONS, reason)) fail("unknown cancel reason");
       return { type: "cancel", ...attemptIds(o), reason };
     }
     default:

@@ -24,6 +24,7 @@ import {
   readSetting,
   type Setting,
 } from "../config/settings.ts";
+import { MAX_BUILD_ID, MAX_CONCURRENCY, MAX_MODELS_PER_HELLO } from "../protocol/messages.ts";
 import type { CoordinatorExpectation } from "./coordinator-pin.ts";
 import { Schedule } from "./schedule.ts";
 
@@ -168,10 +169,6 @@ const DEFAULTS = {
   logLevel: "info",
 } as const;
 
-/** Protocol limits (src/protocol/messages.ts): models per hello, max_concurrency. */
-const MAX_MODELS = 64;
-const MAX_CONCURRENCY = 4096;
-const MAX_BUILD_ID = 256;
 const DAY_MS = 86_400_000;
 
 const flagName = (name: SettingName) => `--${PROVIDER_SETTINGS[name].flag}`;
@@ -243,7 +240,7 @@ function upstreamOf(value: string): string {
 /** Parses `--model` entries (BUILD or BUILD=UPSTREAM_NAME); throws ConfigError naming the entry. */
 export function modelsOf(entries: readonly string[]): ModelMapping[] {
   if (entries.length === 0) throw new ConfigError("--model is required: give at least one BUILD or BUILD=UPSTREAM_NAME");
-  if (entries.length > MAX_MODELS) throw new ConfigError(`--model: at most ${MAX_MODELS} models per provider`);
+  if (entries.length > MAX_MODELS_PER_HELLO) throw new ConfigError(`--model: at most ${MAX_MODELS_PER_HELLO} models per provider`);
   const seen = new Set<string>();
   return entries.map((entry) => {
     const eq = entry.indexOf("=");

@@ -54,6 +54,7 @@ import { statfsSync } from "node:fs";
 import { cpus, release, totalmem } from "node:os";
 import { dirname, resolve } from "node:path";
 import { parseArgs } from "node:util";
+import type { TrustLevel } from "../../attestation/provider/levels.ts";
 import { ConfigError, type Env, enumSetting, processEnv, readList, readSetting } from "../config/settings.ts";
 import { VERSION } from "../version.ts";
 import {
@@ -80,7 +81,6 @@ import { fetchProviderMe } from "./provider-me.ts";
 import { describeModelWarning } from "./runtime.ts";
 
 export type Status = "pass" | "warn" | "fail" | "skip";
-export type TrustLevel = "hardware" | "self_signed" | "none";
 export type CheckId = keyof typeof TITLES;
 
 export interface CheckResult {
