@@ -40,7 +40,7 @@
  */
 import { Errors } from "../errors/api-error.ts";
 import type { Logger } from "../observability/logger.ts";
-import type { MoneyStore, Settlement } from "../store/money-types.ts";
+import type { MoneyStore, Settlement } from "../store/types.ts";
 
 interface AccountState {
   durable: number;

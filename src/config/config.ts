@@ -9,55 +9,18 @@ import { readFileSync } from "node:fs";
 import { isIP } from "node:net";
 import { type ParseArgsConfig, parseArgs } from "node:util";
 import { TRUST_LEVELS, type TrustLevel } from "../../attestation/provider/levels.ts";
+import type { AttestationPlatform, AttestationSource, ConfigBinding, Mode } from "../attestation/coordinator-attestation.ts";
+import type { ProvisioningMode } from "../attestation/provisioning.ts";
+import type { JwtConfig } from "../auth/jwt.ts";
+import { LOG_LEVELS, type LogLevel } from "../observability/logger.ts";
+import type { AcmeConfig, TlsConfig, TlsMode } from "../tls/tls-config.ts";
 import { ConfigError, type Env, enumSetting, type FlagValues, intSetting, optionsOf, readSetting, type Setting } from "./settings.ts";
 
 export { ConfigError, type Env, type FlagValues } from "./settings.ts";
 
-export type Mode = "production" | "development";
-export type LogLevel = "error" | "warn" | "info" | "debug";
 export type TrustRoot = "apple" | "development";
-/** Where the coordinator's own attestation evidence comes from (GET /v1/attestation). */
-export type AttestationSource = "dev" | "configfs-tsm" | "none";
-export type AttestationPlatform = "sev-snp" | "tdx";
-/** Where the digest of the non-secret configuration is bound (src/config/config-digest.ts); `none`: unbound. */
-export type ConfigBinding = "none" | "cmdline" | "host-data";
-/** `await`: the secrets come after start through POST /v1/provision (src/attestation/provisioning.ts). */
-export type ProvisioningMode = "off" | "await";
-/** Who terminates TLS: nobody (plain HTTP, loopback only in production), the coordinator with a self-signed or an ACME certificate. */
-export type TlsMode = "off" | "self-signed" | "acme";
-
-export interface AcmeConfig {
-  /** The ACME directory URL (https). */
-  readonly directory: string;
-  /** Contact address registered with the account; none when not given. */
-  readonly email?: string;
-  /** Plain-HTTP port the coordinator answers HTTP-01 challenges on (80 for a public CA). */
-  readonly httpPort: number;
-  /** PEM certificates trusted for the directory's own HTTPS (a private ACME CA); none: the system roots. */
-  readonly caPem?: string;
-}
-
-/** TLS inside the coordinator (src/tls/): the key is generated in memory at start, never configured. */
-export interface TlsConfig {
-  readonly mode: TlsMode;
-  /** Names the certificate covers: DNS names (and, self-signed only, IP addresses). */
-  readonly names: readonly string[];
-  readonly acme?: AcmeConfig;
-}
-
 /** Let's Encrypt's production directory, the default of --acme-directory. */
 export const LETS_ENCRYPT_DIRECTORY = "https://acme-v02.api.letsencrypt.org/directory";
-
-export const LOG_LEVELS: readonly LogLevel[] = ["error", "warn", "info", "debug"];
-
-export interface JwtConfig {
-  readonly issuer: string;
-  readonly audience: string;
-  readonly jwksUrl?: string;
-  /** PEM (SPKI) or a JWK as JSON. */
-  readonly publicKey?: string;
-  readonly accountClaim: string;
-}
 
 export interface Config {
   readonly mode: Mode;

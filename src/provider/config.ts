@@ -12,7 +12,6 @@
 import { readFileSync } from "node:fs";
 import { type ParseArgsConfig, parseArgs } from "node:util";
 import { ExpectedImageError, loadExpectedImage } from "../../attestation/cvm/measurements.ts";
-import { LOG_LEVELS, type LogLevel } from "../config/config.ts";
 import {
   ConfigError,
   type Env,
@@ -24,6 +23,7 @@ import {
   readSetting,
   type Setting,
 } from "../config/settings.ts";
+import { LOG_LEVELS, type LogLevel } from "../observability/logger.ts";
 import { MAX_BUILD_ID, MAX_CONCURRENCY, MAX_MODELS_PER_HELLO } from "../protocol/messages.ts";
 import type { CoordinatorExpectation } from "./coordinator-pin.ts";
 import { Schedule } from "./schedule.ts";

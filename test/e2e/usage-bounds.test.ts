@@ -14,7 +14,7 @@ import { type ChatMessage, CLOSE, type Usage } from "../../src/protocol/messages
 import { startAgent } from "../../src/provider/agent.ts";
 import { createEchoEngine } from "../../src/provider/engines/echo.ts";
 import type { Engine } from "../../src/provider/engines/engine.ts";
-import { PLATFORM_ACCOUNT_ID } from "../../src/store/money-types.ts";
+import { PLATFORM_ACCOUNT_ID } from "../../src/store/types.ts";
 import { connectFakeProvider, type FakeProvider, type Step } from "../support/fake-provider.ts";
 import { seedCatalog, type TestApp, testApp } from "../support/harness.ts";
 import { chatBody, postChat, providerToken, readSse, startServer, type TestServer } from "../support/server.ts";

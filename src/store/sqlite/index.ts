@@ -1,7 +1,7 @@
 /** The SQLite implementation of Store (the embedded default). */
 import { sql } from "drizzle-orm";
-import { journalPath, openJournal, type SettlementJournal } from "../journal.ts";
-import type { ApiKeyRecord, Store } from "../types.ts";
+import { journalPath, openJournal } from "../journal.ts";
+import type { ApiKeyRecord, SettlementJournal, Store } from "../types.ts";
 import { sqliteAccounts } from "./accounts.ts";
 import { sqliteCatalog, sqlitePrices, sqliteUsage } from "./catalog.ts";
 import { EpochCache, Freshness } from "./freshness.ts";

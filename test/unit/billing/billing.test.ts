@@ -25,7 +25,7 @@ import type { Rates } from "../../../src/billing/pricing.ts";
 import { Wallets } from "../../../src/billing/wallets.ts";
 import type { Logger } from "../../../src/observability/logger.ts";
 import type { ChatMessage, Usage } from "../../../src/protocol/messages.ts";
-import type { MoneyStore, Settlement, SettleResult } from "../../../src/store/money-types.ts";
+import type { MoneyStore, Settlement, SettleResult } from "../../../src/store/types.ts";
 import { seededRandom } from "../../support/random.ts";
 
 const T0 = 1_790_000_000_000;
