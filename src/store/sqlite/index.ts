@@ -3,11 +3,12 @@ import { sql } from "drizzle-orm";
 import { journalPath, openJournal } from "../journal.ts";
 import type { ApiKeyRecord, SettlementJournal, Store } from "../types.ts";
 import { sqliteAccounts } from "./accounts.ts";
-import { sqliteCatalog, sqlitePrices, sqliteUsage } from "./catalog.ts";
-import { EpochCache, Freshness } from "./freshness.ts";
+import { sqliteCatalog, sqlitePrices } from "./catalog.ts";
 import { sqliteApiKeys, sqliteProviderTokens } from "./keys.ts";
 import { sqliteMoney } from "./money.ts";
 import { openSqlite } from "./open.ts";
+import { EpochCache, Freshness } from "./read-cache.ts";
+import { sqliteUsage } from "./usage.ts";
 
 export interface SqliteStoreOptions {
   /**
