@@ -16,7 +16,7 @@
 import type { UsageLimits } from "../billing/usage-bounds.ts";
 import type { ChunkOpener } from "../crypto/chunks.ts";
 import type { ResponseDigest } from "../crypto/receipts.ts";
-import type { CancelReason, Delta, ProviderErrorCode, ToolCallDelta, Usage } from "../protocol/messages.ts";
+import type { CancelReason, Delta, ProviderErrorCode, ToolCallDelta, Usage } from "../protocol/frames.ts";
 
 export type AttemptEvent =
   | { readonly type: "accepted" }

@@ -16,7 +16,7 @@
 import { randomBytes } from "node:crypto";
 import { meetsTrustFloor, type ProviderAttestation, summarizeAttestation, type TrustLevel } from "../../attestation/provider/levels.ts";
 import type { Logger } from "../observability/logger.ts";
-import { CLOSE } from "../protocol/messages.ts";
+import { CLOSE } from "../protocol/frames.ts";
 import type { FleetView, ModelCapacity } from "./fleet-view.ts";
 import { type PublicListQuery, type PublicProviderAttestation, PublicProviderList, publicEntry } from "./public-list.ts";
 import { ProviderSession, type SessionIdentity, type SessionSettings, type SessionTransport } from "./session.ts";

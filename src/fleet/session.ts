@@ -39,18 +39,14 @@ import {
   type Inference,
   type ModelWarning,
   PROTOCOL_VERSION,
-  ProtocolError,
   type ProviderFrame,
   type ProviderStatus,
-  parseDelta,
-  parseFinal,
-  parseProviderMessage,
-  parseToolCall,
   RETIRED_V1_REASON,
   type ServedModel,
   type ToolCallDelta,
   type Usage,
-} from "../protocol/messages.ts";
+} from "../protocol/frames.ts";
+import { ProtocolError, parseDelta, parseFinal, parseProviderMessage, parseToolCall } from "../protocol/parse.ts";
 import { Attempt, type AttemptOwner, attemptKey, deltaChars, outputCharLimit, toolCallChars, type VerifiedReceipt } from "./attempt.ts";
 
 const encoder = new TextEncoder();

@@ -24,7 +24,7 @@ import {
   type Setting,
 } from "../config/settings.ts";
 import { LOG_LEVELS, type LogLevel } from "../observability/logger.ts";
-import { MAX_BUILD_ID, MAX_CONCURRENCY, MAX_MODELS_PER_HELLO } from "../protocol/messages.ts";
+import { MAX_BUILD_ID, MAX_CONCURRENCY, MAX_MODELS_PER_HELLO } from "../protocol/frames.ts";
 import type { CoordinatorExpectation } from "./coordinator-pin.ts";
 import { Schedule } from "./schedule.ts";
 
