@@ -171,6 +171,11 @@ const DEFAULTS = {
 
 const DAY_MS = 86_400_000;
 
+/** A device token as the tool accepts one (flag, environment, file or login): printable ASCII, no spaces. */
+export function isTokenText(token: string): boolean {
+  return /^[\x21-\x7e]{1,4096}$/.test(token);
+}
+
 const flagName = (name: SettingName) => `--${PROVIDER_SETTINGS[name].flag}`;
 
 /** The config file's value of a single-valued setting. */
@@ -292,7 +297,7 @@ export function loadProviderConfig(flags: FlagValues, env: Env, sources: { file?
       "--token is required: the provider device token (or UMBRA_PROVIDER_TOKEN / UMBRA_PROVIDER_TOKEN_FILE, or run 'umbra-provider login')",
     );
   }
-  if (!/^[\x21-\x7e]{1,4096}$/.test(token)) throw new ConfigError("--token: must be printable ASCII without spaces");
+  if (!isTokenText(token)) throw new ConfigError("--token: must be printable ASCII without spaces");
 
   const engine = enumOf<EngineName>("engine", raw("engine"), undefined);
   const upstreamRaw = raw("upstream");
