@@ -32,8 +32,10 @@ function bullets(markdown: string): Map<string, string[]> {
   let current: string[] = [];
   for (const line of markdown.split("\n")) {
     const heading = /^## (.+)$/.exec(line);
-    if (heading) sections.set(heading[1] as string, (current = []));
-    else if (line.startsWith("- ") || current.length === 0) current.push(line);
+    if (heading) {
+      current = [];
+      sections.set(heading[1] as string, current);
+    } else if (line.startsWith("- ") || current.length === 0) current.push(line);
     else current[current.length - 1] += `\n${line}`;
   }
   return sections;
