@@ -3,7 +3,7 @@
  * OpenAI-compatible /v1/chat/completions (JSON and SSE) with no coordinator in between.
  * Usage: bun bench/echo-server.ts  (prints {"url": ...} on stdout once listening)
  */
-import type { ChatMessage } from "../src/protocol/messages.ts";
+import type { ChatMessage } from "../src/protocol/chat-messages.ts";
 import { createEchoEngine } from "../src/provider/engines/echo.ts";
 
 const engine = createEchoEngine({ models: ["bench/echo"] });

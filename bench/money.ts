@@ -16,8 +16,8 @@ import { join } from "node:path";
 import { Billing, type RequestMoney } from "../src/billing/billing.ts";
 import { Wallets } from "../src/billing/wallets.ts";
 import { silentLogger } from "../src/observability/logger.ts";
-import type { Settlement } from "../src/store/money-types.ts";
 import { createSqliteStore } from "../src/store/sqlite/index.ts";
+import type { Settlement } from "../src/store/types.ts";
 
 const ROOT = join(import.meta.dir, "..");
 const seconds = Number(process.env.BENCH_SECONDS ?? 2);

@@ -11,8 +11,8 @@ import { Database } from "bun:sqlite";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { Settlement } from "../src/store/money-types.ts";
 import { createSqliteStore } from "../src/store/sqlite/index.ts";
+import type { Settlement } from "../src/store/types.ts";
 
 const N = Number(process.env.N ?? 12);
 const BATCHES = Number(process.env.BATCHES ?? 200);

@@ -13,8 +13,8 @@
  */
 import { API_KEY_PREFIX, issueSecret, newId, PROVIDER_TOKEN_PREFIX } from "../auth/secrets.ts";
 import { Errors } from "../errors/api-error.ts";
+import { DuplicateError } from "../store/errors.ts";
 import type { Account, Store } from "../store/types.ts";
-import { DuplicateError } from "../store/types.ts";
 import {
   MODEL_ID,
   objectBody,

@@ -10,7 +10,7 @@ import type { AdminService } from "../admin/admin-service.ts";
 import { bearer } from "../auth/authenticator.ts";
 import { sha256Hex } from "../auth/secrets.ts";
 import { Errors } from "../errors/api-error.ts";
-import { pathId, readJsonBody } from "./errors.ts";
+import { pathId, readJsonBody } from "./body.ts";
 
 /** Admin bodies are small; this bound is independent of the chat body limit. */
 const ADMIN_BODY_LIMIT = 256 * 1024;

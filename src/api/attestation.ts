@@ -20,7 +20,7 @@ import { Errors } from "../errors/api-error.ts";
 import type { Fleet } from "../fleet/fleet.ts";
 import { PAGE_LIMIT } from "../fleet/public-list.ts";
 import { objectBody, optionalString, queryInt, requiredString } from "../validation/fields.ts";
-import { readJsonBody } from "./errors.ts";
+import { readJsonBody } from "./body.ts";
 
 export interface DevChainDeps {
   /** Issues a development device chain; undefined outside development trust. */

@@ -27,8 +27,9 @@ import { BUDGET_FIELDS } from "../inference/chat-request.ts";
 import type { ChatService } from "../inference/chat-service.ts";
 import { ClientGone } from "../inference/dispatch.ts";
 import { consumerAuth } from "./auth.ts";
-import { errorResponse, parseJson, readBody } from "./errors.ts";
-import type { Connection } from "./http.ts";
+import { parseJson, readBody } from "./body.ts";
+import type { Connection } from "./connection.ts";
+import { errorResponse } from "./errors.ts";
 
 const CLIENT_CLOSED = 499;
 const PATH = "/v1/chat/completions";

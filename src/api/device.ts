@@ -25,7 +25,7 @@ import type { Fleet } from "../fleet/fleet.ts";
 import type { Logger } from "../observability/logger.ts";
 import type { ProviderTokenRecord, Store } from "../store/types.ts";
 import { type JsonObject, objectBody, optionalInt, optionalString, requiredString } from "../validation/fields.ts";
-import { type BodyLimits, parseJson, readBody } from "./errors.ts";
+import { type BodyLimits, parseJson, readBody } from "./body.ts";
 
 export const CLIENT_ID = "umbra-provider";
 export const DEVICE_GRANT_TYPE = "urn:ietf:params:oauth:grant-type:device_code";

@@ -47,6 +47,7 @@ import type { Store } from "../store/types.ts";
 import { adminRoutes } from "./admin.ts";
 import { attestationRoutes, type DevChainDeps } from "./attestation.ts";
 import { chatRoutes } from "./chat.ts";
+import type { Connection } from "./connection.ts";
 import { type DeviceDeps, deviceRoutes } from "./device.ts";
 import { errorHandling, errorResponse } from "./errors.ts";
 import { healthRoutes } from "./health.ts";
@@ -81,23 +82,6 @@ export interface HttpDeps {
   readonly bodyTimeoutMs: number;
   readonly logger: Logger;
   readonly metrics: Metrics;
-}
-
-/** What the server knows of a request's connection (nothing in-process). */
-export interface Connection {
-  /** The peer's address, asked for only by the routes that use it (the device login's limits). */
-  readonly address: () => string | undefined;
-  /**
-   * Called once the chat route has its whole request body: the server lifts the idle timeout for the
-   * answer then, not while the body may still stall.
-   */
-  readonly bodyRead?: () => void;
-  /**
-   * Called once that answer has ended (a JSON or error body built, or a stream's outcome settled): the
-   * server restores the idle timeout, so a consumer that stops reading, or keeps the connection idle
-   * afterwards, is disconnected like any other. May be called more than once.
-   */
-  readonly answered?: () => void;
 }
 
 export interface HttpApp {

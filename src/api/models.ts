@@ -8,7 +8,7 @@ import type { CatalogService } from "../catalog/catalog.ts";
 import { Errors } from "../errors/api-error.ts";
 import type { Fleet } from "../fleet/fleet.ts";
 import { consumerAuth } from "./auth.ts";
-import { pathId } from "./errors.ts";
+import { pathId } from "./body.ts";
 
 export function modelRoutes(deps: { catalog: CatalogService; authenticate: Authenticator; fleet: Fleet }) {
   const filterFor = (principal: Principal) =>

@@ -12,7 +12,7 @@ import { ApiError, Errors } from "../errors/api-error.ts";
 import type { Fleet } from "../fleet/fleet.ts";
 import type { ProviderSession, SessionIdentity } from "../fleet/session.ts";
 import type { Logger } from "../observability/logger.ts";
-import { MAX_FRAME_BYTES } from "../protocol/messages.ts";
+import { MAX_FRAME_BYTES } from "../protocol/frames.ts";
 import type { ProviderTokenRecord } from "../store/types.ts";
 import { errorResponse } from "./errors.ts";
 

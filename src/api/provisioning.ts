@@ -9,7 +9,7 @@
  */
 import { Elysia } from "elysia";
 import type { Provisioning } from "../attestation/provisioning.ts";
-import { readJsonBody } from "./errors.ts";
+import { readJsonBody } from "./body.ts";
 
 /** A provisioning message holds a few secrets. */
 const PROVISION_BODY_LIMIT = 64 * 1024;

@@ -33,15 +33,22 @@ import type { SnpRoot } from "../../attestation/cvm/amd-roots.ts";
 import { type AttestationDocument, REPORT_DATA_LAYOUT } from "../../attestation/cvm/attestation-document.ts";
 import { createConfigfsTsmSource } from "../../attestation/cvm/configfs-tsm.ts";
 import { CvmAttestationError } from "../../attestation/cvm/errors.ts";
-import { type EvidenceSource, REPORT_DATA_LENGTH } from "../../attestation/cvm/evidence-source.ts";
+import { type CvmPlatform, type EvidenceSource, REPORT_DATA_LENGTH } from "../../attestation/cvm/evidence-source.ts";
 import { buildReportData, describeReportData } from "../../attestation/cvm/report-data.ts";
 import { parseSnpReport } from "../../attestation/cvm/snp-report.ts";
-import type { AttestationPlatform, AttestationSource, ConfigBinding, Mode } from "../config/config.ts";
 import { ConfigError } from "../config/settings.ts";
 import { toBase64url } from "../crypto/encoding.ts";
 import { generateX25519KeyPair, type X25519KeyPair } from "../crypto/seal.ts";
 import { Errors } from "../errors/api-error.ts";
 import type { Logger } from "../observability/logger.ts";
+
+/** The deployment mode (--mode): development allows dev evidence and development trust roots. */
+export type Mode = "production" | "development";
+/** Where the coordinator's own attestation evidence comes from (GET /v1/attestation). */
+export type AttestationSource = "dev" | "configfs-tsm" | "none";
+export type AttestationPlatform = Exclude<CvmPlatform, "dev">;
+/** Where the digest of the non-secret configuration is bound (src/config/config-digest.ts); `none`: unbound. */
+export type ConfigBinding = "none" | "cmdline" | "host-data";
 
 /** The body of GET /v1/attestation. */
 export interface CoordinatorAttestationDocument extends AttestationDocument {

@@ -21,14 +21,15 @@
  * provisioning happened and which names it set.
  */
 import { randomBytes } from "node:crypto";
-import type { Mode } from "../config/config.ts";
 import { toBase64url } from "../crypto/encoding.ts";
 import { RequestOpenError } from "../crypto/errors.ts";
 import { openProvisioning, PROVISION_NONCE_BYTES, readProvisionEnvelope } from "../crypto/provision-seal.ts";
 import { Errors } from "../errors/api-error.ts";
 import type { Logger } from "../observability/logger.ts";
-import type { CoordinatorAttestation } from "./coordinator-attestation.ts";
+import type { CoordinatorAttestation, Mode } from "./coordinator-attestation.ts";
 
+/** `await`: the secrets come after start through POST /v1/provision (src/attestation/provisioning.ts). */
+export type ProvisioningMode = "off" | "await";
 export type ProvisioningState = "off" | "awaiting" | "provisioned";
 
 /** How long an issued nonce may be used. */

@@ -4,9 +4,17 @@
  * a small clock tolerance. Returns the value of the configured account claim.
  */
 import { createRemoteJWKSet, importJWK, importSPKI, type JWK, type JWTVerifyGetKey, jwtVerify } from "jose";
-import type { JwtConfig } from "../config/config.ts";
 
 const ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"];
+
+export interface JwtConfig {
+  readonly issuer: string;
+  readonly audience: string;
+  readonly jwksUrl?: string;
+  /** PEM (SPKI) or a JWK as JSON. */
+  readonly publicKey?: string;
+  readonly accountClaim: string;
+}
 
 export type JwtVerifier = (token: string) => Promise<string>;
 

@@ -13,8 +13,9 @@
  *              first (invalid output), so it is never charged; the estimate is.
  * Self-routed requests hold nothing and are charged nothing; their usage is still recorded.
  */
-import { type ChatMessage, messageText, type Usage } from "../protocol/messages.ts";
-import type { Settlement } from "../store/money-types.ts";
+import { type ChatMessage, messageText } from "../protocol/chat-messages.ts";
+import type { Usage } from "../protocol/frames.ts";
+import type { Settlement } from "../store/types.ts";
 import { ceilMillionths, costOf } from "./money.ts";
 import type { Rates } from "./pricing.ts";
 import type { Hold, HoldRequest, Wallets } from "./wallets.ts";

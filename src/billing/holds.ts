@@ -10,7 +10,7 @@
  * `pending` in the same step as its new balance enters `durable` (`committed`), so available is exact
  * at every moment.
  */
-import type { SettleResult } from "../store/money-types.ts";
+import type { SettleResult } from "../store/types.ts";
 
 interface AccountState {
   durable: number;

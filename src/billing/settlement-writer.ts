@@ -13,7 +13,7 @@
  * left in the journal is applied before any load or refresh. bench/README.md has the costs.
  */
 import type { Logger } from "../observability/logger.ts";
-import type { MoneyStore, Settlement, SettleResult } from "../store/money-types.ts";
+import type { MoneyStore, Settlement, SettleResult } from "../store/types.ts";
 import type { Hold, Holds } from "./holds.ts";
 
 /** A timer as `setTimeout` returns it (a test's manual timers may use numbers). */

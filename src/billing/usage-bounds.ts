@@ -17,7 +17,7 @@
  * switches that hide reasoning) is bounded by the budget alone there.
  * Pure functions; a report beyond a bound is invalid provider output (fleet/attempt-frames.ts).
  */
-import type { EngineRequestBody, Usage } from "../protocol/messages.ts";
+import type { EngineRequestBody, Usage } from "../protocol/frames.ts";
 import { promptTokenBound, utf8Bytes } from "./billing.ts";
 
 /**

@@ -12,7 +12,7 @@
  */
 import { Errors } from "../errors/api-error.ts";
 import type { Logger } from "../observability/logger.ts";
-import type { MoneyStore, Settlement } from "../store/money-types.ts";
+import type { MoneyStore, Settlement } from "../store/types.ts";
 import { type Hold, type HoldRequest, Holds } from "./holds.ts";
 import { SettlementWriter, type WriterOptions } from "./settlement-writer.ts";
 

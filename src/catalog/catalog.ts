@@ -10,7 +10,7 @@
 
 import { type ModelPricing, modelPricing, type PricingService } from "../billing/pricing.ts";
 import type { FleetView } from "../fleet/fleet-view.ts";
-import type { ModelWarning } from "../protocol/messages.ts";
+import type { ModelWarning } from "../protocol/frames.ts";
 import type { CatalogStore, ModelBuild } from "../store/types.ts";
 
 export interface ModelAttestation {

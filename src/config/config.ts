@@ -6,6 +6,10 @@
  * read several settings together. Production mode refuses unsafe settings instead of warning about them.
  * Nothing outside src/config reads the environment.
  */
+import type { TrustLevel } from "../../attestation/provider/levels.ts";
+import type { AttestationSource, ConfigBinding, Mode } from "../attestation/coordinator-attestation.ts";
+import type { JwtConfig } from "../auth/jwt.ts";
+import type { TlsConfig } from "../tls/tls-config.ts";
 import { CONFIG_OPTIONS, SETTINGS, type SettingName } from "./coordinator-settings.ts";
 import {
   ConfigError,
@@ -18,38 +22,16 @@ import {
   readSetting,
   type SettingValues,
 } from "./settings.ts";
-import { isLoopbackHost, parseTls, readTlsPublicKey, type TlsConfig } from "./tls-settings.ts";
+import { isLoopbackHost, parseTls, readTlsPublicKey } from "./tls-settings.ts";
 
 export { CONFIG_OPTIONS, SETTINGS } from "./coordinator-settings.ts";
 export { ConfigError, type Env, type FlagValues } from "./settings.ts";
-export { type AcmeConfig, isLoopbackHost, type TlsConfig, type TlsMode } from "./tls-settings.ts";
+export { isLoopbackHost } from "./tls-settings.ts";
 
-export type Mode = "production" | "development";
-export type TrustLevel = "none" | "self_signed" | "hardware";
-export type LogLevel = "error" | "warn" | "info" | "debug";
 export type TrustRoot = "apple" | "development";
-/** Where the coordinator's own attestation evidence comes from (GET /v1/attestation). */
-export type AttestationSource = "dev" | "configfs-tsm" | "none";
-export type AttestationPlatform = "sev-snp" | "tdx";
-/** Where the digest of the non-secret configuration is bound (src/config/config-digest.ts); `none`: unbound. */
-export type ConfigBinding = "none" | "cmdline" | "host-data";
-/** `await`: the secrets come after start through POST /v1/provision (src/attestation/provisioning.ts). */
-export type ProvisioningMode = "off" | "await";
 
 /** Let's Encrypt's production directory, the default of --acme-directory. */
 export const LETS_ENCRYPT_DIRECTORY: string = SETTINGS.acmeDirectory.default;
-
-export const TRUST_LEVELS: readonly TrustLevel[] = SETTINGS.minTrust.values;
-export const LOG_LEVELS: readonly LogLevel[] = SETTINGS.logLevel.values;
-
-export interface JwtConfig {
-  readonly issuer: string;
-  readonly audience: string;
-  readonly jwksUrl?: string;
-  /** PEM (SPKI) or a JWK as JSON. */
-  readonly publicKey?: string;
-  readonly accountClaim: string;
-}
 
 /** The settings loadConfig's rules read themselves; every other entry is the Config field of its name. */
 const DERIVED = [

@@ -6,6 +6,8 @@
  * (DERIVED there): a plain entry becomes the Config field of the same name, so a new setting is one entry.
  * Entries without a default whose default depends on the mode or on another setting say so in a comment.
  */
+import { TRUST_LEVELS } from "../../attestation/provider/levels.ts";
+import { LOG_LEVELS } from "../observability/logger.ts";
 import { type Options, optionsOf, type SettingTable } from "./settings.ts";
 
 const MINUTE_MS = 60_000;
@@ -19,7 +21,7 @@ export const SETTINGS = {
   // Default: the command's (`production` for serve, `development` for dev).
   mode: { flag: "mode", env: "UMBRA_MODE", kind: "enum", values: ["production", "development"], help: "production or development" },
   // Default: hardware in production, none in development.
-  minTrust: { flag: "min-trust", env: "UMBRA_MIN_TRUST", kind: "enum", values: ["none", "self_signed", "hardware"], help: "routing floor" },
+  minTrust: { flag: "min-trust", env: "UMBRA_MIN_TRUST", kind: "enum", values: TRUST_LEVELS, help: "routing floor" },
   // Default: apple in production, development in development.
   trustRoot: {
     flag: "trust-root",
@@ -32,7 +34,7 @@ export const SETTINGS = {
     flag: "log-level",
     env: "UMBRA_LOG_LEVEL",
     kind: "enum",
-    values: ["error", "warn", "info", "debug"],
+    values: LOG_LEVELS,
     default: "info",
     help: "error, warn, info or debug",
   },

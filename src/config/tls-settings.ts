@@ -7,30 +7,9 @@
 import { createPublicKey, X509Certificate } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { isIP } from "node:net";
+import type { AcmeConfig, TlsConfig, TlsMode } from "../tls/tls-config.ts";
 import { SETTINGS, type SettingName } from "./coordinator-settings.ts";
 import { ConfigError, parseSetting } from "./settings.ts";
-
-/** Who terminates TLS: nobody (plain HTTP, loopback only in production), the coordinator with a self-signed or an ACME certificate. */
-export type TlsMode = "off" | "self-signed" | "acme";
-
-export interface AcmeConfig {
-  /** The ACME directory URL (https). */
-  readonly directory: string;
-  /** Contact address registered with the account; none when not given. */
-  readonly email?: string;
-  /** Plain-HTTP port the coordinator answers HTTP-01 challenges on (80 for a public CA). */
-  readonly httpPort: number;
-  /** PEM certificates trusted for the directory's own HTTPS (a private ACME CA); none: the system roots. */
-  readonly caPem?: string;
-}
-
-/** TLS inside the coordinator (src/tls/): the key is generated in memory at start, never configured. */
-export interface TlsConfig {
-  readonly mode: TlsMode;
-  /** Names the certificate covers: DNS names (and, self-signed only, IP addresses). */
-  readonly names: readonly string[];
-  readonly acme?: AcmeConfig;
-}
 
 /** A setting's text by name (flag, environment), undefined when not given. */
 type Read = (name: SettingName) => string | undefined;

@@ -8,12 +8,13 @@ import { AdminService } from "../admin/admin-service.ts";
  * failed at run time, 2 bad usage or configuration.
  */
 import { checkConfigBinding } from "../attestation/config-binding.ts";
-import { CONFIG_OPTIONS, type Config, ConfigError, loadConfig, type Mode, parseFlags } from "../config/config.ts";
+import type { Mode } from "../attestation/coordinator-attestation.ts";
+import { CONFIG_OPTIONS, type Config, ConfigError, loadConfig, parseFlags } from "../config/config.ts";
 import { configDigestHex } from "../config/config-digest.ts";
 import { processEnv } from "../config/settings.ts";
+import { StoreOpenError } from "../store/errors.ts";
 import { createSqliteStore } from "../store/sqlite/index.ts";
 import { type DatabaseLock, lockDatabase } from "../store/sqlite/lock.ts";
-import { StoreOpenError } from "../store/types.ts";
 import { AcmeError } from "../tls/acme-error.ts";
 import { createCoordinatorTls } from "../tls/coordinator-tls.ts";
 import { VERSION } from "../version.ts";

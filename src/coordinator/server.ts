@@ -95,7 +95,7 @@ export function listen(app: App, host = app.config.host, port = app.config.port,
     idleTimeout,
     ...(tls && certPem !== undefined ? { tls: { key: tls.keyPem, cert: certPem }, reusePort: tls.renewable } : {}),
     // Bun's own limit (128 MiB by default) answers 413 with an empty body, outside the error envelope.
-    // Every route reads its body through readBody (src/api/errors.ts) with its own bound, refusing a
+    // Every route reads its body through readBody (src/api/body.ts) with its own bound, refusing a
     // declared length over it before reading and cancelling a stream that grows past it.
     maxRequestBodySize: Number.MAX_SAFE_INTEGER,
     fetch: (request, srv) => {

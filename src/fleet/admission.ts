@@ -13,7 +13,8 @@ import type { ProviderAttestation } from "../../attestation/provider/levels.ts";
 import { fromBase64url, toBase64url } from "../crypto/encoding.ts";
 import { openSenderSession, type SessionSealer } from "../crypto/session.ts";
 import type { Logger } from "../observability/logger.ts";
-import { CLOSE, encode, type Hello, type ModelWarning, PROTOCOL_VERSION, ProtocolError, RETIRED_V1_REASON } from "../protocol/messages.ts";
+import { CLOSE, encode, type Hello, type ModelWarning, PROTOCOL_VERSION, RETIRED_V1_REASON } from "../protocol/frames.ts";
+import { ProtocolError } from "../protocol/parse.ts";
 
 export interface AdmissionSettings {
   readonly heartbeatIntervalMs: number;

@@ -10,7 +10,8 @@
  * coordinator can believe (billing/usage-bounds.ts).
  */
 import { type UsageBound, usageViolation } from "../billing/usage-bounds.ts";
-import { type Delta, type Hello, ProtocolError, type ProviderFrame, type ToolCallDelta, type Usage } from "../protocol/messages.ts";
+import type { Delta, Hello, ProviderFrame, ToolCallDelta, Usage } from "../protocol/frames.ts";
+import { ProtocolError } from "../protocol/parse.ts";
 import type { Attempt, AttemptSeal } from "./attempt.ts";
 import { openSealed, type ReceiptSigner, type SealedFrame, sealedFailure, verifyReceipt } from "./sealed-channel.ts";
 

@@ -14,7 +14,7 @@ import { utf8Bytes } from "../billing/billing.ts";
 import type { RelayedOutput, UsageLimits } from "../billing/usage-bounds.ts";
 import type { ChunkOpener } from "../crypto/chunks.ts";
 import { ResponseDigest } from "../crypto/receipts.ts";
-import type { Delta, ProviderErrorCode, ToolCallDelta, Usage } from "../protocol/messages.ts";
+import type { CancelReason, Delta, ProviderErrorCode, ToolCallDelta, Usage } from "../protocol/frames.ts";
 
 export type AttemptEvent =
   | { readonly type: "accepted" }
@@ -41,8 +41,6 @@ export interface VerifiedReceipt {
   readonly providerKeyId: string;
   readonly trustLevel: string;
 }
-
-export type CancelReason = "client_gone" | "deadline" | "failover" | "shutdown";
 
 /**
  * Chunk text (UTF-16 code units) an attempt may hold for a consumer that has not read it yet. A reading

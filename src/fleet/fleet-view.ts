@@ -2,7 +2,7 @@
  * What the catalog may know about the fleet: per-build capacity for /v1/models metadata. Fleet
  * (fleet.ts) implements it; tests pass their own to pin the metadata.
  */
-import type { TrustLevel } from "../config/config.ts";
+import type { TrustLevel } from "../../attestation/provider/levels.ts";
 
 export interface ModelCapacity {
   readonly providerCount: number;

@@ -14,11 +14,9 @@
  * only then.
  */
 import { randomBytes } from "node:crypto";
-import { type ProviderAttestation, summarizeAttestation } from "../../attestation/provider/levels.ts";
-import type { TrustLevel } from "../config/config.ts";
-import { TRUST_LEVELS } from "../config/config.ts";
+import { meetsTrustFloor, type ProviderAttestation, summarizeAttestation, type TrustLevel } from "../../attestation/provider/levels.ts";
 import type { Logger } from "../observability/logger.ts";
-import { CLOSE } from "../protocol/messages.ts";
+import { CLOSE } from "../protocol/frames.ts";
 import type { FleetView, ModelCapacity } from "./fleet-view.ts";
 import { type PublicListQuery, type PublicProviderAttestation, PublicProviderList, publicEntry } from "./public-list.ts";
 import { ProviderSession, type SessionIdentity, type SessionSettings, type SessionTransport } from "./session.ts";
@@ -30,8 +28,6 @@ export interface FleetOptions extends SessionSettings {
   readonly logger: Logger;
   readonly now: () => number;
 }
-
-const rank = (t: TrustLevel) => TRUST_LEVELS.indexOf(t);
 
 /** Sessions not yet welcomed (before hello, or verifying evidence), over all device tokens. */
 export const MAX_PENDING_SESSIONS = 1024;
@@ -234,7 +230,7 @@ export class Fleet implements FleetView {
   }
 
   private routable(s: ProviderSession): boolean {
-    return s.ready && !s.draining && rank(s.trust) >= rank(this.options.minTrust);
+    return s.ready && !s.draining && meetsTrustFloor(s.trust, this.options.minTrust);
   }
 
   /** True when at least one live session (routable or not) serves the build. */
@@ -303,7 +299,7 @@ export class Fleet implements FleetView {
   publicAttestations(): PublicProviderAttestation[] {
     const out: PublicProviderAttestation[] = [];
     for (const s of this.sessions.values()) {
-      if (s.ready && rank(s.trust) >= rank(this.options.minTrust)) out.push(publicEntry(s));
+      if (s.ready && meetsTrustFloor(s.trust, this.options.minTrust)) out.push(publicEntry(s));
     }
     return out;
   }

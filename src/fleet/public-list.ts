@@ -12,8 +12,9 @@
  *   only those whose `identity_key_sha256` matches; `has_more` says whether another matching entry
  *   follows. `after` need not name a listed provider (it may have left meanwhile).
  */
+
+import type { TrustLevel } from "../../attestation/provider/levels.ts";
 import { postureJson } from "../../attestation/provider/posture.ts";
-import type { TrustLevel } from "../config/config.ts";
 import { toBase64url } from "../crypto/encoding.ts";
 import type { ProviderSession } from "./session.ts";
 

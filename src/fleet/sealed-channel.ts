@@ -12,26 +12,15 @@
 
 import { AttestationError } from "../../attestation/provider/errors.ts";
 import { verifyIdentitySignature } from "../../attestation/provider/identity-key.ts";
-import type { ProviderAttestation } from "../../attestation/provider/levels.ts";
-import type { TrustLevel } from "../config/config.ts";
+import type { ProviderAttestation, TrustLevel } from "../../attestation/provider/levels.ts";
 import { ChunkOpener } from "../crypto/chunks.ts";
 import { fromBase64url, toBase64url, toHex } from "../crypto/encoding.ts";
 import { CryptoError } from "../crypto/errors.ts";
 import { receiptBytes, sha256 } from "../crypto/receipts.ts";
 import { sealRequest } from "../crypto/seal.ts";
 import type { SessionSealer } from "../crypto/session.ts";
-import {
-  type Delta,
-  encode,
-  type Inference,
-  PROTOCOL_VERSION,
-  ProtocolError,
-  type ProviderFrame,
-  parseDelta,
-  parseFinal,
-  parseToolCall,
-  type ToolCallDelta,
-} from "../protocol/messages.ts";
+import { type Delta, encode, type Inference, PROTOCOL_VERSION, type ProviderFrame, type ToolCallDelta } from "../protocol/frames.ts";
+import { ProtocolError, parseDelta, parseFinal, parseToolCall } from "../protocol/parse.ts";
 import type { AttemptSeal, VerifiedReceipt } from "./attempt.ts";
 
 const encoder = new TextEncoder();

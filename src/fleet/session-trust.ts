@@ -6,9 +6,10 @@
  */
 import { type Challenge, type ChallengeSession, challengeFields } from "../../attestation/provider/challenge.ts";
 import { AttestationError } from "../../attestation/provider/errors.ts";
+import type { TrustLevel } from "../../attestation/provider/levels.ts";
 import { type ProviderAttestation, withdrawTrust } from "../../attestation/provider/levels.ts";
-import type { TrustLevel } from "../config/config.ts";
-import { type ChallengeResponse, encode, ProtocolError } from "../protocol/messages.ts";
+import { type ChallengeResponse, encode } from "../protocol/frames.ts";
+import { ProtocolError } from "../protocol/parse.ts";
 
 export class SessionTrust {
   private current: ProviderAttestation | undefined;

@@ -11,23 +11,22 @@
  */
 
 import type { AttestationError } from "../../attestation/provider/errors.ts";
-import type { ProviderAttestation } from "../../attestation/provider/levels.ts";
+import type { ProviderAttestation, TrustLevel } from "../../attestation/provider/levels.ts";
 import { type UsageBound, type UsageLimits, usageLimits } from "../billing/usage-bounds.ts";
-import type { TrustLevel } from "../config/config.ts";
 import type { Logger } from "../observability/logger.ts";
 import {
+  type CancelReason,
   CLOSE,
   encode,
   type Hello,
   type Inference,
-  ProtocolError,
   type ProviderFrame,
   type ProviderStatus,
-  parseProviderMessage,
   type ServedModel,
-} from "../protocol/messages.ts";
+} from "../protocol/frames.ts";
+import { ProtocolError, parseProviderMessage } from "../protocol/parse.ts";
 import { type AdmissionSettings, admit, checkHello, logWelcome } from "./admission.ts";
-import { Attempt, type AttemptOwner, attemptKey, type CancelReason, outputCharLimit } from "./attempt.ts";
+import { Attempt, type AttemptOwner, attemptKey, outputCharLimit } from "./attempt.ts";
 import { applyAttemptFrame, type FrameContext } from "./attempt-frames.ts";
 import { SealedChannel } from "./sealed-channel.ts";
 import { SessionTrust } from "./session-trust.ts";

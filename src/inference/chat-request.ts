@@ -14,7 +14,7 @@
  */
 import { ApiError, Errors } from "../errors/api-error.ts";
 import { type ChatMessage, readChatMessages } from "../protocol/chat-messages.ts";
-import { type EngineRequestBody, MAX_TOKENS_LIMIT } from "../protocol/messages.ts";
+import { type EngineRequestBody, MAX_TOKENS_LIMIT } from "../protocol/frames.ts";
 import { isObject, type JsonObject, MAX_JSON_DEPTH, tooDeep } from "../validation/fields.ts";
 import { readToolFields } from "./tool-fields.ts";
 import type { SchemaToCheck } from "./tool-schemas.ts";

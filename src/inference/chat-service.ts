@@ -20,7 +20,7 @@ import type { Fleet } from "../fleet/fleet.ts";
 import type { RateHeaders, RateLimiter } from "../limits/rate-limiter.ts";
 import type { Logger } from "../observability/logger.ts";
 import type { Metrics } from "../observability/metrics.ts";
-import type { Usage } from "../protocol/messages.ts";
+import type { Usage } from "../protocol/frames.ts";
 import type { Store } from "../store/types.ts";
 import { effectiveBudget, engineBody, parseChatRequest } from "./chat-request.ts";
 import { type DispatchSettings, dispatch } from "./dispatch.ts";

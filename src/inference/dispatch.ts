@@ -24,7 +24,7 @@ import { Errors } from "../errors/api-error.ts";
 import type { Attempt, AttemptEvent } from "../fleet/attempt.ts";
 import type { Fleet } from "../fleet/fleet.ts";
 import type { ProviderSession } from "../fleet/session.ts";
-import type { EngineRequestBody } from "../protocol/messages.ts";
+import type { EngineRequestBody } from "../protocol/frames.ts";
 
 export interface DispatchSettings {
   readonly firstContentTimeoutMs: number;

@@ -24,7 +24,7 @@ import { randomBytes } from "node:crypto";
 import { RECEIPT_VERSION } from "../crypto/receipts.ts";
 import { type ApiError, Errors } from "../errors/api-error.ts";
 import { type AttemptEvent, SLOW_CONSUMER, type VerifiedReceipt } from "../fleet/attempt.ts";
-import type { ToolCallDelta, Usage } from "../protocol/messages.ts";
+import type { ToolCallDelta, Usage } from "../protocol/frames.ts";
 import type { Committed } from "./dispatch.ts";
 
 export interface ResponseContext {

@@ -5,7 +5,8 @@
  * strings, so a request or response body cannot be logged by accident. Messages are fixed strings
  * chosen by the caller (no interpolation of request data); a dropped field is counted in `dropped`.
  */
-import type { LogLevel } from "../config/config.ts";
+export const LOG_LEVELS = ["error", "warn", "info", "debug"] as const;
+export type LogLevel = (typeof LOG_LEVELS)[number];
 
 export const ALLOWED_FIELDS = new Set([
   "account_id",

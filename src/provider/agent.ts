@@ -33,14 +33,13 @@ import {
   MAX_BATCH_CHARS,
   type ModelWarning,
   PROTOCOL_VERSION,
-  ProtocolError,
   type ProviderErrorCode,
   type ProviderFrame,
   type ProviderStatus,
-  parseCoordinatorFrame,
   type SealedInference,
   type Welcome,
-} from "../protocol/messages.ts";
+} from "../protocol/frames.ts";
+import { ProtocolError, parseCoordinatorFrame } from "../protocol/parse.ts";
 import { VERSION } from "../version.ts";
 import { Attempts, type ReceiptSigner } from "./attempts.ts";
 import { CoordinatorRefused, type PinnedCoordinator, type PinnedTls } from "./coordinator-pin.ts";

@@ -26,11 +26,11 @@ import {
   PROTOCOL_VERSION,
   type ProviderErrorCode,
   type ProviderFrame,
-  parseEngineRequest,
   type SealedInference,
   type ToolCallDelta,
   type Usage,
-} from "../protocol/messages.ts";
+} from "../protocol/frames.ts";
+import { parseEngineRequest } from "../protocol/parse.ts";
 import { type Engine, EngineError } from "./engines/engine.ts";
 
 /** Largest delta text per chunk frame, in UTF-16 units: JSON escaping stays far below MAX_FRAME_BYTES. */

@@ -24,6 +24,7 @@ import {
   type Setting,
   type SettingValues,
 } from "../config/settings.ts";
+import { MAX_BUILD_ID, MAX_MODELS_PER_HELLO } from "../protocol/frames.ts";
 import type { CoordinatorExpectation } from "./coordinator-pin.ts";
 import { type EngineName, PROVIDER_SETTINGS, type SettingName } from "./provider-settings.ts";
 import { Schedule } from "./schedule.ts";
@@ -87,9 +88,10 @@ export interface StoredLogin {
   readonly token: string;
 }
 
-/** Protocol limits (src/protocol/messages.ts): models per hello, build id length. */
-const MAX_MODELS = 64;
-const MAX_BUILD_ID = 256;
+/** A device token as the tool accepts one (flag, environment, file or login): printable ASCII, no spaces. */
+export function isTokenText(token: string): boolean {
+  return /^[\x21-\x7e]{1,4096}$/.test(token);
+}
 
 const flagName = (name: SettingName) => `--${PROVIDER_SETTINGS[name].flag}`;
 
@@ -156,7 +158,7 @@ function upstreamOf(value: string): string {
 /** Parses `--model` entries (BUILD or BUILD=UPSTREAM_NAME); throws ConfigError naming the entry. */
 export function modelsOf(entries: readonly string[]): ModelMapping[] {
   if (entries.length === 0) throw new ConfigError("--model is required: give at least one BUILD or BUILD=UPSTREAM_NAME");
-  if (entries.length > MAX_MODELS) throw new ConfigError(`--model: at most ${MAX_MODELS} models per provider`);
+  if (entries.length > MAX_MODELS_PER_HELLO) throw new ConfigError(`--model: at most ${MAX_MODELS_PER_HELLO} models per provider`);
   const seen = new Set<string>();
   return entries.map((entry) => {
     const eq = entry.indexOf("=");
@@ -208,7 +210,7 @@ export function loadProviderConfig(flags: FlagValues, env: Env, sources: { file?
       "--token is required: the provider device token (or UMBRA_PROVIDER_TOKEN / UMBRA_PROVIDER_TOKEN_FILE, or run 'umbra-provider login')",
     );
   }
-  if (!/^[\x21-\x7e]{1,4096}$/.test(token)) throw new ConfigError("--token: must be printable ASCII without spaces");
+  if (!isTokenText(token)) throw new ConfigError("--token: must be printable ASCII without spaces");
 
   const engine = enumSetting<EngineName>(PROVIDER_SETTINGS.engine, raw("engine"), undefined);
   const upstreamRaw = raw("upstream");

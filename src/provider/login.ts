@@ -17,7 +17,15 @@
 import { hostname } from "node:os";
 import { parseArgs } from "node:util";
 import { ConfigError, type Env, readSetting } from "../config/settings.ts";
-import { coordinatorBaseOf, expectationOf, PROVIDER_SETTINGS, readConfigFile, type SettingName, settingReader } from "./config.ts";
+import {
+  coordinatorBaseOf,
+  expectationOf,
+  isTokenText,
+  PROVIDER_SETTINGS,
+  readConfigFile,
+  type SettingName,
+  settingReader,
+} from "./config.ts";
 import { CoordinatorRefused, type PinnedTls, pinCoordinator, pinnedFetch } from "./coordinator-pin.ts";
 import { type ProviderHome, providerHome, readCredentials, writeCredentials } from "./home.ts";
 import { fetchProviderMe, type MeAnswer } from "./provider-me.ts";
@@ -214,7 +222,7 @@ export async function loginCommand(argv: readonly string[], env: Env, hooks: Log
   const machineName = (values["machine-name"] as string | undefined) ?? hostname().slice(0, 64);
   if (!/^[\x20-\x7e]{1,64}$/.test(machineName)) throw new ConfigError("--machine-name: 1 to 64 printable characters");
   const token = (values.token as string | undefined) ?? readSetting(PROVIDER_SETTINGS.token, {}, env);
-  if (token !== undefined && !/^[\x21-\x7e]{1,4096}$/.test(token)) throw new ConfigError("--token: must be printable ASCII without spaces");
+  if (token !== undefined && !isTokenText(token)) throw new ConfigError("--token: must be printable ASCII without spaces");
 
   try {
     let tls: PinnedTls | undefined;

@@ -4,14 +4,14 @@
  * table (test/unit/docs/operations-settings.test.ts holds them together); `start --help` prints it.
  * loadProviderConfig (config.ts) parses the plain entries in a loop; its rules read the others.
  */
-import { LOG_LEVELS } from "../config/config.ts";
+
 import { ConfigError, type FlagValues, type Options, optionsOf, parseOptions, type SettingTable } from "../config/settings.ts";
+import { LOG_LEVELS } from "../observability/logger.ts";
+import { MAX_CONCURRENCY } from "../protocol/frames.ts";
 
 export type EngineName = "echo" | "openai";
 export const ENGINE_NAMES: readonly EngineName[] = ["echo", "openai"];
 
-/** Protocol limit (src/protocol/messages.ts): max_concurrency. */
-const MAX_CONCURRENCY = 4096;
 const DAY_MS = 86_400_000;
 
 export const PROVIDER_SETTINGS = {

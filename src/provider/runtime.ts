@@ -5,7 +5,7 @@
  * content: ids, counts, times.
  */
 import { readFileSync, rmSync } from "node:fs";
-import type { ModelWarning } from "../protocol/messages.ts";
+import type { ModelWarning } from "../protocol/frames.ts";
 import { ensureHome, type ProviderHome, writePrivateFile } from "./home.ts";
 
 /** The live state `status` shows. Times in Unix ms. */

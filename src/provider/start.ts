@@ -23,7 +23,7 @@ import { cpus, totalmem } from "node:os";
 import { FULL_SECURITY, parseChallenge, postureJson, SoftwareIdentity } from "../../attestation/provider/index.ts";
 import { ConfigError, type Env } from "../config/settings.ts";
 import { createLogger, type Logger, type LogSink } from "../observability/logger.ts";
-import type { Hello } from "../protocol/messages.ts";
+import type { Hello } from "../protocol/frames.ts";
 import { VERSION } from "../version.ts";
 import { type Agent, type AgentState, startAgent } from "./agent.ts";
 import {

@@ -20,18 +20,8 @@
  * The file holds ids, model names, token counts and amounts: never content (docs/security.md).
  */
 import { closeSync, fchmodSync, ftruncateSync, openSync, readFileSync, writeSync } from "node:fs";
-import type { Settlement } from "./money-types.ts";
-import { StoreOpenError } from "./types.ts";
-
-export interface SettlementJournal {
-  /** Settlements found in the file when it was opened (a killed process left them); may be applied already. */
-  readonly recovered: readonly Settlement[];
-  /** Appends settlements; returns once the write is done. Throws when the file cannot be written. */
-  append(batch: readonly Settlement[]): void;
-  /** Every settlement appended so far (and every recovered one) is in the database: empties the file. */
-  clear(): void;
-  close(): void;
-}
+import { StoreOpenError } from "./errors.ts";
+import type { Settlement, SettlementJournal } from "./types.ts";
 
 /** The journal's path for a database file. */
 export function journalPath(databasePath: string): string {

@@ -20,9 +20,9 @@
 import { X509Certificate } from "node:crypto";
 import { Agent } from "node:https";
 import acme from "acme-client";
-import type { AcmeConfig } from "../config/config.ts";
 import type { Logger } from "../observability/logger.ts";
 import { AcmeError } from "./acme-error.ts";
+import type { AcmeConfig } from "./tls-config.ts";
 import type { TlsCertificate, TlsKey } from "./tls-key.ts";
 
 export const CHALLENGE_PREFIX = "/.well-known/acme-challenge/";

@@ -13,7 +13,7 @@ import { toBase64url } from "../../src/crypto/encoding.ts";
 import { generateX25519KeyPair } from "../../src/crypto/seal.ts";
 import { MAX_PENDING_SESSIONS } from "../../src/fleet/fleet.ts";
 import type { ProviderSession, SessionTransport } from "../../src/fleet/session.ts";
-import { CLOSE } from "../../src/protocol/messages.ts";
+import { CLOSE } from "../../src/protocol/frames.ts";
 import { type TestApp, testApp } from "../support/harness.ts";
 import { waitFor } from "../support/wait.ts";
 

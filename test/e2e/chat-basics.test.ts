@@ -5,7 +5,8 @@
  */
 import { describe, expect, test } from "bun:test";
 import { connect } from "node:net";
-import { type Inference, messageText } from "../../src/protocol/messages.ts";
+import { messageText } from "../../src/protocol/chat-messages.ts";
+import type { Inference } from "../../src/protocol/frames.ts";
 import { connectFakeProvider, type Step } from "../support/fake-provider.ts";
 import { seedAccount, seedCatalog, type TestApp, testApp } from "../support/harness.ts";
 import { chatBody, postChat, providerToken, readSse, startServer } from "../support/server.ts";

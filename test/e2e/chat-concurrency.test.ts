@@ -7,7 +7,8 @@
  * the requests evenly over the three providers, and every slot was released.
  */
 import { expect, test } from "bun:test";
-import { encode, type Inference, messageText } from "../../src/protocol/messages.ts";
+import { messageText } from "../../src/protocol/chat-messages.ts";
+import { encode, type Inference } from "../../src/protocol/frames.ts";
 import { connectFakeProvider, type FakeProvider } from "../support/fake-provider.ts";
 import { seedAccount, seedCatalog, testApp } from "../support/harness.ts";
 import { chatBody, parseSse, providerToken, rawHttp, startServer } from "../support/server.ts";

@@ -8,7 +8,7 @@
 import { describe, expect, test } from "bun:test";
 import { RequestEncodingError } from "../../src/fleet/session.ts";
 import { dispatch } from "../../src/inference/dispatch.ts";
-import { type CoordinatorFrame, type EngineRequestBody, encode, type Inference } from "../../src/protocol/messages.ts";
+import { type CoordinatorFrame, type EngineRequestBody, encode, type Inference } from "../../src/protocol/frames.ts";
 import { connectFakeProvider, echo, type FakeProvider, type Step } from "../support/fake-provider.ts";
 import { seedAccount, seedCatalog, type TestApp, testApp } from "../support/harness.ts";
 import { chatBody, postChat, providerToken, readSse, sseReader, startServer, type TestServer } from "../support/server.ts";

@@ -10,8 +10,9 @@
 import { describe, expect, test } from "bun:test";
 import { chargeFor, feeFor, promptTokenBound, reservationFor } from "../../src/billing/billing.ts";
 import { PROMPT_TEMPLATE_ALLOWANCE } from "../../src/billing/usage-bounds.ts";
-import type { ChatMessage, Inference } from "../../src/protocol/messages.ts";
-import { PLATFORM_ACCOUNT_ID } from "../../src/store/money-types.ts";
+import type { ChatMessage } from "../../src/protocol/chat-messages.ts";
+import type { Inference } from "../../src/protocol/frames.ts";
+import { PLATFORM_ACCOUNT_ID } from "../../src/store/types.ts";
 import { connectFakeProvider, echo, type FakeProvider, type Step } from "../support/fake-provider.ts";
 import { seedCatalog, type TestApp, testApp } from "../support/harness.ts";
 import { chatBody, parseSse, postChat, providerToken, rawHttp, startServer, type TestServer } from "../support/server.ts";

@@ -6,7 +6,7 @@
  * without a function name). The upstream model name selects the mock's stream.
  */
 import { afterAll, describe, expect, test } from "bun:test";
-import type { EngineRequestBody } from "../../src/protocol/messages.ts";
+import type { EngineRequestBody } from "../../src/protocol/frames.ts";
 import { type Engine, EngineError, type EngineEvent } from "../../src/provider/engines/engine.ts";
 import { createOpenAIEngine } from "../../src/provider/engines/openai.ts";
 

@@ -4,7 +4,7 @@
  * The upstream model name selects the mock's behaviour.
  */
 import { afterAll, describe, expect, test } from "bun:test";
-import type { EngineRequestBody } from "../../src/protocol/messages.ts";
+import type { EngineRequestBody } from "../../src/protocol/frames.ts";
 import { type Engine, EngineError, type EngineEvent } from "../../src/provider/engines/engine.ts";
 import { createOpenAIEngine } from "../../src/provider/engines/openai.ts";
 import { waitFor } from "../support/wait.ts";

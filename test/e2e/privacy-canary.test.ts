@@ -19,7 +19,7 @@ import { readdirSync } from "node:fs";
 import OpenAI from "openai";
 import { type SealedAnswer, sealedChat } from "../../docs/examples/sealed-chat.ts";
 import { SEALED_CONTENT_TYPE } from "../../src/crypto/consumer-seal.ts";
-import type { Inference } from "../../src/protocol/messages.ts";
+import type { Inference } from "../../src/protocol/frames.ts";
 import {
   CANARY,
   type CanaryProvider,

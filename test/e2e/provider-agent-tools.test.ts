@@ -5,7 +5,7 @@
  * budget, and an engine breaking the call order fails the attempt with `engine_error`.
  */
 import { afterEach, describe, expect, test } from "bun:test";
-import type { Inference, ToolCallDelta } from "../../src/protocol/messages.ts";
+import type { Inference, ToolCallDelta } from "../../src/protocol/frames.ts";
 import { type Agent, startAgent } from "../../src/provider/agent.ts";
 import { MAX_CHUNK_CHARS } from "../../src/provider/attempts.ts";
 import { createEchoEngine } from "../../src/provider/engines/echo.ts";

@@ -9,7 +9,7 @@ import { fromBase64url, toBase64url } from "../../src/crypto/encoding.ts";
 import { sealRequest } from "../../src/crypto/seal.ts";
 import type { SessionSealer } from "../../src/crypto/session.ts";
 import { createLogger } from "../../src/observability/logger.ts";
-import { CLOSE, type Inference, PROTOCOL_VERSION, type ProviderFrame } from "../../src/protocol/messages.ts";
+import { CLOSE, type Inference, PROTOCOL_VERSION, type ProviderFrame } from "../../src/protocol/frames.ts";
 import { type Agent, type AgentOptions, startAgent } from "../../src/provider/agent.ts";
 import { createEchoEngine } from "../../src/provider/engines/echo.ts";
 import { VERSION } from "../../src/version.ts";

@@ -7,7 +7,7 @@ import { describe, expect, test } from "bun:test";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { CLOSE } from "../../src/protocol/messages.ts";
+import { CLOSE } from "../../src/protocol/frames.ts";
 import { FakeCoordinator } from "../support/fake-coordinator.ts";
 import { waitFor } from "../support/wait.ts";
 

@@ -6,7 +6,7 @@
  * had opened 2,000 sessions).
  */
 import { describe, expect, test } from "bun:test";
-import { CLOSE, encode, type Inference, MAX_BATCH_FRAMES, MAX_FRAME_BYTES } from "../../src/protocol/messages.ts";
+import { CLOSE, encode, type Inference, MAX_BATCH_FRAMES, MAX_FRAME_BYTES } from "../../src/protocol/frames.ts";
 import { connectFakeProvider, echo, type FakeProvider, type Step } from "../support/fake-provider.ts";
 import { seedAccount, seedCatalog, type TestApp, testApp } from "../support/harness.ts";
 import { chatBody, postChat, providerToken, readSse, sseReader, startServer } from "../support/server.ts";

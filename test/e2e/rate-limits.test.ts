@@ -11,7 +11,7 @@
 import { describe, expect, test } from "bun:test";
 import { exportJWK, generateKeyPair, SignJWT } from "jose";
 import type { Clock } from "../../src/coordinator/app.ts";
-import type { Inference } from "../../src/protocol/messages.ts";
+import type { Inference } from "../../src/protocol/frames.ts";
 import { type Behaviour, connectFakeProvider, echo, type FakeProvider } from "../support/fake-provider.ts";
 import { seedAccount, seedCatalog, type TestApp, testApp } from "../support/harness.ts";
 import { chatBody, postChat, providerToken, readSse, sseReader, startServer, type TestServer } from "../support/server.ts";

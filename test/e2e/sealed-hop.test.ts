@@ -10,7 +10,7 @@ import { randomBytes } from "node:crypto";
 import { buildEvidence, FULL_SECURITY, SoftwareIdentity } from "../../attestation/provider/index.ts";
 import { ChunkSealer } from "../../src/crypto/chunks.ts";
 import { toBase64url } from "../../src/crypto/encoding.ts";
-import { CLOSE, type Inference } from "../../src/protocol/messages.ts";
+import { CLOSE, type Inference } from "../../src/protocol/frames.ts";
 import { startAgent } from "../../src/provider/agent.ts";
 import { createEchoEngine } from "../../src/provider/engines/echo.ts";
 import { connectFakeProvider, echo, type FakeProvider, type SealedContext, type Step } from "../support/fake-provider.ts";

@@ -7,7 +7,7 @@
  * are busy (no queue), the self-route catalog of /v1/models, validation and the allowlist.
  */
 import { describe, expect, test } from "bun:test";
-import type { Inference } from "../../src/protocol/messages.ts";
+import type { Inference } from "../../src/protocol/frames.ts";
 import { type Behaviour, connectFakeProvider, echo, type FakeProvider } from "../support/fake-provider.ts";
 import { type CallResult, seedAccount, seedCatalog, type TestApp, testApp } from "../support/harness.ts";
 import { chatBody, postChat, providerToken, type SseReader, sseReader, startServer, type TestServer } from "../support/server.ts";

@@ -7,7 +7,7 @@
  */
 import { describe, expect, test } from "bun:test";
 import { toBase64url } from "../../src/crypto/encoding.ts";
-import { CLOSE, type Inference } from "../../src/protocol/messages.ts";
+import { CLOSE, type Inference } from "../../src/protocol/frames.ts";
 import { connectFakeProvider, type FakeProvider, type SealedContext, type Step } from "../support/fake-provider.ts";
 import { seedAccount, seedCatalog, type TestApp, testApp } from "../support/harness.ts";
 import { chatBody, postChat, providerToken, readSse, startServer, type TestServer } from "../support/server.ts";

@@ -13,7 +13,7 @@
  */
 import { afterAll, beforeAll, expect } from "bun:test";
 import { listen } from "../../src/coordinator/server.ts";
-import type { Inference } from "../../src/protocol/messages.ts";
+import type { Inference } from "../../src/protocol/frames.ts";
 import { connectFakeProvider, echo, type FakeProvider, type Step } from "../support/fake-provider.ts";
 import { ADMIN_TOKEN, seedAccount, seedCatalog, testApp } from "../support/harness.ts";
 import { chatBody, postChat, providerToken, sseReader } from "../support/server.ts";

@@ -11,7 +11,7 @@
  * request 6 s); every case has its own account, build and providers.
  */
 import { afterAll, beforeAll, expect } from "bun:test";
-import { CLOSE, encode, type Inference } from "../../src/protocol/messages.ts";
+import { CLOSE, encode, type Inference } from "../../src/protocol/frames.ts";
 import { echo, type FakeProvider, type Step } from "../support/fake-provider.ts";
 import { startProvider } from "../support/processes.ts";
 import { parseSse, sseReader } from "../support/server.ts";

@@ -11,7 +11,7 @@ import { expect } from "bun:test";
 import { reservationFor } from "../../src/billing/billing.ts";
 import { costOf } from "../../src/billing/money.ts";
 import { usageLimits } from "../../src/billing/usage-bounds.ts";
-import type { ChatMessage } from "../../src/protocol/messages.ts";
+import type { ChatMessage } from "../../src/protocol/chat-messages.ts";
 import { tempDir } from "../support/harness.ts";
 import { startProvider } from "../support/processes.ts";
 import { parseSse } from "../support/server.ts";

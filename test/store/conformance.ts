@@ -12,16 +12,8 @@
  * Usage, from a test file: `runStoreConformance("SQLite store", async () => ({ store, [Symbol.asyncDispose] }))`.
  */
 import { describe, expect, test } from "bun:test";
-import {
-  type Account,
-  type ApiKeyRecord,
-  DuplicateError,
-  type ModelBuild,
-  type PriceRow,
-  type ProviderTokenRecord,
-  type Store,
-  type UsageRecord,
-} from "../../src/store/types.ts";
+import { DuplicateError } from "../../src/store/errors.ts";
+import type { Account, ApiKeyRecord, ModelBuild, PriceRow, ProviderTokenRecord, Store, UsageRecord } from "../../src/store/types.ts";
 
 /** A fresh, empty store; disposing of it closes the store and removes whatever it created. */
 export interface OpenedStore extends AsyncDisposable {

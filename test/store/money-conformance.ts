@@ -1,5 +1,5 @@
 /**
- * The MoneyStore conformance suite: the invariants in the header of src/store/money-types.ts, driven
+ * The MoneyStore conformance suite: the invariants of MoneyStore in src/store/types.ts, driven
  * through the Store interface only (`store.money` for settlements; accounts, keys, ledger and usage to
  * set up and to look), so every implementation runs it unchanged. Each test opens a fresh, empty store.
  *
@@ -17,8 +17,7 @@
  * runStoreConformance (test/store/conformance.ts).
  */
 import { describe, expect, test } from "bun:test";
-import { PLATFORM_ACCOUNT_ID, type Settlement, type SettleResult } from "../../src/store/money-types.ts";
-import type { LedgerEntry, Store } from "../../src/store/types.ts";
+import { type LedgerEntry, PLATFORM_ACCOUNT_ID, type Settlement, type SettleResult, type Store } from "../../src/store/types.ts";
 import { settlementOf as settlement, SETTLEMENT_T0 as T0 } from "../support/settlements.ts";
 import type { OpenStore } from "./conformance.ts";
 

@@ -11,16 +11,8 @@
  */
 import { fromBase64url, toBase64url } from "../../src/crypto/encoding.ts";
 import { openSenderSession, type SessionSealer } from "../../src/crypto/session.ts";
-import {
-  CLOSE,
-  type CoordinatorFrame,
-  encode,
-  PROTOCOL_VERSION,
-  ProtocolError,
-  type ProviderFrame,
-  parseProviderMessage,
-  type Welcome,
-} from "../../src/protocol/messages.ts";
+import { CLOSE, type CoordinatorFrame, encode, PROTOCOL_VERSION, type ProviderFrame, type Welcome } from "../../src/protocol/frames.ts";
+import { ProtocolError, parseProviderMessage } from "../../src/protocol/parse.ts";
 
 export const CONNECT_PATH = "/v1/provider/connect";
 

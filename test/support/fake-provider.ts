@@ -7,18 +7,17 @@ import { ChunkSealer } from "../../src/crypto/chunks.ts";
 import { fromBase64url, toBase64url } from "../../src/crypto/encoding.ts";
 import { generateX25519KeyPair, openRequest } from "../../src/crypto/seal.ts";
 import { openRecipientSession, type SessionOpener } from "../../src/crypto/session.ts";
+import { messageText } from "../../src/protocol/chat-messages.ts";
 import {
   type CoordinatorFrame,
   type Delta,
   encode,
   type Inference,
-  messageText,
   PROTOCOL_VERSION,
-  parseCoordinatorFrame,
-  parseEngineRequest,
   type ToolCallDelta,
   type Usage,
-} from "../../src/protocol/messages.ts";
+} from "../../src/protocol/frames.ts";
+import { parseCoordinatorFrame, parseEngineRequest } from "../../src/protocol/parse.ts";
 
 /** What a `frames` step gets in a sealed session: the attempt's sealer and ids, to craft frames. */
 export interface SealedContext {

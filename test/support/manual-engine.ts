@@ -2,7 +2,7 @@
  * An Engine the test drives by hand: every `generate` call is recorded with controls to emit a delta,
  * finish or fail, and flags telling whether the agent aborted it and whether the generator ended.
  */
-import type { ProviderErrorCode, Usage } from "../../src/protocol/messages.ts";
+import type { ProviderErrorCode, Usage } from "../../src/protocol/frames.ts";
 import { type Engine, EngineError, type EngineEvent, type EngineRequest } from "../../src/provider/engines/engine.ts";
 
 type Command =

@@ -1,5 +1,5 @@
 /** Settlements for tests of the money path (stores, wallets, journal), from the few fields that vary. */
-import type { Settlement } from "../../src/store/money-types.ts";
+import type { Settlement } from "../../src/store/types.ts";
 
 export const SETTLEMENT_T0 = 1_790_000_000_000;
 

@@ -3,14 +3,16 @@
  * Context every check reads. `needs` names what each trust level asks of the check: "pass" (only a pass
  * counts) or "ok" (pass or warn); a level it does not name takes the check as advice (verdict.ts).
  */
+import type { TrustLevel } from "../../../attestation/provider/levels.ts";
 import type { EngineName, ModelMapping } from "../config.ts";
 import type { CoordinatorExpectation, PinnedCoordinator } from "../coordinator-pin.ts";
 import type { ProviderHome, StoredCredentials } from "../home.ts";
 import type { Probe } from "./probe.ts";
 
 export type Status = "pass" | "warn" | "fail" | "skip";
-export const TRUST_LEVELS = ["hardware", "self_signed", "none"] as const;
-export type TrustLevel = (typeof TRUST_LEVELS)[number];
+/** The trust levels (attestation/provider/levels.ts), strictest first as doctor lists them. */
+export const TRUST_LEVELS: readonly TrustLevel[] = ["hardware", "self_signed", "none"];
+export type { TrustLevel };
 export type Need = "pass" | "ok";
 
 /** What a check found; the runner adds its id and title. */

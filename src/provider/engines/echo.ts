@@ -26,7 +26,7 @@
  * Identical input gives identical output.
  */
 import { createHash } from "node:crypto";
-import type { ServedModel, ToolCallDelta } from "../../protocol/messages.ts";
+import type { ServedModel, ToolCallDelta } from "../../protocol/frames.ts";
 import { abortableDelay, type Engine, EngineError, type EngineEvent, type EngineRequest } from "./engine.ts";
 import { sampleValue } from "./schema-sample.ts";
 

@@ -11,7 +11,7 @@
  *   throws EngineError("cancelled") or simply ends; the agent sends nothing more for that attempt.
  * - Core code calls engines only through this interface; it never branches on `name`.
  */
-import type { Delta, EngineRequestBody, ProviderErrorCode, ServedModel, ToolCallDelta, Usage } from "../../protocol/messages.ts";
+import type { Delta, EngineRequestBody, ProviderErrorCode, ServedModel, ToolCallDelta, Usage } from "../../protocol/frames.ts";
 
 export interface EngineRequest {
   /** The build id the coordinator routed (one of `models()`). */

@@ -35,9 +35,8 @@ import {
   type ServedModel,
   type ToolCallDelta,
   type Usage,
-} from "../../protocol/messages.ts";
-import type { Engine, EngineEvent, EngineRequest } from "./engine.ts";
-import { EngineError } from "./engine.ts";
+} from "../../protocol/frames.ts";
+import { type Engine, EngineError, type EngineEvent, type EngineRequest } from "./engine.ts";
 
 export interface OpenAIEngineOptions {
   /** Base URL including `/v1`, without a trailing slash. */

@@ -1,6 +1,7 @@
 import { and, desc, eq, gte, sql } from "drizzle-orm";
+import { DuplicateError } from "../errors.ts";
 import { accounts, balances, ledgerEntries } from "../schema.ts";
-import { type Account, type AccountStore, DuplicateError, type LedgerEntry } from "../types.ts";
+import type { Account, AccountStore, LedgerEntry } from "../types.ts";
 import type { Db } from "./open.ts";
 
 const accountColumns = {

@@ -1,13 +1,14 @@
 /** The SQLite implementation of Store (the embedded default). */
 import { sql } from "drizzle-orm";
-import { journalPath, openJournal, type SettlementJournal } from "../journal.ts";
-import type { ApiKeyRecord, Store } from "../types.ts";
+import { journalPath, openJournal } from "../journal.ts";
+import type { ApiKeyRecord, SettlementJournal, Store } from "../types.ts";
 import { sqliteAccounts } from "./accounts.ts";
-import { sqliteCatalog, sqlitePrices, sqliteUsage } from "./catalog.ts";
-import { EpochCache, Freshness } from "./freshness.ts";
+import { sqliteCatalog, sqlitePrices } from "./catalog.ts";
 import { sqliteApiKeys, sqliteProviderTokens } from "./keys.ts";
 import { sqliteMoney } from "./money.ts";
 import { openSqlite } from "./open.ts";
+import { EpochCache, Freshness } from "./read-cache.ts";
+import { sqliteUsage } from "./usage.ts";
 
 export interface SqliteStoreOptions {
   /**

@@ -1,8 +1,8 @@
 import { and, eq, isNull, sql } from "drizzle-orm";
 import { accounts, apiKeys, providerTokens } from "../schema.ts";
 import type { ApiKeyRecord, ApiKeyStore, ProviderTokenRecord, ProviderTokenStore } from "../types.ts";
-import type { EpochCache, Freshness } from "./freshness.ts";
 import type { Db } from "./open.ts";
+import type { EpochCache, Freshness } from "./read-cache.ts";
 
 function accountExists(db: Db, id: string): boolean {
   return db.select({ id: accounts.id }).from(accounts).where(eq(accounts.id, id)).get() !== undefined;

@@ -17,7 +17,7 @@
 import { constants, Database } from "bun:sqlite";
 import { closeSync, mkdirSync, openSync } from "node:fs";
 import { dirname, resolve } from "node:path";
-import { StoreOpenError } from "../types.ts";
+import { StoreOpenError } from "../errors.ts";
 
 export interface LockHolder {
   readonly pid: number;

@@ -11,9 +11,8 @@
  * line of defence.
  */
 import type { Database } from "bun:sqlite";
-import type { SettlementJournal } from "../journal.ts";
-import { type MoneyStore, PLATFORM_ACCOUNT_ID, type Settlement, type SettleResult } from "../money-types.ts";
 import { accounts, balances } from "../schema.ts";
+import { type MoneyStore, PLATFORM_ACCOUNT_ID, type Settlement, type SettlementJournal, type SettleResult } from "../types.ts";
 import type { Db } from "./open.ts";
 
 /** A usage row as positional statement parameters, in the column order of `insertUsage`. */

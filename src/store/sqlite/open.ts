@@ -12,9 +12,9 @@ import { Database } from "bun:sqlite";
 import { chmodSync, closeSync, mkdirSync, openSync } from "node:fs";
 import { dirname } from "node:path";
 import { type BunSQLiteDatabase, drizzle } from "drizzle-orm/bun-sqlite";
+import { StoreOpenError } from "../errors.ts";
 import { type EmbeddedMigration, MIGRATIONS } from "../migrations/index.ts";
 import * as schema from "../schema.ts";
-import { StoreOpenError } from "../types.ts";
 
 export type Db = BunSQLiteDatabase<typeof schema>;
 

@@ -24,8 +24,9 @@ import {
 import type { Rates } from "../../../src/billing/pricing.ts";
 import { Wallets } from "../../../src/billing/wallets.ts";
 import type { Logger } from "../../../src/observability/logger.ts";
-import type { ChatMessage, Usage } from "../../../src/protocol/messages.ts";
-import type { MoneyStore, Settlement, SettleResult } from "../../../src/store/money-types.ts";
+import type { ChatMessage } from "../../../src/protocol/chat-messages.ts";
+import type { Usage } from "../../../src/protocol/frames.ts";
+import type { MoneyStore, Settlement, SettleResult } from "../../../src/store/types.ts";
 import { seededRandom } from "../../support/random.ts";
 
 const T0 = 1_790_000_000_000;

@@ -15,7 +15,8 @@ import {
   usageLimits,
   usageViolation,
 } from "../../../src/billing/usage-bounds.ts";
-import type { ChatMessage, EngineRequestBody, Usage } from "../../../src/protocol/messages.ts";
+import type { ChatMessage } from "../../../src/protocol/chat-messages.ts";
+import type { EngineRequestBody, Usage } from "../../../src/protocol/frames.ts";
 
 const MESSAGES: ChatMessage[] = [
   { role: "system", content: "be brief" },

@@ -10,10 +10,9 @@
  * once its batch is durable; group commit; failure isolation; refreshes and loads in the writer loop.
  */
 import { describe, expect, test } from "bun:test";
-import type { Hold } from "../../../src/billing/wallets.ts";
-import { Wallets } from "../../../src/billing/wallets.ts";
+import { type Hold, Wallets } from "../../../src/billing/wallets.ts";
 import { ApiError } from "../../../src/errors/api-error.ts";
-import { type MoneyStore, PLATFORM_ACCOUNT_ID, type Settlement, type SettleResult } from "../../../src/store/money-types.ts";
+import { type MoneyStore, PLATFORM_ACCOUNT_ID, type Settlement, type SettleResult } from "../../../src/store/types.ts";
 import { type LogLine, recordingLogger } from "../../support/logs.ts";
 import { manualTimers, turns } from "../../support/manual-timers.ts";
 import { settlementOf } from "../../support/settlements.ts";

@@ -23,7 +23,7 @@ import {
   sealedFailure,
   verifyReceipt,
 } from "../../../src/fleet/sealed-channel.ts";
-import { type Inference, PROTOCOL_VERSION, type Usage } from "../../../src/protocol/messages.ts";
+import { type Inference, PROTOCOL_VERSION, type Usage } from "../../../src/protocol/frames.ts";
 
 const encoder = new TextEncoder();
 const REQUEST: Inference = {

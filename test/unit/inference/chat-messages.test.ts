@@ -6,7 +6,8 @@
 import { describe, expect, test } from "bun:test";
 import { ApiError } from "../../../src/errors/api-error.ts";
 import { engineBody, parseChatRequest } from "../../../src/inference/chat-request.ts";
-import { type ChatMessage, messageText, ProtocolError, parseEngineRequest } from "../../../src/protocol/messages.ts";
+import { type ChatMessage, messageText } from "../../../src/protocol/chat-messages.ts";
+import { ProtocolError, parseEngineRequest } from "../../../src/protocol/parse.ts";
 
 const CANARY = "canary-5d1e-secret-tool-content";
 const body = (messages: unknown) => ({ model: "org/model", messages });

@@ -2,7 +2,7 @@
 import { describe, expect, test } from "bun:test";
 import { ApiError } from "../../../src/errors/api-error.ts";
 import { effectiveBudget, engineBody, parseChatRequest } from "../../../src/inference/chat-request.ts";
-import { MAX_TOKENS_LIMIT } from "../../../src/protocol/messages.ts";
+import { MAX_TOKENS_LIMIT } from "../../../src/protocol/frames.ts";
 import { parseJsonExact } from "../../../src/validation/fields.ts";
 
 const CANARY = "canary-7f3a-secret-prompt";

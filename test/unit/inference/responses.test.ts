@@ -5,9 +5,10 @@
  */
 import { describe, expect, test } from "bun:test";
 import { ApiError } from "../../../src/errors/api-error.ts";
-import { Attempt, type AttemptOwner, type CancelReason } from "../../../src/fleet/attempt.ts";
+import { Attempt, type AttemptOwner } from "../../../src/fleet/attempt.ts";
 import type { Committed } from "../../../src/inference/dispatch.ts";
 import { collectCompletion, finishReason, type Outcome, streamCompletion, usageJson } from "../../../src/inference/responses.ts";
+import type { CancelReason } from "../../../src/protocol/frames.ts";
 
 const CTX = { id: "chatcmpl-test", model: "org/model", maxTokens: 10, created: 1_700_000_000 };
 const HEAD = `{"id":"chatcmpl-test","object":"chat.completion.chunk","created":1700000000,"model":"org/model",`;

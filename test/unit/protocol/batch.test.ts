@@ -10,11 +10,9 @@ import {
   MAX_BATCH_CHARS,
   MAX_BATCH_FRAMES,
   MAX_FRAME_BYTES,
-  ProtocolError,
   type ProviderFrame,
-  parseCoordinatorFrame,
-  parseProviderMessage,
-} from "../../../src/protocol/messages.ts";
+} from "../../../src/protocol/frames.ts";
+import { ProtocolError, parseCoordinatorFrame, parseProviderMessage } from "../../../src/protocol/parse.ts";
 import { WELCOME } from "../../support/frames.ts";
 
 const ids = { request_id: "req_1", attempt: 0 };

@@ -4,7 +4,7 @@
  * line it cannot explain); the provider tool's line for each reason.
  */
 import { describe, expect, test } from "bun:test";
-import { ProtocolError, parseCoordinatorFrame } from "../../../src/protocol/messages.ts";
+import { ProtocolError, parseCoordinatorFrame } from "../../../src/protocol/parse.ts";
 import { describeModelWarning } from "../../../src/provider/runtime.ts";
 import { WELCOME } from "../../support/frames.ts";
 

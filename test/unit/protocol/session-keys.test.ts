@@ -4,7 +4,7 @@
  * `n` (the session's request counter).
  */
 import { describe, expect, test } from "bun:test";
-import { ProtocolError, parseCoordinatorFrame, parseProviderFrame } from "../../../src/protocol/messages.ts";
+import { ProtocolError, parseCoordinatorFrame, parseProviderFrame } from "../../../src/protocol/parse.ts";
 import { WELCOME } from "../../support/frames.ts";
 
 const KEY = "A".repeat(43);

@@ -4,15 +4,8 @@
  * ends with 1002), and the version constants both binaries use.
  */
 import { describe, expect, test } from "bun:test";
-import {
-  MAX_TOOL_CALLS,
-  PROTOCOL_VERSION,
-  ProtocolError,
-  parseProviderFrame,
-  parseProviderMessage,
-  parseToolCall,
-  RETIRED_V1_REASON,
-} from "../../../src/protocol/messages.ts";
+import { MAX_TOOL_CALLS, PROTOCOL_VERSION, RETIRED_V1_REASON } from "../../../src/protocol/frames.ts";
+import { ProtocolError, parseProviderFrame, parseProviderMessage, parseToolCall } from "../../../src/protocol/parse.ts";
 
 const ids = { request_id: "req_1", attempt: 0 };
 const parse = (o: unknown) => parseProviderFrame(JSON.stringify(o));

@@ -10,17 +10,10 @@ import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { SoftwareIdentity } from "../../../attestation/provider/index.ts";
+import type { TrustLevel } from "../../../attestation/provider/levels.ts";
 import { ConfigError } from "../../../src/config/settings.ts";
 import { CoordinatorRefused, type PinnedCoordinator } from "../../../src/provider/coordinator-pin.ts";
-import {
-  type CommandResult,
-  type DoctorIO,
-  type Probe,
-  REQUIREMENTS,
-  realProbe,
-  runDoctor,
-  type TrustLevel,
-} from "../../../src/provider/doctor/index.ts";
+import { type CommandResult, type DoctorIO, type Probe, REQUIREMENTS, realProbe, runDoctor } from "../../../src/provider/doctor/index.ts";
 import type { StoredCredentials } from "../../../src/provider/home.ts";
 import { IdentityError, softwareIdentity } from "../../../src/provider/identity.ts";
 import { estimateModelSize } from "../../../src/provider/model-size.ts";

@@ -6,7 +6,7 @@
  * tool-result answer of a loop's second turn, and structured answers (json_schema, json_object).
  */
 import { describe, expect, test } from "bun:test";
-import type { EngineRequestBody, ToolCallDelta } from "../../../src/protocol/messages.ts";
+import type { EngineRequestBody, ToolCallDelta } from "../../../src/protocol/frames.ts";
 import { createEchoEngine, fragmentsOf, messageText } from "../../../src/provider/engines/echo.ts";
 import type { EngineEvent } from "../../../src/provider/engines/engine.ts";
 import { sampleValue } from "../../../src/provider/engines/schema-sample.ts";

@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import type { EngineRequestBody } from "../../../src/protocol/messages.ts";
+import type { EngineRequestBody } from "../../../src/protocol/frames.ts";
 import { createEchoEngine } from "../../../src/provider/engines/echo.ts";
 import { type Engine, EngineError, type EngineEvent } from "../../../src/provider/engines/engine.ts";
 

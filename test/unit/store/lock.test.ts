@@ -9,9 +9,9 @@ import { Database } from "bun:sqlite";
 import { describe, expect, test } from "bun:test";
 import { statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { StoreOpenError } from "../../../src/store/errors.ts";
 import { createSqliteStore } from "../../../src/store/sqlite/index.ts";
 import { DatabaseInUseError, lockDatabase, lockPath, readLockHolder } from "../../../src/store/sqlite/lock.ts";
-import { StoreOpenError } from "../../../src/store/types.ts";
 import { tempDir } from "../../support/harness.ts";
 
 function refusal(take: () => unknown): unknown {

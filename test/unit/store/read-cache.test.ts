@@ -7,9 +7,9 @@
 import { Database } from "bun:sqlite";
 import { describe, expect, test } from "bun:test";
 import { join } from "node:path";
-import type { Settlement } from "../../../src/store/money-types.ts";
-import { EpochCache, type Freshness } from "../../../src/store/sqlite/freshness.ts";
 import { createSqliteStore } from "../../../src/store/sqlite/index.ts";
+import { EpochCache, type Freshness } from "../../../src/store/sqlite/read-cache.ts";
+import type { Settlement } from "../../../src/store/types.ts";
 import { tempDir } from "../../support/harness.ts";
 import { settlementOf } from "../../support/settlements.ts";
 import { waitFor } from "../../support/wait.ts";
