@@ -218,7 +218,7 @@ export const SETTINGS = {
   },
   /**
    * Settlements per second from which they are grouped (journaled and applied to the database in larger
-   * commits, src/billing/wallets.ts); below it each is committed at once. 0 (the default): always grouped.
+   * commits, src/billing/settlement-writer.ts); below it each is committed at once. 0 (the default): always grouped.
    */
   settlementGroupAbove: {
     flag: "settlement-group-above",

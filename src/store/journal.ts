@@ -3,7 +3,7 @@
  *
  * Under load the coordinator makes a settled charge durable by appending it here (one write per group of
  * settlements, a few microseconds) and applies the journaled settlements to the database in larger
- * batches a little later (src/billing/wallets.ts). A database commit costs a WAL frame per page it
+ * batches a little later (src/billing/settlement-writer.ts). A database commit costs a WAL frame per page it
  * touches whatever the batch size, so larger, rarer batches cost far less per settlement than the small,
  * frequent ones a response may wait for (bench/README.md "Money path").
  *

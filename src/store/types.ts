@@ -222,7 +222,7 @@ export interface Store {
 
 /**
  * Money: the durable half of the money path (DESIGN.md section 9). The coordinator holds reservations in
- * memory (src/billing/wallets.ts) and writes settled requests here in small groups.
+ * memory (src/billing/holds.ts) and writes settled requests here in small groups (src/billing/settlement-writer.ts).
  *
  * Units: integer micro-USD; times in Unix ms.
  * Invariants every implementation keeps (test/store/money-conformance.ts):
