@@ -25,8 +25,9 @@ import {
 import { VERSION } from "../version.ts";
 import type { AgentConnection } from "./agent-connection.ts";
 import type { AgentExit } from "./agent-state.ts";
-import type { Attempts, ReceiptSigner } from "./attempts.ts";
+import type { Attempts } from "./attempts.ts";
 import type { Engine } from "./engines/engine.ts";
+import type { ReceiptSigner } from "./sealed-attempt.ts";
 
 export interface SessionOptions {
   readonly engine: Engine;
