@@ -5,7 +5,7 @@
  * re-serialized JSON), verifies the signature before settling, and returns the signature and the response
  * hash to the consumer (`se_signature`, `response_hash`).
  *
- * Steps (provider, src/provider/attempts.ts): bytes = receiptBytes(claims); signature = the identity key's
+ * Steps (provider, src/provider/sealed-attempt.ts): bytes = receiptBytes(claims); signature = the identity key's
  *   DER ECDSA P-256 over SHA-256(bytes) (src/provider/identity.ts: software key or Secure Enclave helper).
  * Steps (coordinator, src/fleet/sealed-channel.ts): compute both digests itself (the request plaintext it sealed,
  *   the response content and tool calls it relayed), rebuild the bytes and verify with the identity key

@@ -1,37 +1,32 @@
 /**
- * The attempts a provider is running: each one drives one engine call and turns its events into
- * protocol frames (docs/protocol.md, "One attempt").
- *
- * Frames per attempt: `accepted`, then `chunk` and `tool_call` frames in the order the engine produced
- * them, one seq over both (0, 1, 2, ...), then `complete` (seq = those frames sent) or exactly one
- * `error`. After `end()` (cancel, lost connection, stop) or a terminal frame, nothing more is sent for
- * the attempt, its engine call is aborted and its slot is free at once. No first content (text or a
- * tool call) within `first_content_deadline_ms` -> `error` timeout. A delta or tool-call fragment too
- * large for one frame is split over several (MAX_CHUNK_CHARS UTF-16 units each, surrogate pairs kept
- * whole). Tool calls must come one after another (index 0, 1, ...; id and name on the first fragment
- * only): an engine breaking that order fails the attempt with `engine_error`.
+ * The attempts a provider is running (the frame sequence: agent.ts): each one drives one engine call and
+ * turns its events into frames. Text and tool-call fragments of one event-loop turn share a frame; one
+ * too large for a frame is split (MAX_CHUNK_CHARS UTF-16 units each, surrogate pairs kept whole). Tool
+ * calls must come one after another (index 0, 1, ...; id and name on the first fragment only): an engine
+ * breaking that order fails the attempt with `engine_error`. Sealed attempts: sealed-attempt.ts.
  */
-
-import { ChunkSealer } from "../crypto/chunks.ts";
-import { fromBase64url, toBase64url } from "../crypto/encoding.ts";
-import { ResponseDigest, receiptBytes, sha256 } from "../crypto/receipts.ts";
-import { type OpenedRequest, openRequest, type RequestBinding } from "../crypto/seal.ts";
-import type { SessionOpener } from "../crypto/session.ts";
+import type { ChunkSealer } from "../crypto/chunks.ts";
+import { toBase64url } from "../crypto/encoding.ts";
 import type { Logger } from "../observability/logger.ts";
 import {
   type Delta,
-  type EngineRequestBody,
   type Inference,
   MAX_TOOL_CALLS,
-  PROTOCOL_VERSION,
   type ProviderErrorCode,
   type ProviderFrame,
   type SealedInference,
   type ToolCallDelta,
   type Usage,
 } from "../protocol/frames.ts";
-import { parseEngineRequest } from "../protocol/parse.ts";
 import { type Engine, EngineError } from "./engines/engine.ts";
+import {
+  type OpenedAttempt,
+  openSealedAttempt,
+  type PendingReceipt,
+  type ReceiptSigner,
+  type SealKeys,
+  signReceipt,
+} from "./sealed-attempt.ts";
 
 /** Largest delta text per chunk frame, in UTF-16 units: JSON escaping stays far below MAX_FRAME_BYTES. */
 export const MAX_CHUNK_CHARS = 32_768;
@@ -59,9 +54,7 @@ interface Running {
   /** Sealed attempts: seals every chunk and the final frame with the request's response key. */
   readonly sealer: ChunkSealer | undefined;
   /** Sealed attempts of a provider with an identity: what its receipt covers. */
-  readonly receipt:
-    | { readonly signer: ReceiptSigner; readonly requestSha256: Uint8Array; readonly response: ResponseDigest; readonly model: string }
-    | undefined;
+  readonly receipt: PendingReceipt | undefined;
   /** Text waiting to be sent as one chunk (see `buffer`). */
   pendingContent: string;
   pendingReasoning: string;
@@ -74,31 +67,6 @@ interface Running {
 
 const keyOf = (requestId: string, attempt: number) => `${attempt}:${requestId}`;
 const encoder = new TextEncoder();
-
-/** The provider's identity key as receipts need it: DER ECDSA P-256 over SHA-256(message) (identity.ts). */
-export interface ReceiptSigner {
-  sign(message: Uint8Array): Uint8Array | Promise<Uint8Array>;
-}
-
-/** What a connection opens sealed requests with. */
-interface SealKeys {
-  /** The connection's X25519 private key; gone once session keys replaced it. */
-  readonly privateKey: Uint8Array | undefined;
-  /** The session's opener (pending while its set-up runs); undefined without session keys. */
-  readonly session: Promise<SessionOpener> | undefined;
-}
-
-/** Opens a sealed request: under the session's keys when it carries `n`, else with its own HPKE setup (`enc`). */
-async function openSealed(frame: SealedInference, keys: SealKeys, binding: RequestBinding): Promise<OpenedRequest> {
-  const ciphertext = fromBase64url(frame.ciphertext, "ciphertext");
-  if (frame.n !== undefined) {
-    const session = await keys.session;
-    if (session === undefined) throw new Error("no session keys on this connection");
-    return session.open(frame.n, ciphertext, binding);
-  }
-  if (keys.privateKey === undefined) throw new Error("no private key on this connection");
-  return openRequest(keys.privateKey, fromBase64url(frame.enc ?? "", "enc"), ciphertext, binding);
-}
 
 export class Attempts {
   private readonly running = new Map<string, Running>();
@@ -119,21 +87,14 @@ export class Attempts {
   }
 
   /**
-   * Opens a sealed request, then runs it like `start`, sealing the answer: with the session's keys when the
-   * frame carries a counter `n` (session.ts; frames wait in order for a session setup still running), else
-   * with this connection's X25519 private key (HPKE, binding protocol version, request id and attempt). A
-   * request that does not open (including a replayed `n`) is refused with `invalid_request` (nothing is run).
+   * Opens a sealed request (sealed-attempt.ts; frames with `n` wait in order for a session setup still
+   * running), then runs it like `start`, sealing the answer. A request that does not open (including a
+   * replayed `n`) is refused with `invalid_request` (nothing is run).
    */
   async startSealed(frame: SealedInference, keys: SealKeys, send: SendFrame, signer?: ReceiptSigner): Promise<void> {
-    let request: EngineRequestBody;
-    let sealer: ChunkSealer;
-    let requestSha256: Uint8Array;
+    let opened: OpenedAttempt;
     try {
-      const binding = { protocolVersion: PROTOCOL_VERSION, requestId: frame.request_id, attempt: frame.attempt };
-      const opened = await openSealed(frame, keys, binding);
-      request = parseEngineRequest(JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(opened.plaintext)));
-      requestSha256 = sha256(opened.plaintext);
-      sealer = new ChunkSealer({ responseKey: opened.responseKey, requestId: frame.request_id, attempt: frame.attempt });
+      opened = await openSealedAttempt(frame, keys, signer);
     } catch {
       this.logger.warn("sealed request refused", { request_id: frame.request_id, attempt: frame.attempt });
       send({
@@ -146,12 +107,11 @@ export class Attempts {
       return;
     }
     const { enc: _enc, n: _n, ciphertext: _ciphertext, ...head } = frame;
-    const receipt = signer ? { signer, requestSha256, response: new ResponseDigest(), model: frame.model } : undefined;
-    this.start({ ...head, type: "inference", request }, send, sealer, receipt);
+    this.start({ ...head, type: "inference", request: opened.request }, send, opened.sealer, opened.receipt);
   }
 
   /** Sends `accepted` and runs the engine; the caller decided to accept (capacity, model, not draining). */
-  start(frame: Inference, send: SendFrame, sealer?: ChunkSealer, receipt?: Running["receipt"]): void {
+  start(frame: Inference, send: SendFrame, sealer?: ChunkSealer, receipt?: PendingReceipt): void {
     const run: Running = {
       key: keyOf(frame.request_id, frame.attempt),
       requestId: frame.request_id,
@@ -216,7 +176,11 @@ export class Attempts {
         }
         this.flush(run);
         if (run.sealer) {
-          const end = { finish_reason: event.finishReason, usage: event.usage, ...(await this.sign(run, event.usage)) };
+          const end = {
+            finish_reason: event.finishReason,
+            usage: event.usage,
+            ...(await signReceipt(run.receipt, run.requestId, event.usage)),
+          };
           const final = run.sealer.seal(encoder.encode(JSON.stringify(end)), true);
           run.send({
             type: "sealed_complete",
@@ -350,20 +314,6 @@ export class Attempts {
         run.send({ type: "chunk", request_id: run.requestId, attempt: run.attempt, seq: run.seq++, delta });
       }
     }
-  }
-
-  /** The receipt of a completed sealed attempt: the identity key's signature over the receipt bytes. */
-  private async sign(run: Running, usage: Usage): Promise<{ receipt?: { signature: string } }> {
-    const r = run.receipt;
-    if (!r) return {};
-    const bytes = receiptBytes({
-      requestId: run.requestId,
-      modelBuild: r.model,
-      requestSha256: r.requestSha256,
-      responseSha256: r.response.digest(),
-      usage: { promptTokens: usage.prompt_tokens, cachedTokens: usage.cached_tokens ?? 0, completionTokens: usage.completion_tokens },
-    });
-    return { receipt: { signature: toBase64url(await r.signer.sign(bytes)) } };
   }
 
   /** Optionally one error frame, then silence, abort the engine call and free the slot. */
