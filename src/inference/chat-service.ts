@@ -38,7 +38,13 @@ export interface ChatSettings extends DispatchSettings {
 
 export type ChatResult =
   | { readonly kind: "json"; readonly body: unknown; readonly headers: RateHeaders }
-  | { readonly kind: "stream"; readonly stream: ReadableStream<Uint8Array>; readonly headers: RateHeaders };
+  | {
+      readonly kind: "stream";
+      readonly stream: ReadableStream<Uint8Array>;
+      /** Resolves once the answer has ended: its outcome settled, its last bytes queued. */
+      readonly ended: Promise<void>;
+      readonly headers: RateHeaders;
+    };
 
 export interface ChatDeps {
   readonly catalog: CatalogService;
@@ -80,14 +86,15 @@ export class ChatService {
     return new Promise((resolve) => this.idleWaiters.push(resolve));
   }
 
-  /** `streamEnded`: called once a streamed answer has ended (its outcome settled; its last bytes follow at once). */
-  async complete(body: unknown, principal: Principal, signal: AbortSignal, streamEnded?: () => void): Promise<ChatResult> {
+  async complete(body: unknown, principal: Principal, signal: AbortSignal): Promise<ChatResult> {
     if (this.draining) throw Errors.serviceUnavailable("the coordinator is shutting down; retry the request");
     this.inFlight++;
     let ended = false;
+    let streamEnded: (() => void) | undefined;
     const end = () => {
       if (ended) return;
       ended = true;
+      streamEnded?.();
       if (--this.inFlight === 0) {
         const waiters = this.idleWaiters;
         this.idleWaiters = [];
@@ -95,7 +102,10 @@ export class ChatService {
       }
     };
     try {
-      const result = await this.run(body, principal, signal, end, streamEnded);
+      const result = await this.run(body, principal, signal, end, (resolve) => {
+        if (ended) resolve();
+        else streamEnded = resolve;
+      });
       // A JSON answer has ended (and settled) by now; a stream ends when its last event is written.
       if (result.kind === "json") end();
       return result;
@@ -110,7 +120,7 @@ export class ChatService {
     principal: Principal,
     signal: AbortSignal,
     end: () => void,
-    streamEnded: (() => void) | undefined,
+    onEnded: (resolve: () => void) => void,
   ): Promise<ChatResult> {
     const { catalog, pricing, fleet, billing, limiter, schemas, settings, logger, metrics, now } = this.deps;
     const started = now();
@@ -273,14 +283,8 @@ export class ChatService {
         signal.removeEventListener("abort", onAbort);
       }
     }
-    const onStreamEnd = async (o: Outcome): Promise<void> => {
-      try {
-        await onEnd(o);
-      } finally {
-        streamEnded?.();
-      }
-    };
-    return { kind: "stream", stream: await streamCompletion(committed, ctx, onStreamEnd, deadline.signal), headers };
+    const stream = await streamCompletion(committed, ctx, onEnd, deadline.signal);
+    return { kind: "stream", stream, ended: new Promise<void>(onEnded), headers };
   }
 
   /** A self-routing account must have linked a machine: a live (unrevoked) provider device token. */
