@@ -39,7 +39,7 @@ export class InFlight {
 }
 
 export interface LifecycleDeps {
-  readonly billing: Billing;
+  readonly billing: Pick<Billing, "settle">;
   readonly metrics: Metrics;
   readonly logger: Logger;
   readonly now: () => number;
@@ -60,6 +60,7 @@ export class RequestLifecycle {
   private trueUp: ((tokens: number) => void) | undefined;
   private timer: ReturnType<typeof setTimeout> | undefined;
   private isEnded = false;
+  private whenEnded: Promise<void> | undefined;
   private resolveEnded: (() => void) | undefined;
 
   constructor(
@@ -127,9 +128,10 @@ export class RequestLifecycle {
   /** Resolves once the request has ended (a stream: its outcome settled, its last bytes follow at once). */
   ended(): Promise<void> {
     if (this.isEnded) return Promise.resolve();
-    return new Promise((resolve) => {
+    this.whenEnded ??= new Promise((resolve) => {
       this.resolveEnded = resolve;
     });
+    return this.whenEnded;
   }
 
   private async settle(o: Outcome, { money, attempt, promptEstimate, maxTokens, stream }: Answering): Promise<void> {
