@@ -1,29 +1,31 @@
 /**
- * One chat request end to end (DESIGN.md section 4):
- *   validate -> resolve the model (alias -> build) -> key allowlist (403) -> image parts only for a model
- *   whose input_modalities list "image" (400) -> compile the request's JSON Schemas (422) -> budget rules ->
- *   rate limit (429, per key: requests and estimated tokens) -> reserve the worst-case cost (402) ->
- *   dispatch with failover (self-route: own machines only) -> answer as JSON or an event stream ->
- *   settle the real cost (durable before the answer's last bytes) and true up the token limit.
+ * One chat request end to end (DESIGN.md section 4), in four steps read top-down in `complete`:
+ *   admit: validate -> resolve the model (alias -> build) -> key allowlist (403) -> image parts only for a
+ *     model whose input_modalities list "image" (400) -> compile the request's JSON Schemas (422) -> budget;
+ *   reserve: rate limit (429, per key: requests and estimated tokens) -> the worst-case cost (402);
+ *   dispatchOrRecordFailure: failover (self-route: own machines only); a failure is recorded, not charged;
+ *   answer: JSON or an event stream; the real cost settled (durable before the answer's last bytes).
+ * What must happen once per request (in flight, true-up, settlement, deadline) is request-lifecycle.ts.
  * No request reaches a provider without a reservation, except self-routed ones, which cost nothing.
  * The request timeout covers the whole answer; after commit it ends the stream with an in-band error.
  */
 import { randomBytes } from "node:crypto";
 import { modelFilter, type Principal } from "../auth/authenticator.ts";
-import { type Billing, estimatedUsage, promptTokenEstimate, type RequestMoney, reservationFor } from "../billing/billing.ts";
+import { type Billing, promptTokenEstimate, type RequestMoney, reservationFor } from "../billing/billing.ts";
 import type { PricingService } from "../billing/pricing.ts";
-import { usageLimits } from "../billing/usage-bounds.ts";
+import { type UsageLimits, usageLimits } from "../billing/usage-bounds.ts";
 import type { Hold } from "../billing/wallets.ts";
-import type { CatalogService } from "../catalog/catalog.ts";
+import type { CatalogService, ResolvedModel } from "../catalog/catalog.ts";
 import { Errors } from "../errors/api-error.ts";
 import type { Fleet } from "../fleet/fleet.ts";
 import type { RateHeaders, RateLimiter } from "../limits/rate-limiter.ts";
 import type { Logger } from "../observability/logger.ts";
 import type { Metrics } from "../observability/metrics.ts";
-import type { Usage } from "../protocol/frames.ts";
+import type { EngineRequestBody } from "../protocol/frames.ts";
 import type { Store } from "../store/types.ts";
-import { effectiveBudget, engineBody, parseChatRequest } from "./chat-request.ts";
-import { type DispatchSettings, dispatch } from "./dispatch.ts";
+import { type ChatRequest, effectiveBudget, engineBody, parseChatRequest } from "./chat-request.ts";
+import { type Committed, type DispatchSettings, dispatch } from "./dispatch.ts";
+import { type Answering, InFlight, RequestLifecycle } from "./request-lifecycle.ts";
 import { collectCompletion, completionId, type Outcome, type ResponseContext, streamCompletion } from "./responses.ts";
 import type { ToolSchemas } from "./tool-schemas.ts";
 
@@ -38,7 +40,13 @@ export interface ChatSettings extends DispatchSettings {
 
 export type ChatResult =
   | { readonly kind: "json"; readonly body: unknown; readonly headers: RateHeaders }
-  | { readonly kind: "stream"; readonly stream: ReadableStream<Uint8Array>; readonly headers: RateHeaders };
+  | {
+      readonly kind: "stream";
+      readonly stream: ReadableStream<Uint8Array>;
+      /** Resolves once the answer has ended: its outcome settled, its last bytes queued. */
+      readonly ended: Promise<void>;
+      readonly headers: RateHeaders;
+    };
 
 export interface ChatDeps {
   readonly catalog: CatalogService;
@@ -57,11 +65,27 @@ export interface ChatDeps {
 
 const NO_HEADERS: RateHeaders = Object.freeze({});
 
+/** A request that passed validation and the model's and key's rules. */
+interface Admitted {
+  readonly request: ChatRequest;
+  readonly resolved: ResolvedModel;
+  readonly selfRoute: boolean;
+  readonly maxTokens: number;
+  readonly promptEstimate: number;
+}
+
+/** What was reserved for it: rate limit and money, and the body the provider gets under those bounds. */
+interface Reserved {
+  readonly headers: RateHeaders;
+  readonly money: RequestMoney;
+  readonly forwarded: EngineRequestBody;
+  readonly limits: UsageLimits;
+}
+
 export class ChatService {
   /** Requests between their start and the end of their answer (settled, last bytes queued). */
-  private inFlight = 0;
+  private readonly inFlight = new InFlight();
   private draining = false;
-  private idleWaiters: (() => void)[] = [];
 
   constructor(private readonly deps: ChatDeps) {}
 
@@ -76,44 +100,26 @@ export class ChatService {
 
   /** Resolves once no request is in flight. */
   idle(): Promise<void> {
-    if (this.inFlight === 0) return Promise.resolve();
-    return new Promise((resolve) => this.idleWaiters.push(resolve));
+    return this.inFlight.idle();
   }
 
-  /** `streamEnded`: called once a streamed answer has ended (its outcome settled; its last bytes follow at once). */
-  async complete(body: unknown, principal: Principal, signal: AbortSignal, streamEnded?: () => void): Promise<ChatResult> {
+  async complete(body: unknown, principal: Principal, signal: AbortSignal): Promise<ChatResult> {
     if (this.draining) throw Errors.serviceUnavailable("the coordinator is shutting down; retry the request");
-    this.inFlight++;
-    let ended = false;
-    const end = () => {
-      if (ended) return;
-      ended = true;
-      if (--this.inFlight === 0) {
-        const waiters = this.idleWaiters;
-        this.idleWaiters = [];
-        for (const resolve of waiters) resolve();
-      }
-    };
+    const life = new RequestLifecycle(this.deps, this.inFlight);
     try {
-      const result = await this.run(body, principal, signal, end, streamEnded);
-      // A JSON answer has ended (and settled) by now; a stream ends when its last event is written.
-      if (result.kind === "json") end();
-      return result;
+      const admitted = await this.admit(body, principal);
+      const reserved = await this.reserve(admitted, principal, life);
+      const committed = await this.dispatchOrRecordFailure(admitted, reserved, principal, signal, life);
+      return await this.answer(admitted, reserved, committed, signal, life);
     } catch (e) {
-      end();
+      life.end();
       throw e;
     }
   }
 
-  private async run(
-    body: unknown,
-    principal: Principal,
-    signal: AbortSignal,
-    end: () => void,
-    streamEnded: (() => void) | undefined,
-  ): Promise<ChatResult> {
-    const { catalog, pricing, fleet, billing, limiter, schemas, settings, logger, metrics, now } = this.deps;
-    const started = now();
+  /** Validation, model, allowlist (403), image input (400), JSON Schemas (422), self-route, budget. */
+  private async admit(body: unknown, principal: Principal): Promise<Admitted> {
+    const { catalog, schemas, settings } = this.deps;
     const request = parseChatRequest(body);
     const resolved = await catalog.resolve(request.model);
     // Never echo the requested id: a client can put anything there (docs/security.md).
@@ -131,11 +137,14 @@ export class ChatService {
       throw Errors.selfRouteConflict("self-route needs a provider machine linked to this account (a provider device token)");
     }
     const maxTokens = effectiveBudget(request.requestedMaxTokens, settings.defaultMaxTokens, resolved.build.maxOutputLength);
-    const promptEstimate = promptTokenEstimate(request.messages);
+    return { request, resolved, selfRoute, maxTokens, promptEstimate: promptTokenEstimate(request.messages) };
+  }
 
-    // Rate limit: one request and its estimated tokens, trued up from real usage at the end.
+  /** Rate limit (429; one request and its estimated tokens), then the worst-case cost (402). */
+  private async reserve(admitted: Admitted, principal: Principal, life: RequestLifecycle): Promise<Reserved> {
+    const { pricing, billing, limiter, settings } = this.deps;
+    const { request, resolved, selfRoute, maxTokens, promptEstimate } = admitted;
     let headers = NO_HEADERS;
-    let trueUp: ((tokens: number) => void) | undefined;
     if (settings.metering) {
       const subject = principal.keyId ?? `account:${principal.accountId}`;
       const decision = limiter.check(
@@ -148,10 +157,10 @@ export class ChatService {
         throw Errors.rateLimited(`rate limit reached for ${decision.dimension} per minute`, decision.retryAfterSeconds, decision.headers);
       }
       const handle = decision.handle;
-      trueUp = (tokens) => limiter.trueUp(handle, tokens);
+      life.limited((tokens) => limiter.trueUp(handle, tokens));
     }
 
-    // Reserve the worst case before anything reaches a provider: the prompt bound is the one the
+    // The worst case is reserved before anything reaches a provider: the prompt bound is the one the
     // provider's report is held to (messages, forwarded fields such as tool definitions, template text).
     const forwarded = engineBody(request, maxTokens);
     const limits = usageLimits(forwarded);
@@ -166,15 +175,13 @@ export class ChatService {
           amount: reservationFor(limits.promptTokens, maxTokens, rates),
         });
       } catch (e) {
-        trueUp?.(0);
+        life.unlimit();
         throw e;
       }
     }
     // Time first, then randomness: rows keyed by request id are appended near the end of their
     // indexes instead of scattered over them, which keeps settlement writes cheap.
-    const requestId = `req_${started.toString(36).padStart(9, "0")}${randomBytes(9).toString("base64url")}`;
-    // The request id names the usage row and ledger entries of this answer (x-request-id).
-    headers = { ...headers, "x-request-id": requestId };
+    const requestId = `req_${life.startedAt.toString(36).padStart(9, "0")}${randomBytes(9).toString("base64url")}`;
     const money: RequestMoney = {
       requestId,
       accountId: principal.accountId,
@@ -182,105 +189,73 @@ export class ChatService {
       model: request.model,
       buildId: resolved.build.id,
       rates,
-      startedAt: started,
+      startedAt: life.startedAt,
       hold,
       free: selfRoute,
     };
-    let committed: Awaited<ReturnType<typeof dispatch>>;
+    // The request id names the usage row and ledger entries of this answer (x-request-id).
+    return { headers: { ...headers, "x-request-id": requestId }, money, forwarded, limits };
+  }
+
+  /** Dispatch with failover (self-route: own machines only); a failure charges nothing but is recorded. */
+  private async dispatchOrRecordFailure(
+    admitted: Admitted,
+    reserved: Reserved,
+    principal: Principal,
+    signal: AbortSignal,
+    life: RequestLifecycle,
+  ): Promise<Committed> {
+    const { fleet, settings, now } = this.deps;
+    const { selfRoute } = admitted;
     try {
-      committed = await dispatch(
+      return await dispatch(
         fleet,
         settings,
         {
-          requestId,
-          buildId: resolved.build.id,
-          body: forwarded,
-          limits,
+          requestId: reserved.money.requestId,
+          buildId: admitted.resolved.build.id,
+          body: reserved.forwarded,
+          limits: reserved.limits,
           signal,
-          requestDeadline: started + settings.requestTimeoutMs,
+          requestDeadline: life.startedAt + settings.requestTimeoutMs,
           selfRoute,
           ...(selfRoute ? { accept: (s) => s.identity.accountId === principal.accountId } : {}),
         },
         now,
       );
     } catch (e) {
-      // Nothing was generated: nothing is charged; the attempt is still recorded.
-      trueUp?.(0);
-      if (settings.metering) {
-        void billing.settle(money, {
-          outcome: "failed",
-          usage: { prompt_tokens: 0, completion_tokens: 0 },
-          providerId: null,
-          providerAccountId: null,
-          firstContentMs: null,
-          endedAt: now(),
-        });
-      }
+      life.dispatchFailed(reserved.money);
       throw e;
     }
+  }
 
-    const attempt = committed.attempt;
+  /** The committed attempt as JSON or an event stream; the lifecycle settles its outcome and ends it. */
+  private async answer(
+    admitted: Admitted,
+    reserved: Reserved,
+    committed: Committed,
+    signal: AbortSignal,
+    life: RequestLifecycle,
+  ): Promise<ChatResult> {
+    const { request, maxTokens, promptEstimate } = admitted;
+    const { attempt } = committed;
     // The request deadline stops the provider and, for a stream, ends the answer even if its consumer
     // stopped reading after the provider finished (its reservation is then settled, not held).
-    const deadline = new AbortController();
-    const timer = setTimeout(
-      () => {
-        attempt.cancel("deadline");
-        deadline.abort();
-      },
-      Math.max(1, settings.requestTimeoutMs - (now() - started)),
-    );
-    const ctx: ResponseContext = { id: completionId(), model: request.model, maxTokens, created: Math.floor(started / 1000) };
-    const finish = async (o: Outcome): Promise<void> => {
-      clearTimeout(timer);
-      const usage: Usage = o.usage ?? estimatedUsage(promptEstimate, o.completionChars, maxTokens);
-      trueUp?.(usage.prompt_tokens + usage.completion_tokens);
-      metrics.observeChat(o.status, request.stream);
-      logger.debug("chat request ended", {
-        request_id: requestId,
-        account_id: principal.accountId,
-        key_id: principal.keyId ?? undefined,
-        model: request.model,
-        build_id: resolved.build.id,
-        provider_id: attempt.providerId,
-        status: o.status,
-        duration_ms: now() - started,
-      });
-      if (!settings.metering) return;
-      await billing.settle(money, {
-        outcome: o.status,
-        usage,
-        providerId: attempt.providerId,
-        providerAccountId: attempt.providerAccountId,
-        firstContentMs: attempt.firstContentAt === undefined ? null : attempt.firstContentAt - started,
-        endedAt: now(),
-      });
-    };
-    // The request counts as in flight (shutdown drain) until its outcome is settled.
-    const onEnd = async (o: Outcome): Promise<void> => {
-      try {
-        await finish(o);
-      } finally {
-        end();
-      }
-    };
-    if (!request.stream) {
-      const onAbort = () => attempt.cancel("client_gone");
-      signal.addEventListener("abort", onAbort, { once: true });
-      try {
-        return { kind: "json", body: await collectCompletion(committed, ctx, onEnd), headers };
-      } finally {
-        signal.removeEventListener("abort", onAbort);
-      }
+    const deadline = life.armDeadline(attempt, this.deps.settings.requestTimeoutMs);
+    const ctx: ResponseContext = { id: completionId(), model: request.model, maxTokens, created: Math.floor(life.startedAt / 1000) };
+    const answering: Answering = { money: reserved.money, attempt, promptEstimate, maxTokens, stream: request.stream };
+    const onEnd = (o: Outcome) => life.finish(o, answering);
+    if (request.stream) {
+      const stream = await streamCompletion(committed, ctx, onEnd, deadline);
+      return { kind: "stream", stream, ended: life.ended(), headers: reserved.headers };
     }
-    const onStreamEnd = async (o: Outcome): Promise<void> => {
-      try {
-        await onEnd(o);
-      } finally {
-        streamEnded?.();
-      }
-    };
-    return { kind: "stream", stream: await streamCompletion(committed, ctx, onStreamEnd, deadline.signal), headers };
+    const onAbort = () => attempt.cancel("client_gone");
+    signal.addEventListener("abort", onAbort, { once: true });
+    try {
+      return { kind: "json", body: await collectCompletion(committed, ctx, onEnd), headers: reserved.headers };
+    } finally {
+      signal.removeEventListener("abort", onAbort);
+    }
   }
 
   /** A self-routing account must have linked a machine: a live (unrevoked) provider device token. */

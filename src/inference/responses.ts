@@ -1,30 +1,22 @@
 /**
- * Turning a committed attempt into the consumer's answer.
- *
- * Non-streaming: collect every delta and tool-call fragment until `complete`, then one ChatCompletion
- * (`message.tool_calls` as OpenAI shapes them, `content` null when there is none but tool calls). A
- * failure before `complete` is still an HTTP error (nothing was sent yet).
- *
- * Streaming (the spec's phase table): the HTTP 200 and `text/event-stream` are sent by the caller only
- * after dispatch committed on first content (text or a tool call). Then: content and `delta.tool_calls`
- * chunks in the order received (the first delta also carries `role: "assistant"`, as OpenAI's does) (a call's first fragment `{index, id, type, function: {name, arguments}}`,
- * later ones `{index, function: {arguments}}`), a usage-only chunk, the terminal finish chunk, exactly
- * one `data: [DONE]`. A failure after commit is one `data: {"error": ...}` event
- * and no [DONE]. No keepalive comments. A client that goes away cancels the attempt at once.
- *
- * A consumer that stops reading is not waited for: when its backlog is dropped (fleet/attempt.ts,
- * MAX_BACKLOG_CHARS) or the request deadline passes, what was relayed is settled at once and one
- * in-band timeout event is queued behind it, so no reservation waits for a reader that never comes.
- *
- * finish_reason is `length` exactly when the provider used the whole output budget: its counts were
- * bounded by then (billing/usage-bounds.ts: never above the budget), and a `length` claimed below the
- * budget is shown as `stop`.
+ * Turning a committed attempt into the consumer's answer (the spec's phase table).
+ * JSON: every delta and tool-call fragment until `complete`, then one ChatCompletion (`content` null beside
+ * tool calls when there is none); a failure before `complete` is still an HTTP error (nothing was sent).
+ * Stream (the caller sends 200 once dispatch committed on first content): chunks in the order received,
+ * the first delta with `role: "assistant"`; a call's first fragment `{index, id, type, function}`, later
+ * ones `{index, function: {arguments}}`; a usage-only chunk, the finish chunk, one `data: [DONE]`. A
+ * failure after commit is one `data: {"error": ...}` event and no [DONE]; no keepalive comments.
+ * Framing is pure functions; the pump writes what was received in one piece and ends an answer whose
+ * consumer left, fell MAX_BACKLOG_CHARS behind (fleet/attempt.ts) or outlived the request deadline,
+ * settling it at once: no reservation waits for a reader that never comes.
+ * finish_reason is `length` exactly when the whole output budget was used (the counts are bounded by it,
+ * billing/usage-bounds.ts); a `length` claimed below the budget is shown as `stop`.
  */
 import { randomBytes } from "node:crypto";
 import { RECEIPT_VERSION } from "../crypto/receipts.ts";
 import { type ApiError, Errors } from "../errors/api-error.ts";
-import { type AttemptEvent, SLOW_CONSUMER, type VerifiedReceipt } from "../fleet/attempt.ts";
-import type { ToolCallDelta, Usage } from "../protocol/frames.ts";
+import { type Attempt, type AttemptEvent, SLOW_CONSUMER, type VerifiedReceipt } from "../fleet/attempt.ts";
+import type { Delta, ToolCallDelta, Usage } from "../protocol/frames.ts";
 import type { Committed } from "./dispatch.ts";
 
 export interface ResponseContext {
@@ -110,14 +102,6 @@ function addToolCall(calls: ToolCallJson[], call: ToolCallDelta): number {
   return call.arguments?.length ?? 0;
 }
 
-/** The `delta.tool_calls` entry of a stream chunk: id, type and name on a call's first fragment only. */
-function toolCallDeltaJson(call: ToolCallDelta) {
-  if (call.id !== undefined && call.name !== undefined) {
-    return { index: call.index, id: call.id, type: "function", function: { name: call.name, arguments: call.arguments ?? "" } };
-  }
-  return { index: call.index, function: { arguments: call.arguments ?? "" } };
-}
-
 /** Collects the whole answer. Throws an ApiError when the attempt fails before `complete`. */
 export async function collectCompletion(committed: Committed, ctx: ResponseContext, onEnd: OnEnd) {
   let content = "";
@@ -168,6 +152,54 @@ export async function collectCompletion(committed: Committed, ctx: ResponseConte
   }
 }
 
+// ---- stream framing: pure functions from events to SSE text ----
+
+/** The opening of every chunk of one answer: id, object, created, model. */
+function chunkHead(ctx: ResponseContext): string {
+  return `{"id":"${ctx.id}","object":"chat.completion.chunk","created":${ctx.created},"model":${JSON.stringify(ctx.model)},`;
+}
+
+/** One chunk event: `head`, then the chunk's other fields. */
+function chunkEvent(head: string, rest: string): string {
+  return `data: ${head}${rest}}\n\n`;
+}
+
+/** A content or reasoning delta; `role` is the role field on an answer's first delta, else empty. */
+function deltaEvent(head: string, role: string, delta: Delta): string {
+  return chunkEvent(head, `"choices":[{"index":0,"delta":{${role}${JSON.stringify(delta).slice(1)},"finish_reason":null}]`);
+}
+
+/** The `delta.tool_calls` entry of a stream chunk: id, type and name on a call's first fragment only. */
+function toolCallDeltaJson(call: ToolCallDelta) {
+  if (call.id !== undefined && call.name !== undefined) {
+    return { index: call.index, id: call.id, type: "function", function: { name: call.name, arguments: call.arguments ?? "" } };
+  }
+  return { index: call.index, function: { arguments: call.arguments ?? "" } };
+}
+
+/** A tool-call fragment; `role` as for deltaEvent. */
+function toolCallEvent(head: string, role: string, call: ToolCallDelta): string {
+  const entry = JSON.stringify(toolCallDeltaJson(call));
+  return chunkEvent(head, `"choices":[{"index":0,"delta":{${role}"tool_calls":[${entry}]},"finish_reason":null}]`);
+}
+
+/** The end of a completed answer: the usage chunk, the finish chunk (with the receipt) and [DONE]. */
+function endEvents(head: string, usage: Usage, reason: string, receipt: VerifiedReceipt | undefined): string {
+  const signed = receipt ? `,${JSON.stringify(receiptJson(receipt)).slice(1, -1)}` : "";
+  return (
+    chunkEvent(head, `"choices":[],"usage":${JSON.stringify(usageJson(usage))}`) +
+    chunkEvent(head, `"choices":[{"index":0,"delta":{},"finish_reason":${JSON.stringify(reason)}}]${signed}`) +
+    "data: [DONE]\n\n"
+  );
+}
+
+/** The in-band error event that ends a failed answer (no [DONE] follows). */
+function errorEvent(error: ApiError): string {
+  return `data: ${JSON.stringify(error.toEnvelope())}\n\n`;
+}
+
+// ---- the pump: one write per batch, the deadline, a dropped backlog ----
+
 const encoder = new TextEncoder();
 
 /**
@@ -184,128 +216,138 @@ export async function streamCompletion(
   onEnd: OnEnd,
   deadline?: AbortSignal,
 ): Promise<ReadableStream<Uint8Array>> {
-  const { attempt } = committed;
-  const head = `{"id":"${ctx.id}","object":"chat.completion.chunk","created":${ctx.created},"model":${JSON.stringify(ctx.model)},`;
-  const chunk = (rest: string) => `data: ${head}${rest}}\n\n`;
-  /** An in-band error event, after `before` (content gathered for the same write). */
-  const errorEvent = (error: ApiError, before = "") => encoder.encode(`${before}data: ${JSON.stringify(error.toEnvelope())}\n\n`);
-  let pending: AttemptEvent | undefined = committed.first;
-  let chars = 0;
+  const pump = new StreamPump(committed, ctx, onEnd);
+  committed.attempt.onBacklogDropped(() => void pump.stop("cancelled", notRead()));
+  deadline?.addEventListener("abort", () => void pump.stop("failed", Errors.timeout("the request timed out")), { once: true });
+  return pump.stream(await pump.produce());
+}
+
+/** One answer's writer state: the event held back, characters relayed, whether it has ended. */
+class StreamPump {
+  private readonly attempt: Attempt;
+  private readonly head: string;
+  private pending: AttemptEvent | undefined;
+  private chars = 0;
   /** OpenAI's first delta names the role; clients such as openai's stream helper require it. */
-  let role = '"role":"assistant",';
-  let finished = false;
+  private role = '"role":"assistant",';
+  private finished = false;
   /** The answer's last bytes are written (or are `early`): close after them. */
-  let closing = false;
-  let controller: ReadableStreamDefaultController<Uint8Array> | undefined;
+  private closing = false;
+  private controller: ReadableStreamDefaultController<Uint8Array> | undefined;
   /** Last bytes of an answer ended from outside before the stream existed. */
-  let early: Uint8Array | undefined;
-  const end = (o: Outcome): Promise<void> => {
-    if (finished) return Promise.resolve();
-    finished = true;
-    return onEnd(o);
-  };
+  private early: Uint8Array | undefined;
+
+  constructor(
+    committed: Committed,
+    private readonly ctx: ResponseContext,
+    private readonly onEnd: OnEnd,
+  ) {
+    this.attempt = committed.attempt;
+    this.pending = committed.first;
+    this.head = chunkHead(ctx);
+  }
+
   /** Ends the answer from outside the writer (deadline, backlog dropped): settles, then the last bytes. */
-  const stop = async (o: Omit<Outcome, "completionChars">, last: Uint8Array): Promise<void> => {
-    if (finished) return;
-    await end({ ...o, completionChars: chars });
-    closing = true;
-    if (!controller) {
-      early = last;
+  async stop(status: Outcome["status"], error: ApiError): Promise<void> {
+    if (this.finished) return;
+    const last = encoder.encode(errorEvent(error));
+    await this.end({ status, usage: undefined, finishReason: undefined, completionChars: this.chars });
+    this.closing = true;
+    if (!this.controller) {
+      this.early = last;
       return;
     }
     try {
-      controller.enqueue(last);
-      controller.close();
+      this.controller.enqueue(last);
+      this.controller.close();
     } catch {
       // the consumer went away meanwhile
     }
-  };
-  const stopped = { usage: undefined, finishReason: undefined };
-  attempt.onBacklogDropped(() => void stop({ status: "cancelled", ...stopped }, errorEvent(notRead())));
-  const expire = () => void stop({ status: "failed", ...stopped }, errorEvent(Errors.timeout("the request timed out")));
-  deadline?.addEventListener("abort", expire, { once: true });
+  }
 
   /**
    * The next write: content of every event already received in one piece, waiting for the next event
    * only when none is; at the end, that content with the tail (or error event) once the outcome is
    * settled, and `closing` set. Undefined when the answer was ended from outside meanwhile.
    */
-  const produce = async (): Promise<Uint8Array | undefined> => {
+  async produce(): Promise<Uint8Array | undefined> {
+    const { attempt, head } = this;
     let out = "";
     for (;;) {
-      if (out !== "" && pending === undefined && attempt.backlog === 0) return encoder.encode(out);
-      const event = pending ?? (await attempt.next());
-      pending = undefined;
-      if (finished) return undefined;
+      if (out !== "" && this.pending === undefined && attempt.backlog === 0) return encoder.encode(out);
+      const event = this.pending ?? (await attempt.next());
+      this.pending = undefined;
+      if (this.finished) return undefined;
       switch (event.type) {
         case "accepted":
           continue;
         case "chunk": {
           const delta = event.delta;
           if (!delta.content && !delta.reasoning_content) continue;
-          chars += delta.content?.length ?? 0;
-          out += chunk(`"choices":[{"index":0,"delta":{${role}${JSON.stringify(delta).slice(1)},"finish_reason":null}]`);
-          role = "";
+          this.chars += delta.content?.length ?? 0;
+          out += deltaEvent(head, this.role, delta);
+          this.role = "";
           continue;
         }
         case "tool_call": {
           const call = event.call;
-          chars += (call.name?.length ?? 0) + (call.arguments?.length ?? 0);
-          const entry = JSON.stringify(toolCallDeltaJson(call));
-          out += chunk(`"choices":[{"index":0,"delta":{${role}"tool_calls":[${entry}]},"finish_reason":null}]`);
-          role = "";
+          this.chars += (call.name?.length ?? 0) + (call.arguments?.length ?? 0);
+          out += toolCallEvent(head, this.role, call);
+          this.role = "";
           continue;
         }
         case "complete": {
-          const reason = finishReason(event.finishReason, event.usage, ctx.maxTokens);
-          const receipt = event.receipt ? `,${JSON.stringify(receiptJson(event.receipt)).slice(1, -1)}` : "";
+          const reason = finishReason(event.finishReason, event.usage, this.ctx.maxTokens);
           // Content gathered so far, the usage chunk, the finish chunk and [DONE] leave together once
           // the charge is durable: one write instead of two (the settlement wait would otherwise split them).
-          const tail = encoder.encode(
-            out +
-              chunk(`"choices":[],"usage":${JSON.stringify(usageJson(event.usage))}`) +
-              chunk(`"choices":[{"index":0,"delta":{},"finish_reason":${JSON.stringify(reason)}}]${receipt}`) +
-              "data: [DONE]\n\n",
-          );
-          await end({ status: "completed", usage: event.usage, finishReason: reason, completionChars: chars });
-          closing = true;
+          const tail = encoder.encode(out + endEvents(head, event.usage, reason, event.receipt));
+          await this.end({ status: "completed", usage: event.usage, finishReason: reason, completionChars: this.chars });
+          this.closing = true;
           return tail;
         }
         default: {
           const status = event.type === "lost" && event.reason === SLOW_CONSUMER ? "cancelled" : "failed";
-          const last = errorEvent(failureOf(event), out);
-          await end({ status, ...stopped, completionChars: chars });
-          closing = true;
+          const last = encoder.encode(out + errorEvent(failureOf(event)));
+          await this.end({ status, usage: undefined, finishReason: undefined, completionChars: this.chars });
+          this.closing = true;
           return last;
         }
       }
     }
-  };
+  }
 
-  const first = await produce();
-  return new ReadableStream<Uint8Array>({
-    start(c) {
-      controller = c;
-      const bytes = first ?? early;
-      if (bytes) c.enqueue(bytes);
-      if (closing) c.close();
-    },
-    async pull(c) {
-      // A pull that resolves having enqueued nothing is not called again: produce waits for bytes, and
-      // an answer ended from outside meanwhile has been written and closed by `stop`.
-      if (closing) return;
-      const bytes = await produce();
-      if (bytes === undefined) return;
-      try {
-        c.enqueue(bytes);
-        if (closing) c.close();
-      } catch {
-        // the consumer went away meanwhile
-      }
-    },
-    cancel() {
-      attempt.cancel("client_gone");
-      void end({ status: "cancelled", usage: undefined, completionChars: chars, finishReason: undefined });
-    },
-  });
+  /** The stream around the writer, `first` (the first write) already in it. */
+  stream(first: Uint8Array | undefined): ReadableStream<Uint8Array> {
+    return new ReadableStream<Uint8Array>({
+      start: (c) => {
+        this.controller = c;
+        const bytes = first ?? this.early;
+        if (bytes) c.enqueue(bytes);
+        if (this.closing) c.close();
+      },
+      pull: async (c) => {
+        // A pull that resolves having enqueued nothing is not called again: produce waits for bytes, and
+        // an answer ended from outside meanwhile has been written and closed by `stop`.
+        if (this.closing) return;
+        const bytes = await this.produce();
+        if (bytes === undefined) return;
+        try {
+          c.enqueue(bytes);
+          if (this.closing) c.close();
+        } catch {
+          // the consumer went away meanwhile
+        }
+      },
+      cancel: () => {
+        this.attempt.cancel("client_gone");
+        void this.end({ status: "cancelled", usage: undefined, completionChars: this.chars, finishReason: undefined });
+      },
+    });
+  }
+
+  private end(o: Outcome): Promise<void> {
+    if (this.finished) return Promise.resolve();
+    this.finished = true;
+    return this.onEnd(o);
+  }
 }
