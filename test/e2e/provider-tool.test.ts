@@ -10,6 +10,7 @@ import { mkdtempSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { BUN, type CoordinatorProcess, ROOT, startCoordinator } from "../support/processes.ts";
+import { shiftedClockEnv } from "../support/shifted-clock.ts";
 import { waitFor } from "../support/wait.ts";
 
 const MAIN = join(ROOT, "src/provider/main.ts");
@@ -260,17 +261,22 @@ describe("start --detach, status, stop", () => {
   }, 60_000);
 
   test("when its schedule window closes it drains and disconnects, then waits for the next", async () => {
-    // Windows have minute resolution: one that closes at the next whole minute, at least 5 s away.
-    if (new Date().getSeconds() > 50) await Bun.sleep((61 - new Date().getSeconds()) * 1000);
-    const now = new Date();
+    // Windows have minute resolution: the tool runs with its clock shifted so that the window it is
+    // started in closes 8 s after the start (time to connect first), not at the machine's next minute.
+    const home = newHome();
+    expect((await tool(home, ["login", "--coordinator", coordinator.url, "--token", seeded.providerToken])).code).toBe(0);
+    const offset = (52_000 - (Date.now() % 60_000) + 60_000) % 60_000;
+    const now = new Date(Date.now() + offset);
     const days = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
     const hhmm = (d: Date) => `${String(d.getHours()).padStart(2, "0")}:${String(d.getMinutes()).padStart(2, "0")}`;
     const end = new Date(now.getTime() + 60_000);
     // A window crossing midnight is written from the start day; the schedule runs it past midnight.
     const window = `${days[now.getDay()]} ${hhmm(now)}-${end.getHours() === 0 && end.getMinutes() === 0 ? "24:00" : hhmm(end)}`;
-    const home = newHome();
-    expect((await tool(home, ["login", "--coordinator", coordinator.url, "--token", seeded.providerToken])).code).toBe(0);
-    const started = await tool(home, ["start", "--detach", "--engine", "echo", "--model", BUILD, "--schedule", window]);
+    const started = await tool(
+      home,
+      ["start", "--detach", "--engine", "echo", "--model", BUILD, "--schedule", window],
+      shiftedClockEnv(offset),
+    );
     expect({ code: started.code, connected: started.stdout.includes("connected") }).toEqual({ code: 0, connected: true });
     const waiting = await waitFor(
       async () => {
@@ -278,14 +284,14 @@ describe("start --detach, status, stop", () => {
         return r.state?.phase === "waiting" ? r : undefined;
       },
       "the window to close",
-      70_000,
+      30_000,
     );
     expect(waiting).toMatchObject({ running: true, state: { connected: false } });
     const log = readFileSync(join(home, "provider.log"), "utf8");
     expect(log).toContain("schedule window closed: draining");
     expect(log).toContain("outside the schedule");
     expect((await tool(home, ["stop"])).code).toBe(0);
-  }, 90_000);
+  }, 60_000);
 
   test("serving an alias: start --detach and status name the build to serve", async () => {
     const alias = "org/tool-alias";

@@ -4,7 +4,7 @@
  * and what follows [DONE]), and a raw HTTP/1.1 client for load tests. Use `await using server = startServer(t)`.
  */
 import { createParser } from "eventsource-parser";
-import { listen } from "../../src/coordinator/server.ts";
+import { type ListenOptions, listen } from "../../src/coordinator/server.ts";
 import type { TestApp } from "./harness.ts";
 
 export interface TestServer extends AsyncDisposable {
@@ -12,9 +12,12 @@ export interface TestServer extends AsyncDisposable {
   readonly port: number;
 }
 
-/** Listens on 127.0.0.1:0; disposal stops the fleet sweeper and the server (closing every connection). */
-export function startServer(t: TestApp): TestServer {
-  const server = listen(t.app, "127.0.0.1", 0);
+/**
+ * Listens on 127.0.0.1:0 (`idleTimeoutSeconds` shortens the idle timeout: ListenOptions); disposal stops
+ * the fleet sweeper and the server (closing every connection).
+ */
+export function startServer(t: TestApp, options: ListenOptions = {}): TestServer {
+  const server = listen(t.app, "127.0.0.1", 0, options);
   return {
     url: server.url,
     port: server.port,
