@@ -8,7 +8,7 @@ import { connect } from "node:net";
 import { type Inference, messageText } from "../../src/protocol/messages.ts";
 import { connectFakeProvider, type Step } from "../support/fake-provider.ts";
 import { seedAccount, seedCatalog, type TestApp, testApp } from "../support/harness.ts";
-import { chatBody, postChat, providerToken, readSse, sseReader, startServer } from "../support/server.ts";
+import { chatBody, errorOf, postChat, providerToken, readSse, sseReader, startServer } from "../support/server.ts";
 
 const BUILD = "org/base-build-4bit";
 
@@ -32,10 +32,6 @@ function fixed(finishReason = "stop", completionTokens = 2): () => readonly Step
     ...(completionTokens > 12 ? [{ do: "chunk", delta: { content: " ".repeat(completionTokens) } } as const] : []),
     { do: "complete", finishReason, usage: { prompt_tokens: 7, completion_tokens: completionTokens } },
   ];
-}
-
-async function errorOf(response: Response) {
-  return { status: response.status, contentType: response.headers.get("content-type"), body: await response.json() };
 }
 
 describe("non-streaming", () => {
@@ -308,6 +304,7 @@ describe("request errors", () => {
     expect(await errorOf(response)).toEqual({
       status: 413,
       contentType: "application/json",
+      retryAfter: null,
       body: { error: { message: expect.any(String), type: "request_too_large", code: "request_too_large" } },
     });
   });
@@ -363,6 +360,7 @@ describe("request errors", () => {
     expect(await errorOf(response)).toEqual({
       status: 413,
       contentType: "application/json",
+      retryAfter: null,
       body: { error: { message: expect.any(String), type: "request_too_large", code: "request_too_large" } },
     });
   });
@@ -399,6 +397,7 @@ describe("request errors", () => {
     expect(await errorOf(response)).toEqual({
       status: 400,
       contentType: "application/json",
+      retryAfter: null,
       body: { error: { message: expect.any(String), type: "invalid_request_error", code: "invalid_json" } },
     });
   });
@@ -430,6 +429,7 @@ describe("request errors", () => {
     expect(await errorOf(response)).toEqual({
       status: 404,
       contentType: "application/json",
+      retryAfter: null,
       body: { error: { message: expect.any(String), type: "not_found_error", code: "model_not_found", param: "model" } },
     });
   });
@@ -444,6 +444,7 @@ describe("request errors", () => {
     expect(await errorOf(response)).toEqual({
       status: 403,
       contentType: "application/json",
+      retryAfter: null,
       body: { error: { message: expect.any(String), type: "permission_error", code: "model_not_allowed", param: "model" } },
     });
     expect(p.received.filter((f) => f.type === "inference")).toEqual([]);
@@ -458,6 +459,7 @@ describe("request errors", () => {
     expect(await errorOf(response)).toEqual({
       status: 400,
       contentType: "application/json",
+      retryAfter: null,
       body: { error: { message: expect.any(String), type: "invalid_request_error", code: "invalid_value", param: "max_tokens" } },
     });
     expect(p.received.filter((f) => f.type === "inference")).toEqual([]);

@@ -11,7 +11,7 @@ import { dispatch } from "../../src/inference/dispatch.ts";
 import { type CoordinatorFrame, type EngineRequestBody, encode, type Inference } from "../../src/protocol/messages.ts";
 import { connectFakeProvider, echo, type FakeProvider, type Step } from "../support/fake-provider.ts";
 import { seedAccount, seedCatalog, type TestApp, testApp } from "../support/harness.ts";
-import { chatBody, postChat, providerToken, readSse, sseReader, startServer, type TestServer } from "../support/server.ts";
+import { chatBody, errorOf, postChat, providerToken, readSse, sseReader, startServer, type TestServer } from "../support/server.ts";
 import { waitFor } from "../support/wait.ts";
 
 const BUILD = "org/base-build-4bit";
@@ -85,15 +85,6 @@ function streamed(data: string[]): { content: string; last: string | undefined }
     content += chunk.choices?.[0]?.delta?.content ?? "";
   }
   return { content, last: data.at(-1) };
-}
-
-async function errorOf(response: Response) {
-  return {
-    status: response.status,
-    contentType: response.headers.get("content-type"),
-    retryAfter: response.headers.get("retry-after"),
-    body: await response.json(),
-  };
 }
 
 /** After a failure, the coordinator still serves an ordinary request (on a fresh healthy provider). */

@@ -15,7 +15,7 @@ import { startAgent } from "../../src/provider/agent.ts";
 import { createEchoEngine } from "../../src/provider/engines/echo.ts";
 import { connectFakeProvider, echo, type FakeProvider, type SealedContext, type Step } from "../support/fake-provider.ts";
 import { seedAccount, seedCatalog, type TestApp, testApp } from "../support/harness.ts";
-import { chatBody, parseSse, postChat, providerToken, startServer, type TestServer } from "../support/server.ts";
+import { chatBody, errorOf, parseSse, postChat, providerToken, startServer, type TestServer } from "../support/server.ts";
 import { waitFor } from "../support/wait.ts";
 
 const BUILD = "org/base-build-4bit";
@@ -61,10 +61,6 @@ function flip(sealed: string): string {
   const bytes = Buffer.from(sealed, "base64url");
   bytes[0] = (bytes[0] as number) ^ 1;
   return toBase64url(bytes);
-}
-
-async function errorOf(response: Response) {
-  return { status: response.status, body: (await response.json()) as { error: { message: string; type: string; code: string } } };
 }
 
 describe("sealed sessions", () => {
@@ -146,6 +142,8 @@ describe("sealed sessions", () => {
     const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("x"));
     expect(await errorOf(response)).toEqual({
       status: 502,
+      contentType: "application/json",
+      retryAfter: null,
       body: { error: { message: expect.any(String), type: "provider_error", code: "invalid_provider_output" } },
     });
     expect(healthy.received.filter((f) => f.type === "sealed_inference")).toEqual([]);

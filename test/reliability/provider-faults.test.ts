@@ -14,7 +14,7 @@ import { afterAll, beforeAll, expect } from "bun:test";
 import { CLOSE, encode, type Inference } from "../../src/protocol/messages.ts";
 import { echo, type FakeProvider, type Step } from "../support/fake-provider.ts";
 import { startProvider } from "../support/processes.ts";
-import { parseSse, sseReader } from "../support/server.ts";
+import { errorOf, parseSse, sseReader } from "../support/server.ts";
 import { waitFor } from "../support/wait.ts";
 import { reliabilityCase } from "./report.ts";
 import {
@@ -24,7 +24,6 @@ import {
   connectFlooder,
   coordinatorProcess,
   envelope,
-  errorOf,
   estimatedTokens,
   fakes,
   isCancel,

@@ -591,13 +591,3 @@ export function fakes(url: string): Fakes {
     },
   };
 }
-
-/** Status, content type, Retry-After and parsed body of an error answer. */
-export async function errorOf(response: Response) {
-  return {
-    status: response.status,
-    contentType: response.headers.get("content-type"),
-    retryAfter: response.headers.get("retry-after"),
-    body: (await response.json()) as unknown,
-  };
-}

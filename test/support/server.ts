@@ -48,6 +48,24 @@ export function postChat(url: string, apiKey: string, body: unknown, options: Ch
   });
 }
 
+/** An error answer as one comparable object. */
+export interface ErrorAnswer {
+  readonly status: number;
+  readonly contentType: string | null;
+  readonly retryAfter: string | null;
+  readonly body: { readonly error: { readonly message: string; readonly type: string; readonly code: string; readonly param?: string } };
+}
+
+/** Status, content type, Retry-After and parsed body of an error answer (compare it whole with toEqual). */
+export async function errorOf(response: Response): Promise<ErrorAnswer> {
+  return {
+    status: response.status,
+    contentType: response.headers.get("content-type"),
+    retryAfter: response.headers.get("retry-after"),
+    body: (await response.json()) as ErrorAnswer["body"],
+  };
+}
+
 /** A minimal valid chat body for the seeded alias. */
 export function chatBody(content: string, extra: Record<string, unknown> = {}): Record<string, unknown> {
   return { model: "org/model", messages: [{ role: "user", content }], ...extra };
