@@ -11,7 +11,7 @@
  * proven on (bench/overhead-check.ts: answers, 401s, a 429, the ledger charge, the verified receipt).
  *
  * BENCH_ROUNDS (3) rounds, each on a fresh set of processes (mock, coordinator + provider, Portkey: two
- * identical process sets differ by up to ~10% here, bench/README.md), checked before it is measured.
+ * identical process sets differ by up to ~10% here, bench/HISTORY.md), checked before it is measured.
  * In each round, for non-streaming and streaming requests (streams ask for usage: stream_options.include_usage):
  * - throughput: closed loop at BENCH_CONCURRENCY (128), the sides' order rotated each round, after one
  *   unmeasured warm-up run per side; the figures are the medians of the
@@ -249,7 +249,7 @@ const changed = Bun.spawnSync(["git", "status", "--porcelain", "--untracked-file
   .filter((path) => path.length > 0);
 /**
  * One set of processes: the mock, Umbra (coordinator + provider) and Portkey. A fresh set serves each
- * round: two identical process pairs differ by up to ~10% in throughput on this machine (bench/README.md,
+ * round: two identical process pairs differ by up to ~10% in throughput on this machine (bench/HISTORY.md,
  * "The method, corrected"), so one set kept over every round would measure that set as much as the
  * gateways.
  */

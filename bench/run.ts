@@ -105,7 +105,7 @@ async function startUmbra(metering: boolean, plain = false) {
  * round starts a fresh pair of Umbras (coordinator and provider each), warms both up unmeasured, then
  * measures them back to back, and stops them. Fresh processes per round because a process pair carries
  * its own speed: with metering off on both sides, one pair measured over several rounds came out 0.94
- * to 1.12 (2026-11-21, bench/README.md), wider than the effect being measured. Which side starts first
+ * to 1.12 (2026-11-21, bench/HISTORY.md), wider than the effect being measured. Which side starts first
  * and which is measured first are balanced over every four rounds (start order flips each round,
  * measuring order every other round), so neither favours a side.
  * `calibration`: both sides run with metering off, so the ratio shows the method's own spread.
