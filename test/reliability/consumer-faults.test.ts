@@ -437,37 +437,44 @@ reliabilityCase(
       { label: "stream", body: chatBody("kept open", { model: PLAIN, stream: true }), status: 200, ends: "data: [DONE]\n\n" },
       { label: "error", body: chatBody("kept open", { model: "org/not-in-the-catalog" }), status: 404, ends: '"code":"model_not_found"' },
     ];
-    const open = await Promise.all(
-      cases.map(async (k) => {
-        const conn = await rawConnection(server.url);
-        send(conn, k.body);
-        return conn;
-      }),
-    );
-    await waitFor(() => open.every((conn) => parseHttp(conn.received())?.complete), "the three answers", 10_000);
-    const answers = open.map((conn) => parseHttp(conn.received()));
-    expect(answers.map((a) => a?.status)).toEqual(cases.map((k) => k.status));
-    expect(cases.every((k, i) => answers[i]?.body.includes(k.ends))).toBe(true);
+    // The kept-alive connections and the consumer that never reads run side by side: each waits for an
+    // idle timeout of its own, and the two waits overlap.
+    const keptAlive = async () => {
+      const open = await Promise.all(
+        cases.map(async (k) => {
+          const conn = await rawConnection(server.url);
+          send(conn, k.body);
+          return conn;
+        }),
+      );
+      await waitFor(() => open.every((conn) => parseHttp(conn.received())?.complete), "the three answers", 10_000);
+      const answers = open.map((conn) => parseHttp(conn.received()));
+      expect(answers.map((a) => a?.status)).toEqual(cases.map((k) => k.status));
+      expect(cases.every((k, i) => answers[i]?.body.includes(k.ends))).toBe(true);
+      await waitFor(() => open.every((conn) => conn.isClosed()), "the idle connections closed", 15_000);
+    };
+    const neverReads = async () => {
+      const stalled = await rawConnection(server.url, { paused: true });
+      send(stalled, chatBody("flood", { model: PLAIN, stream: true, max_tokens: 1_000_000 }));
+      const inf = await waitFor(() => p.inferences.find((i) => i.request.messages.at(-1)?.content === "flood"), "the flood's inference");
+      await p.flood(inf, { frameChars: 32_768, maxChars: 64 * MiB, until: () => p.cancels.length > 0 });
+      expect(p.cancels.map((x) => x.reason)).toEqual(["client_gone"]);
+      await waitFor(async () => (await app.app.admin.getAccount(accountId)).reserved_micro_usd === 0, "the stopped answer settled");
+      expect(await stalled.serverEnd()).toBe("established");
+      await waitFor(async () => (await stalled.serverEnd()) !== "established", "the server closing the stalled connection", 15_000);
+      stalled.resume();
+      await stalled.closed;
+      const rest = parseHttp(stalled.received());
+      expect([rest?.status, rest?.complete]).toEqual([200, false]);
+      return stalled.received().length;
+    };
+    const [, unread] = await Promise.all([keptAlive(), neverReads()]);
     r.held("each got its answer whole (200 JSON, 200 stream ending with [DONE], 404 envelope) on a kept-alive connection");
-    await waitFor(() => open.every((conn) => conn.isClosed()), "the idle connections closed", 15_000);
     r.held("each connection was then closed by the idle timeout (the timeout lifted for the answer is restored once it ended)");
-
-    const stalled = await rawConnection(server.url, { paused: true });
-    send(stalled, chatBody("flood", { model: PLAIN, stream: true, max_tokens: 1_000_000 }));
-    const inf = await waitFor(() => p.inferences.find((i) => i.request.messages.at(-1)?.content === "flood"), "the flood's inference");
-    await p.flood(inf, { frameChars: 32_768, maxChars: 64 * MiB, until: () => p.cancels.length > 0 });
-    expect(p.cancels.map((x) => x.reason)).toEqual(["client_gone"]);
-    await waitFor(async () => (await app.app.admin.getAccount(accountId)).reserved_micro_usd === 0, "the stopped answer settled");
-    expect(await stalled.serverEnd()).toBe("established");
     r.held("the consumer that never reads: its answer was stopped at the backlog bound and settled, the connection still open");
-    await waitFor(async () => (await stalled.serverEnd()) !== "established", "the server closing the stalled connection", 15_000);
     r.held("an idle timeout later the coordinator closed its end of the connection, though the consumer still had not read a byte");
-    stalled.resume();
-    await stalled.closed;
-    const rest = parseHttp(stalled.received());
-    expect([rest?.status, rest?.complete]).toEqual([200, false]);
     r.held(
-      `reading afterwards, it gets what was already in its socket (${Math.round(stalled.received().length / MiB)} MiB), then the end of a cut connection: no [DONE], an error for its client, never a hang`,
+      `reading afterwards, it gets what was already in its socket (${Math.round(unread / MiB)} MiB), then the end of a cut connection: no [DONE], an error for its client, never a hang`,
     );
   },
   60_000,

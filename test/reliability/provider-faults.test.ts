@@ -8,7 +8,7 @@
  * relayed), no reservation is held afterwards, and the coordinator serves the next request.
  *
  * One coordinator process for the file (tight deadlines: accept 1.2 s, first content 2.5 s, whole
- * request 6 s); every case has its own account, build and providers.
+ * request 4 s); every case has its own account, build and providers.
  */
 import { afterAll, beforeAll, expect } from "bun:test";
 import { CLOSE, encode, type Inference } from "../../src/protocol/messages.ts";
@@ -42,7 +42,7 @@ import {
 const GROUP = "provider faults";
 const ACCEPT_TIMEOUT_MS = 1_200;
 const FIRST_CONTENT_TIMEOUT_MS = 2_500;
-const REQUEST_TIMEOUT_MS = 6_000;
+const REQUEST_TIMEOUT_MS = 4_000;
 
 let c: Coordinator;
 let builds = 0;
