@@ -1,8 +1,8 @@
 /**
  * One disposable chat test environment for the e2e tests: a test app with the seeded catalog
  * (harness.ts), a credited account with an API key, a provider device token, the app on a real socket
- * (server.ts) and fake providers connected on demand. Disposal closes providers (last first), the
- * server and the app:
+ * (server.ts) and providers connected on demand: fake ones, or real provider processes. Disposal
+ * stops them, then the server and the app:
  *
  *   await using ctx = await chatEnv({ env: { UMBRA_MAX_ATTEMPTS: "2" } });
  *   const p = await ctx.provider({ behave: () => [{ do: "hang" }] });
@@ -11,6 +11,7 @@
 import type { ListenOptions } from "../../src/coordinator/server.ts";
 import { type Behaviour, connectFakeProvider, echo, type FakeProvider } from "./fake-provider.ts";
 import { seedAccount, seedCatalog, type TestApp, type TestAppOptions, testApp } from "./harness.ts";
+import { type ProviderProcess, startProvider } from "./processes.ts";
 import { providerToken, startServer, type TestServer } from "./server.ts";
 
 /** The seeded catalog's build (the alias `org/model` names it). */
@@ -53,6 +54,11 @@ export interface ChatEnv extends AsyncDisposable {
   provider(options?: ProviderOptions): Promise<FakeProvider>;
   /** Disconnects every provider connected so far. */
   disconnectAll(): Promise<void>;
+  /**
+   * Starts a real `umbra-provider start --engine echo --model <seeded build>` process with the account's
+   * token and `args` after those, waits until it is welcomed; stopped with the environment.
+   */
+  providerProcess(args?: readonly string[]): Promise<ProviderProcess>;
 }
 
 export async function chatEnv(options: ChatEnvOptions = {}): Promise<ChatEnv> {
@@ -64,6 +70,7 @@ export async function chatEnv(options: ChatEnvOptions = {}): Promise<ChatEnv> {
     const token = await providerToken(t, account.accountId);
     const server = startServer(t, listen);
     const providers: FakeProvider[] = [];
+    const processes: ProviderProcess[] = [];
     const close = async (order: FakeProvider[]) => {
       for (const p of order) await p[Symbol.asyncDispose]();
     };
@@ -88,8 +95,15 @@ export async function chatEnv(options: ChatEnvOptions = {}): Promise<ChatEnv> {
         return p;
       },
       disconnectAll: () => close(providers.splice(0)),
+      async providerProcess(args: readonly string[] = []) {
+        const p = startProvider(["--coordinator", server.url, "--token", token, "--engine", "echo", "--model", SEEDED_BUILD, ...args]);
+        processes.push(p);
+        await p.connected;
+        return p;
+      },
       async [Symbol.asyncDispose]() {
         try {
+          for (const p of processes.splice(0)) await p[Symbol.asyncDispose]();
           await close(providers.splice(0).reverse());
           await server[Symbol.asyncDispose]();
         } finally {
