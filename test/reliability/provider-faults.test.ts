@@ -8,7 +8,8 @@
  * relayed), no reservation is held afterwards, and the coordinator serves the next request.
  *
  * One coordinator process for the file (tight deadlines: accept 1.2 s, first content 2.5 s, whole
- * request 4 s); every case has its own account, build and providers.
+ * request 4 s); every case has its own account, build and providers. The two cases that wait for
+ * deadlines (hangs forever, answers slower than the deadline) run at the same time.
  */
 import { afterAll, beforeAll, expect } from "bun:test";
 import { CLOSE, encode, type Inference } from "../../src/protocol/messages.ts";
@@ -153,7 +154,7 @@ reliabilityCase(
   40_000,
 );
 
-reliabilityCase(
+reliabilityCase.concurrent(
   GROUP,
   "hangs forever",
   async (r) => {
@@ -233,7 +234,7 @@ async function sseReaderAll(response: Response): Promise<string[] | undefined> {
   return sseReader(response).rest();
 }
 
-reliabilityCase(
+reliabilityCase.concurrent(
   GROUP,
   "answers slower than the deadline",
   async (r) => {
