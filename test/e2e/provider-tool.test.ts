@@ -264,7 +264,9 @@ describe("start --detach, status, stop", () => {
     expect(log).not.toContain(seeded.providerToken);
   }, 60_000);
 
-  test("outside its schedule it waits without connecting; the config file supplies the settings", async () => {
+  // The next three run at the same time: one never connects, one uses a coordinator of its own, and
+  // the third sends no chat.
+  test.concurrent("outside its schedule it waits without connecting; the config file supplies the settings", async () => {
     const home = newHome();
     expect((await tool(home, ["login", "--coordinator", coordinator.url, "--token", seeded.providerToken])).code).toBe(0);
     // A window two days from now: closed today, whatever the time.
@@ -281,7 +283,7 @@ describe("start --detach, status, stop", () => {
     expect((await tool(home, ["stop"])).code).toBe(0);
   }, 60_000);
 
-  test("attested: status shows trust level hardware and the last challenge answered", async () => {
+  test.concurrent("attested: status shows trust level hardware and the last challenge answered", async () => {
     await using attesting = await startCoordinator({ UMBRA_CHALLENGE_INTERVAL_MS: "300", UMBRA_CHALLENGE_TIMEOUT_MS: "250" });
     const { providerToken } = await attesting.seed([BUILD]);
     const home = newHome();
@@ -296,7 +298,7 @@ describe("start --detach, status, stop", () => {
     expect((await tool(home, ["stop"])).code).toBe(0);
   }, 60_000);
 
-  test("serving an alias: start --detach and status name the build to serve", async () => {
+  test.concurrent("serving an alias: start --detach and status name the build to serve", async () => {
     const alias = "org/tool-alias";
     await coordinator.admin("PUT", `/aliases/${alias}`, { build_id: BUILD });
     const home = newHome();

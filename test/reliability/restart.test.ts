@@ -165,7 +165,8 @@ reliabilityCase(
 
 /**
  * SIGTERM with 8 requests (4 JSON, 4 streaming, ~1.5 s each at 40 tokens per second) in flight through a
- * real provider process; then a restart on the same database and the books.
+ * real provider process; then a restart on the same database and the books. Each run has its own
+ * folder, processes and ports, so the two graceful cases run at the same time.
  */
 async function gracefulStop(drainMs: number | undefined): Promise<{ endings: Ending[]; during: Ending; code: number; ms: number }> {
   using dir = tempDir();
@@ -204,7 +205,7 @@ async function gracefulStop(drainMs: number | undefined): Promise<{ endings: End
 
 const tally = (endings: readonly Ending[]) => endings.map((e) => (e.kind === "http-error" ? e.status : e.kind)).join(", ");
 
-reliabilityCase(
+reliabilityCase.concurrent(
   GROUP,
   "graceful stop (SIGTERM) with traffic in flight: the answers finish within the drain period",
   async (r) => {
@@ -225,7 +226,7 @@ reliabilityCase(
   60_000,
 );
 
-reliabilityCase(
+reliabilityCase.concurrent(
   GROUP,
   "graceful stop (SIGTERM) with answers longer than the drain period",
   async (r) => {
