@@ -1,38 +1,17 @@
-/**
- * Per-request crypto cost (src/crypto): `node_modules/.bin/bun bench/crypto.ts`. Not a test.
- *
- * One request's crypto, as in bench/README.md: seal a 4 KB request (HPKE), seal 50 response chunks
- * (provider), open them (coordinator), sign the receipt (provider, including the two SHA-256 digests) and
- * verify it (coordinator, key imported once per provider session). The HPKE step is measured with each
- * suite seal.ts offers, all through @hpke/core's key schedule: "native" (node:crypto X25519 and HKDF plugged
- * into the library, src/crypto/hpke-native.ts), "webcrypto" (@hpke/core, runtime WebCrypto) and "noble"
- * (@hpke/dhkem-x25519, pure JS); the chunk and receipt steps do not depend on the KEM. openRequest (provider) is measured too but
- * kept out of the request total, which is the list above. Session keys (src/crypto/session.ts: one HPKE
- * setup per connection, HKDF + AES-256-GCM per request) are measured as "seal" and "seal + open" rows.
- *
- * Method: every case runs for BENCH_SECONDS / BENCH_ROUNDS, BENCH_ROUNDS times, the KEMs interleaved, after
- * a warm-up; the figure is the median round. Steps run one at a time (latency: WebCrypto calls return
- * through Bun's thread pool, so one at a time includes that hop); the whole request also runs with
- * BENCH_IN_FLIGHT requests in flight (throughput, as a busy coordinator sees it). Results are printed and
- * written to bench/results/crypto-<timestamp>.json.
- *
- * Environment: BENCH_SECONDS (default 6 per case), BENCH_ROUNDS (3), BENCH_IN_FLIGHT (32),
- * BENCH_CHUNK_BYTES (80).
- */
-import { mkdirSync, writeFileSync } from "node:fs";
 import { cpus } from "node:os";
-import { join } from "node:path";
 import { parseIdentityKey, SoftwareIdentity, verifyIdentitySignature } from "../attestation/provider/index.ts";
 import { type ChunkFrame, ChunkOpener, ChunkSealer } from "../src/crypto/chunks.ts";
 import { type ReceiptClaims, receiptBytes, sha256 } from "../src/crypto/receipts.ts";
 import { generateX25519KeyPair, type KemImplementation, openRequest, type RequestBinding, sealRequest } from "../src/crypto/seal.ts";
 import { openRecipientSession, openSenderSession } from "../src/crypto/session.ts";
+import { benchNumber } from "./lib/env.ts";
+import { writeResult } from "./lib/results.ts";
+import { median } from "./lib/stats.ts";
 
-const ROOT = join(import.meta.dir, "..");
-const seconds = Number(process.env.BENCH_SECONDS ?? 6);
-const rounds = Number(process.env.BENCH_ROUNDS ?? 3);
-const chunkBytes = Number(process.env.BENCH_CHUNK_BYTES ?? 80);
-const concurrency = Number(process.env.BENCH_IN_FLIGHT ?? 32);
+const seconds = benchNumber("BENCH_SECONDS", 6);
+const rounds = benchNumber("BENCH_ROUNDS", 3);
+const chunkBytes = benchNumber("BENCH_CHUNK_BYTES", 80);
+const concurrency = benchNumber("BENCH_IN_FLIGHT", 32);
 const REQUEST_BYTES = 4096;
 const CHUNKS = 50;
 const KEMS: KemImplementation[] = ["native", "webcrypto", "noble"];
@@ -167,7 +146,6 @@ for (let round = 0; round < rounds; round++) {
   for (const c of cases) samples.get(c)!.push(await rate(c.op, (seconds * 1000) / rounds, c.inFlight));
 }
 
-const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 const round2 = (n: number) => Number(n.toFixed(2));
 const rows = cases.map((c) => {
   const ops = median(samples.get(c)!);
@@ -234,7 +212,4 @@ console.log(
 );
 console.log("native over webcrypto (x faster):", result.native_vs_webcrypto);
 console.log("session keys over one native HPKE setup per request (x cheaper):", result.session_keys_vs_native_hpke);
-mkdirSync(join(ROOT, "bench/results"), { recursive: true });
-const file = join(ROOT, `bench/results/crypto-${result.date.replace(/[:.]/g, "-")}.json`);
-writeFileSync(file, `${JSON.stringify(result, null, 2)}\n`);
-console.log(`written ${file}`);
+console.log(`written ${writeResult("crypto", result)}`);

@@ -10,7 +10,7 @@
  * `node_modules/.bin/bun bench/money.ts` (BENCH_SECONDS per level, default 2). Prints a table and writes
  * bench/results/money-<timestamp>.json.
  */
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
 import { Billing, type RequestMoney } from "../src/billing/billing.ts";
@@ -18,9 +18,10 @@ import { Wallets } from "../src/billing/wallets.ts";
 import { silentLogger } from "../src/observability/logger.ts";
 import { createSqliteStore } from "../src/store/sqlite/index.ts";
 import type { Settlement } from "../src/store/types.ts";
+import { benchNumber } from "./lib/env.ts";
+import { writeResult } from "./lib/results.ts";
 
-const ROOT = join(import.meta.dir, "..");
-const seconds = Number(process.env.BENCH_SECONDS ?? 2);
+const seconds = benchNumber("BENCH_SECONDS", 2);
 const cpuMicros = () => {
   const c = process.cpuUsage();
   return c.user + c.system;
@@ -132,7 +133,4 @@ const result = {
 };
 console.log("Money path alone (reserve + settle, SQLite file, closed loop):");
 console.table(rows);
-mkdirSync(join(ROOT, "bench/results"), { recursive: true });
-const file = join(ROOT, `bench/results/money-${result.date.replace(/[:.]/g, "-")}.json`);
-writeFileSync(file, `${JSON.stringify(result, null, 2)}\n`);
-console.log(`written ${file}`);
+console.log(`written ${writeResult("money", result)}`);

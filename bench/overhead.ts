@@ -11,7 +11,7 @@
  * proven on (bench/overhead-check.ts: answers, 401s, a 429, the ledger charge, the verified receipt).
  *
  * BENCH_ROUNDS (3) rounds, each on a fresh set of processes (mock, coordinator + provider, Portkey: two
- * identical process sets differ by up to ~10% here, bench/README.md), checked before it is measured.
+ * identical process sets differ by up to ~10% here, bench/HISTORY.md), checked before it is measured.
  * In each round, for non-streaming and streaming requests (streams ask for usage: stream_options.include_usage):
  * - throughput: closed loop at BENCH_CONCURRENCY (128), the sides' order rotated each round, after one
  *   unmeasured warm-up run per side; the figures are the medians of the
@@ -26,20 +26,23 @@
  * Environment: BENCH_SECONDS (4), BENCH_ROUNDS (3), BENCH_CONCURRENCY (128), BENCH_RATES (200,500),
  * BENCH_WARMUP_SECONDS (2), BENCH_CASES (non-streaming,streaming).
  */
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { cpus, loadavg } from "node:os";
 import { join } from "node:path";
 import type { Subprocess } from "bun";
+import { cpuMicros } from "../test/support/process-stats.ts";
 import { BUN, ROOT, startCoordinator, startProvider } from "../test/support/processes.ts";
+import { benchList, benchNumber, benchNumbers } from "./lib/env.ts";
+import { writeResult } from "./lib/results.ts";
+import { median, percentile } from "./lib/stats.ts";
 import { caseName, check, LIMITS, MODEL, type Side, type SideName, WORDS } from "./overhead-check.ts";
 
-const env = process.env;
-const seconds = Number(env.BENCH_SECONDS ?? 4);
-const rounds = Number(env.BENCH_ROUNDS ?? 3);
-const concurrency = Number(env.BENCH_CONCURRENCY ?? 128);
-const rates = (env.BENCH_RATES ?? "200,500").split(",").map(Number);
-const warmupSeconds = Number(env.BENCH_WARMUP_SECONDS ?? 2);
-const cases = (env.BENCH_CASES ?? "non-streaming,streaming").split(",").map((c) => c === "streaming");
+const seconds = benchNumber("BENCH_SECONDS", 4);
+const rounds = benchNumber("BENCH_ROUNDS", 3);
+const concurrency = benchNumber("BENCH_CONCURRENCY", 128);
+const rates = benchNumbers("BENCH_RATES", [200, 500]);
+const warmupSeconds = benchNumber("BENCH_WARMUP_SECONDS", 2);
+const cases = benchList("BENCH_CASES", ["non-streaming", "streaming"]).map((c) => c === "streaming");
 
 interface LoadResult {
   requests: number;
@@ -54,19 +57,8 @@ interface LoadResult {
 }
 
 const r3 = (n: number) => Number(n.toFixed(3));
-const median = (xs: number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = Math.floor(s.length / 2);
-  return s.length % 2 === 1 ? (s[m] as number) : ((s[m - 1] as number) + (s[m] as number)) / 2;
-};
-const pct = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? Number.NaN;
+const pct = percentile;
 const rotate = <T>(xs: readonly T[], by: number) => xs.map((_, i) => xs[(i + by) % xs.length] as T);
-
-/** CPU time (user + system) a process has used so far, in microseconds (Linux /proc, 100 ticks per second). */
-function cpuMicros(pid: number): number {
-  const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? [];
-  return ((Number(fields[11]) + Number(fields[12])) * 1_000_000) / 100;
-}
 
 /** Spawns a process that prints one JSON line when ready; returns that line and a killer. */
 async function startJsonServer(path: string): Promise<{ url: string; proc: Subprocess } & AsyncDisposable> {
@@ -257,7 +249,7 @@ const changed = Bun.spawnSync(["git", "status", "--porcelain", "--untracked-file
   .filter((path) => path.length > 0);
 /**
  * One set of processes: the mock, Umbra (coordinator + provider) and Portkey. A fresh set serves each
- * round: two identical process pairs differ by up to ~10% in throughput on this machine (bench/README.md,
+ * round: two identical process pairs differ by up to ~10% in throughput on this machine (bench/HISTORY.md,
  * "The method, corrected"), so one set kept over every round would measure that set as much as the
  * gateways.
  */
@@ -418,7 +410,4 @@ console.table(
 );
 console.log("Targets:");
 console.table(targets);
-mkdirSync(join(ROOT, "bench/results"), { recursive: true });
-const file = join(ROOT, `bench/results/overhead-${result.date.replace(/[:.]/g, "-")}.json`);
-writeFileSync(file, `${JSON.stringify(result, null, 2)}\n`);
-console.log(`written ${file}`);
+console.log(`written ${writeResult("overhead", result)}`);

@@ -1,28 +1,13 @@
-/**
- * The floor of Umbra's topology on this machine (a diagnosis for issue 7's latency targets, not a target
- * of its own): what two bare Bun processes add when they relay a request the way the coordinator and the
- * provider do, with none of Umbra's work (no auth, limits, sealing, receipts or money).
- *
- *   direct  the load generator calls the mock upstream (bench/mock-upstream.ts);
- *   relay   front: Bun.serve reads the body and sends it over one WebSocket to back; back: `fetch`es the
- *           mock and sends the answer back over the WebSocket; front answers with it.
- *
- * Open loop at BENCH_RATE (500) req/s, non-streaming, BENCH_ROUNDS (5) rounds of BENCH_SECONDS (4) s, the
- * two sides alternating; each side's samples are pooled over the rounds. Reports what the relay adds over
- * direct (p50, p99), to set beside bench/overhead.ts's figures for Umbra. Results are printed and written
- * to bench/results/relay-floor-<timestamp>.json.
- *
- * Usage: node_modules/.bin/bun bench/relay-floor.ts   (about 1 minute)
- */
-import { mkdirSync, writeFileSync } from "node:fs";
 import { cpus, loadavg } from "node:os";
 import { join } from "node:path";
+import { benchNumber } from "./lib/env.ts";
+import { writeResult } from "./lib/results.ts";
 
 const ROOT = join(import.meta.dir, "..");
 const BUN = process.execPath;
-const rate = Number(process.env.BENCH_RATE ?? 500);
-const rounds = Number(process.env.BENCH_ROUNDS ?? 5);
-const seconds = Number(process.env.BENCH_SECONDS ?? 4);
+const rate = benchNumber("BENCH_RATE", 500);
+const rounds = benchNumber("BENCH_ROUNDS", 5);
+const seconds = benchNumber("BENCH_SECONDS", 4);
 const role = process.argv[2];
 
 if (role === "front") {
@@ -143,9 +128,6 @@ if (role === "front") {
     { side: "relay", ...relay },
   ]);
   console.log(`relay adds p50 +${result.relay_added_p50_ms} ms, p99 +${result.relay_added_p99_ms} ms; errors ${errors}`);
-  mkdirSync(join(ROOT, "bench/results"), { recursive: true });
-  const file = join(ROOT, `bench/results/relay-floor-${result.date.replace(/[:.]/g, "-")}.json`);
-  writeFileSync(file, `${JSON.stringify(result, null, 2)}\n`);
-  console.log(`written ${file}`);
+  console.log(`written ${writeResult("relay-floor", result)}`);
   process.exit(0);
 }

@@ -1,26 +1,10 @@
-/**
- * `make bench`: the chat path through coordinator + provider (echo engine, separate processes) against
- * a direct call to the same engine, non-streaming and streaming; and the money path's cost: the same
- * Umbra path with billing and rate limits on (the default) against metering off.
- *
- * For each case: throughput with a closed loop (fixed concurrency), then latency with an open loop at a
- * fixed rate well below saturation. The headline figures are ratios and differences measured in this
- * one run: Umbra/direct throughput, added p50/p99 latency, and metering-on/metering-off throughput.
- * Results are printed as tables and written to bench/results/chat-path-<timestamp>.json.
- *
- * Metering on against off is measured in BENCH_ROUNDS rounds, each with a fresh pair of processes
- * warmed up unmeasured and then measured back to back (start and measuring order balanced), and the
- * median of the per-round ratios is reported: one pair of runs on a shared machine is noise, and so is
- * one pair of processes. A calibration row compares off with off by the same method. The product's path
- * (the real provider: sealed, receipts) always; the plaintext diagnostic provider with BENCH_PLAINTEXT=1.
- *
- * Environment: BENCH_SECONDS (default 5), BENCH_CONCURRENCY (32), BENCH_RATE (200 req/s), BENCH_ROUNDS (8,
- * best a multiple of 4), BENCH_WARMUP_SECONDS (2), BENCH_PLAINTEXT (0).
- */
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { cpus } from "node:os";
 import { join } from "node:path";
+import { cpuMicros } from "../test/support/process-stats.ts";
 import { BUN, ROOT, startCoordinator, startProvider } from "../test/support/processes.ts";
+import { benchNumber } from "./lib/env.ts";
+import { writeResult } from "./lib/results.ts";
+import { median, round } from "./lib/stats.ts";
 
 interface LoadResult {
   requests: number;
@@ -30,25 +14,12 @@ interface LoadResult {
   p99_ms: number;
 }
 
-const seconds = Number(process.env.BENCH_SECONDS ?? 5);
-const concurrency = Number(process.env.BENCH_CONCURRENCY ?? 32);
-const rate = Number(process.env.BENCH_RATE ?? 200);
-const rounds = Number(process.env.BENCH_ROUNDS ?? 8);
-const warmup = Number(process.env.BENCH_WARMUP_SECONDS ?? 2);
+const seconds = benchNumber("BENCH_SECONDS", 5);
+const concurrency = benchNumber("BENCH_CONCURRENCY", 32);
+const rate = benchNumber("BENCH_RATE", 200);
+const rounds = benchNumber("BENCH_ROUNDS", 8);
+const warmup = benchNumber("BENCH_WARMUP_SECONDS", 2);
 const BUILD = "bench/echo";
-const round = (n: number, digits = 3) => Number(n.toFixed(digits));
-const median = (xs: number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = Math.floor(s.length / 2);
-  return s.length % 2 === 1 ? (s[m] as number) : ((s[m - 1] as number) + (s[m] as number)) / 2;
-};
-
-/** CPU time (user + system) a process has used so far, in microseconds (Linux /proc). */
-function cpuMicros(pid: number): number {
-  const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? [];
-  // After "pid (comm) ": state is field 0, utime field 11 and stime field 12, in clock ticks (100 per second).
-  return ((Number(fields[11]) + Number(fields[12])) * 1_000_000) / 100;
-}
 
 /** Settlements per group commit so far, from the coordinator's own histogram. */
 async function settlementBatches(url: string): Promise<{ commits: number; settlements: number }> {
@@ -134,7 +105,7 @@ async function startUmbra(metering: boolean, plain = false) {
  * round starts a fresh pair of Umbras (coordinator and provider each), warms both up unmeasured, then
  * measures them back to back, and stops them. Fresh processes per round because a process pair carries
  * its own speed: with metering off on both sides, one pair measured over several rounds came out 0.94
- * to 1.12 (2026-11-21, bench/README.md), wider than the effect being measured. Which side starts first
+ * to 1.12 (2026-11-21, bench/HISTORY.md), wider than the effect being measured. Which side starts first
  * and which is measured first are balanced over every four rounds (start order flips each round,
  * measuring order every other round), so neither favours a side.
  * `calibration`: both sides run with metering off, so the ratio shows the method's own spread.
@@ -240,7 +211,4 @@ console.log("Umbra (metering on) against the engine called directly:");
 console.table(overhead);
 console.log("Billing and rate limits on against off (same path, same run):");
 console.table(metering);
-mkdirSync(join(ROOT, "bench/results"), { recursive: true });
-const file = join(ROOT, `bench/results/chat-path-${result.date.replace(/[:.]/g, "-")}.json`);
-writeFileSync(file, `${JSON.stringify(result, null, 2)}\n`);
-console.log(`written ${file}`);
+console.log(`written ${writeResult("chat-path", result)}`);

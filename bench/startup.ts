@@ -25,9 +25,13 @@ import { createHash } from "node:crypto";
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
+import { threadCpuMs } from "../test/support/process-stats.ts";
 import { BUN, ROOT } from "../test/support/processes.ts";
+import { benchNumber } from "./lib/env.ts";
+import { writeResult } from "./lib/results.ts";
+import { median } from "./lib/stats.ts";
 
-const starts = Number(process.env.BENCH_STARTS ?? 10);
+const starts = benchNumber("BENCH_STARTS", 10);
 const TARGET_MS = 100;
 const ADMIN = "bench-startup-admin-token-0123456789abcdef";
 const BUILD = "bench/startup";
@@ -35,11 +39,6 @@ const work = mkdtempSync(join(tmpdir(), "umbra-startup-"));
 const loadBefore = loadavg().map((x) => Number(x.toFixed(2)));
 
 const round1 = (n: number) => Number(n.toFixed(1));
-const median = (xs: number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = Math.floor(s.length / 2);
-  return s.length % 2 === 1 ? (s[m] as number) : ((s[m - 1] as number) + (s[m] as number)) / 2;
-};
 const sha256 = (path: string) => createHash("sha256").update(readFileSync(path)).digest("hex");
 
 /** The Makefile's BUILD_FLAGS, as `make build` passes them. */
@@ -59,23 +58,6 @@ async function build(entry: string, out: string): Promise<{ flags: string[]; ms:
   });
   if ((await proc.exited) !== 0) throw new Error(`build failed: ${await new Response(proc.stderr).text()}`);
   return { flags, ms: performance.now() - started };
-}
-
-/**
- * CPU time a process has used so far, all threads, in ms (/proc/<pid>/task/<tid>/schedstat: run time
- * in ns; finer than /proc/<pid>/stat's 10 ms ticks). On a shared machine the wall clock depends on
- * what else runs; this does much less.
- */
-function cpuMs(pid: number): number {
-  let ns = 0;
-  for (const tid of readdirSync(`/proc/${pid}/task`)) {
-    try {
-      ns += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, "utf8").split(" ")[0]);
-    } catch {
-      // the thread ended meanwhile
-    }
-  }
-  return ns / 1e6;
 }
 
 interface Started {
@@ -179,7 +161,7 @@ async function once(c: Case, seedDir: string, n: number): Promise<Sample> {
       await response.arrayBuffer();
       if (response.status === 200) {
         firstMs = performance.now() - s.t0;
-        cpu = cpuMs(s.pid);
+        cpu = threadCpuMs(s.pid);
         break;
       }
       if (attempts >= 100) throw new Error(`${c.request}: no 200 after ${attempts} attempts (last ${response.status})`);
@@ -271,7 +253,4 @@ console.table(
     "< 100 ms": r.target_met ? "met" : "missed",
   })),
 );
-mkdirSync(join(ROOT, "bench/results"), { recursive: true });
-const file = join(ROOT, `bench/results/startup-${result.date.replace(/[:.]/g, "-")}.json`);
-writeFileSync(file, `${JSON.stringify(result, null, 2)}\n`);
-console.log(`written ${file}`);
+console.log(`written ${writeResult("startup", result)}`);

@@ -1,46 +1,19 @@
-/**
- * Stream relay (issue 7, point 1b): how many SSE chunks the coordinator relays per second, and how much
- * memory one open stream costs it. Separate processes: the coordinator (`serve`, development mode,
- * metering on, SQLite in a temp folder), a provider, and the consumers (stream-consumer.ts).
- *
- * Relay throughput: closed loop, N concurrent consumers (each size in turn), each requesting streams
- * of BENCH_CHUNKS one-token chunks back to back; the figure is content chunks received by the
- * consumers per second (BENCH_ROUNDS rounds of BENCH_SECONDS, median). Providers:
- *   plaintext burst  bench/stream-provider.ts: chunks as fast as the socket takes them, no crypto: the
- *                    coordinator's own relay cost (frames and writes batch up); N in BENCH_RELAY_STREAMS;
- *   plaintext paced  the same provider at BENCH_PACED_TPS tokens per second per stream, one frame and
- *                    one SSE write per token, as a model streams; N in BENCH_PACED_STREAMS;
- *   sealed paced     `umbra-provider start --engine echo` (the product's provider: HPKE-sealed requests,
- *                    AES-256-GCM chunks the coordinator opens) at the same pace, so that each
- *                    token is its own frame (at full speed the provider coalesces a burst of tokens into
- *                    one frame); N in BENCH_PACED_STREAMS.
- * Each row also gives the CPU time per relayed chunk of the coordinator, the provider and the consumers.
- *
- * Open streams: a fresh coordinator, warmed up (a short relay round and a few held streams), then
- * BENCH_OPEN_STREAMS streams opened at once and held by bench/stream-provider.ts (first chunk, then
- * nothing until released) while the consumers keep reading; coordinator RSS (/proc) with them open
- * minus RSS before, per stream. Plaintext and sealed sessions (the sealed one through the same
- * benchmark provider speaking the sealed protocol: an HPKE seal and a chunk opener per stream).
- *
- * Targets: >= 50,000 relayed chunks per second; <= 100 KB of coordinator memory per open stream.
- * Results: printed tables and bench/results/stream-relay-<timestamp>.json.
- *
- * Environment: BENCH_SECONDS (5), BENCH_ROUNDS (3), BENCH_CHUNKS (1000), BENCH_RELAY_STREAMS
- * ("16,64,256"), BENCH_PACED_STREAMS ("64,256"), BENCH_PACED_TPS (1000), BENCH_OPEN_STREAMS (5000).
- */
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { cpus, loadavg, totalmem } from "node:os";
 import { join } from "node:path";
 import type { Subprocess } from "bun";
+import { cpuMicros, rssBytes } from "../test/support/process-stats.ts";
 import { BUN, type CoordinatorProcess, ROOT, startCoordinator, startProvider } from "../test/support/processes.ts";
+import { benchNumber, benchNumbers } from "./lib/env.ts";
+import { writeResult } from "./lib/results.ts";
+import { median } from "./lib/stats.ts";
 
-const seconds = Number(process.env.BENCH_SECONDS ?? 5);
-const rounds = Number(process.env.BENCH_ROUNDS ?? 3);
-const chunks = Number(process.env.BENCH_CHUNKS ?? 1000);
-const burstStreams = (process.env.BENCH_RELAY_STREAMS ?? "16,64,256").split(",").map(Number);
-const pacedStreams = (process.env.BENCH_PACED_STREAMS ?? "64,256").split(",").map(Number);
-const pacedTps = Number(process.env.BENCH_PACED_TPS ?? 1000);
-const openStreams = Number(process.env.BENCH_OPEN_STREAMS ?? 5000);
+const seconds = benchNumber("BENCH_SECONDS", 5);
+const rounds = benchNumber("BENCH_ROUNDS", 3);
+const chunks = benchNumber("BENCH_CHUNKS", 1000);
+const burstStreams = benchNumbers("BENCH_RELAY_STREAMS", [16, 64, 256]);
+const pacedStreams = benchNumbers("BENCH_PACED_STREAMS", [64, 256]);
+const pacedTps = benchNumber("BENCH_PACED_TPS", 1000);
+const openStreams = benchNumber("BENCH_OPEN_STREAMS", 5000);
 const CHUNKS_TARGET = 50_000;
 const BYTES_PER_STREAM_TARGET = 100_000;
 /** One provider session announces at most this many concurrent attempts (protocol limit). */
@@ -48,23 +21,7 @@ const SESSION_MAX = 4096;
 const PREFIX = "bench";
 const SEALED_BUILD = "bench/echo";
 
-const median = (xs: number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = Math.floor(s.length / 2);
-  return s.length % 2 === 1 ? (s[m] as number) : ((s[m - 1] as number) + (s[m] as number)) / 2;
-};
-
-/** CPU time (user + system) a process has used so far, in seconds (Linux /proc, 100 ticks per second). */
-function cpuSeconds(pid: number): number {
-  const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? [];
-  return (Number(fields[11]) + Number(fields[12])) / 100;
-}
-
-/** Resident set size of a process, in bytes. */
-function rssBytes(pid: number): number {
-  const kb = /^VmRSS:\s+(\d+) kB$/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1];
-  return Number(kb) * 1024;
-}
+const cpuSeconds = (pid: number) => cpuMicros(pid) / 1e6;
 
 /** The median of `n` RSS samples taken `everyMs` apart (RSS moves with the collector). */
 async function sampleRss(pid: number, n = 5, everyMs = 200): Promise<number> {
@@ -395,7 +352,4 @@ console.log(
   `targets: relay >= ${CHUNKS_TARGET} chunks/s: ${kinds.map((k) => `${k} ${best[k]?.best_chunks_per_second} (${verdict(best[k]?.met === true)})`).join(", ")}; ` +
     `memory <= 100 KB per open stream: worst ${(worstMemory / 1000).toFixed(1)} KB (${verdict(worstMemory <= BYTES_PER_STREAM_TARGET)})`,
 );
-mkdirSync(join(ROOT, "bench/results"), { recursive: true });
-const file = join(ROOT, `bench/results/stream-relay-${result.date.replace(/[:.]/g, "-")}.json`);
-writeFileSync(file, `${JSON.stringify(result, null, 2)}\n`);
-console.log(`written ${file}`);
+console.log(`written ${writeResult("stream-relay", result)}`);

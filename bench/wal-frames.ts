@@ -1,6 +1,6 @@
 /**
  * WAL frames (pages) written per settlement commit, counted from the WAL file itself: the money path's
- * commit cost is about one page write per frame (bench/README.md). Settles BATCHES batches of N
+ * commit cost is about one page write per frame (bench/HISTORY.md). Settles BATCHES batches of N
  * settlements (one payer with a key, one provider, the platform's fee) through the SQLite store while a
  * reader holds the WAL open (so it is not restarted), then reads the frame headers and reports frames per
  * commit and which tables' pages appear in most commits.

@@ -21,12 +21,13 @@ async function post(t: TestApp, apiKey: string, body: Record<string, unknown>) {
   return { status: r.status, body: r.body };
 }
 
+/** The test app with a vision build and a well-funded key; disposable like the app. */
 async function setup() {
   const t = await testApp();
   await seedCatalog(t);
   await t.app.admin.upsertModel("org/vision", { input_modalities: ["text", "image"] });
   const { apiKey } = await seedAccount(t, {}, 1_000_000_000_000);
-  return { t, apiKey };
+  return Object.assign(t, { apiKey });
 }
 
 const HISTORY = [
@@ -41,8 +42,8 @@ const HISTORY = [
 
 describe("accepted: a tool loop's second turn reaches dispatch", () => {
   test("assistant tool_calls with null content, a tool message, text parts, tools and a strict json_schema", async () => {
-    const { t, apiKey } = await setup();
-    await using _t = t;
+    await using t = await setup();
+    const { apiKey } = t;
     const strict = { type: "object", properties: { city: { type: "string" } }, required: ["city"], additionalProperties: false };
     expect(
       await post(t, apiKey, {
@@ -160,22 +161,22 @@ describe("refused before dispatch", () => {
       },
     ],
   ])("%s", async (_name, body, status, error) => {
-    const { t, apiKey } = await setup();
-    await using _t = t;
+    await using t = await setup();
+    const { apiKey } = t;
     expect(await post(t, apiKey, body)).toEqual({ status, body: { error } });
   });
 
   test("an image part for a model whose input_modalities list image goes on", async () => {
-    const { t, apiKey } = await setup();
-    await using _t = t;
+    await using t = await setup();
+    const { apiKey } = t;
     expect(
       await post(t, apiKey, { model: "org/vision", messages: [{ role: "user", content: [{ type: "text", text: "what is it" }, image] }] }),
     ).toEqual(PASSED);
   });
 
   test("an unknown model is 404 before its schemas are compiled", async () => {
-    const { t, apiKey } = await setup();
-    await using _t = t;
+    await using t = await setup();
+    const { apiKey } = t;
     expect((await post(t, apiKey, { model: "org/none", messages: HISTORY, tools: [tool({ type: "objec" })] })).status).toBe(404);
   });
 });

@@ -34,11 +34,15 @@ async function build(entry: string, out: string): Promise<void> {
   if (code !== 0) throw new Error(`build of ${entry} failed: ${await new Response(proc.stderr).text()}`);
 }
 
+// The four builds (two binaries, twice each) run at the same time: reproducible means the same bytes
+// however the builds interleave.
 beforeAll(async () => {
-  for (const dir of dirs) {
-    await build("src/coordinator/main.ts", join(dir.path, "umbra-coordinator"));
-    await build("src/provider/main.ts", join(dir.path, "umbra-provider"));
-  }
+  await Promise.all(
+    dirs.flatMap((dir) => [
+      build("src/coordinator/main.ts", join(dir.path, "umbra-coordinator")),
+      build("src/provider/main.ts", join(dir.path, "umbra-provider")),
+    ]),
+  );
 }, 240_000);
 
 afterAll(() => {

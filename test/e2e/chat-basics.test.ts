@@ -7,19 +7,12 @@ import { describe, expect, test } from "bun:test";
 import { connect } from "node:net";
 import { messageText } from "../../src/protocol/chat-messages.ts";
 import type { Inference } from "../../src/protocol/frames.ts";
+import { chatEnv } from "../support/chat-env.ts";
 import { connectFakeProvider, type Step } from "../support/fake-provider.ts";
-import { seedAccount, seedCatalog, type TestApp, testApp } from "../support/harness.ts";
-import { chatBody, postChat, providerToken, readSse, startServer } from "../support/server.ts";
+import type { TestApp } from "../support/harness.ts";
+import { chatBody, errorOf, postChat, readSse, sseReader } from "../support/server.ts";
 
 const BUILD = "org/base-build-4bit";
-
-async function setup(env: Record<string, string> = {}) {
-  const t = await testApp({ env });
-  await seedCatalog(t);
-  const account = await seedAccount(t);
-  const token = await providerToken(t, account.accountId);
-  return { t, ...account, token };
-}
 
 /**
  * Fixed answer: accept, "Hello", ", world" (and padding, so that up to 2,048 completion tokens stay within
@@ -35,16 +28,11 @@ function fixed(finishReason = "stop", completionTokens = 2): () => readonly Step
   ];
 }
 
-async function errorOf(response: Response) {
-  return { status: response.status, contentType: response.headers.get("content-type"), body: await response.json() };
-}
-
 describe("non-streaming", () => {
   test("returns one ChatCompletion echoing the alias", async () => {
-    const { t, apiKey, token } = await setup();
-    await using _t = t;
-    await using server = startServer(t);
-    await using _p = await connectFakeProvider({ url: server.url, token, models: [BUILD], behave: fixed() });
+    await using ctx = await chatEnv();
+    const { apiKey, server } = ctx;
+    await ctx.provider({ behave: fixed() });
 
     const response = await postChat(server.url, apiKey, chatBody("hi"));
     expect(response.status).toBe(200);
@@ -60,10 +48,9 @@ describe("non-streaming", () => {
   });
 
   test("created is the current Unix time in seconds", async () => {
-    const { t, apiKey, token } = await setup();
-    await using _t = t;
-    await using server = startServer(t);
-    await using _p = await connectFakeProvider({ url: server.url, token, models: [BUILD] });
+    await using ctx = await chatEnv();
+    const { apiKey, server } = ctx;
+    await ctx.provider();
     const before = Math.floor(Date.now() / 1000);
     const body = (await (await postChat(server.url, apiKey, chatBody("a b"))).json()) as { created: number };
     expect(body.created).toBeGreaterThanOrEqual(before);
@@ -71,10 +58,9 @@ describe("non-streaming", () => {
   });
 
   test("finish_reason is corrected to length when the budget was used up", async () => {
-    const { t, apiKey, token } = await setup();
-    await using _t = t;
-    await using server = startServer(t);
-    await using _p = await connectFakeProvider({ url: server.url, token, models: [BUILD], behave: fixed("stop", 2) });
+    await using ctx = await chatEnv();
+    const { apiKey, server } = ctx;
+    await ctx.provider({ behave: fixed("stop", 2) });
     const body = (await (await postChat(server.url, apiKey, chatBody("hi", { max_tokens: 2 }))).json()) as {
       choices: { finish_reason: string }[];
     };
@@ -91,10 +77,9 @@ describe("answer details", () => {
   ];
 
   test("reasoning content and usage details (non-streaming)", async () => {
-    const { t, apiKey, token } = await setup();
-    await using _t = t;
-    await using server = startServer(t);
-    await using _p = await connectFakeProvider({ url: server.url, token, models: [BUILD], behave: reasoning });
+    await using ctx = await chatEnv();
+    const { apiKey, server } = ctx;
+    await ctx.provider({ behave: reasoning });
     const body = (await (await postChat(server.url, apiKey, chatBody("x"))).json()) as Record<string, unknown>;
     expect({ choices: body.choices, usage: body.usage }).toEqual({
       choices: [{ index: 0, message: { role: "assistant", content: "answer", reasoning_content: "thinking" }, finish_reason: "stop" }],
@@ -109,10 +94,9 @@ describe("answer details", () => {
   });
 
   test("reasoning content and usage details (streaming)", async () => {
-    const { t, apiKey, token } = await setup();
-    await using _t = t;
-    await using server = startServer(t);
-    await using _p = await connectFakeProvider({ url: server.url, token, models: [BUILD], behave: reasoning });
+    await using ctx = await chatEnv();
+    const { apiKey, server } = ctx;
+    await ctx.provider({ behave: reasoning });
     const { data } = await readSse(await postChat(server.url, apiKey, chatBody("x", { stream: true })));
     const chunks = data.slice(0, -1).map((d) => JSON.parse(d) as { choices: unknown[]; usage?: unknown });
     expect(chunks.map((c) => ({ choices: c.choices, usage: c.usage }))).toEqual([
@@ -134,15 +118,9 @@ describe("answer details", () => {
   });
 
   test("an answer without any chunk: empty content, usage, terminal chunk, [DONE]", async () => {
-    const { t, apiKey, token } = await setup();
-    await using _t = t;
-    await using server = startServer(t);
-    await using _p = await connectFakeProvider({
-      url: server.url,
-      token,
-      models: [BUILD],
-      behave: () => [{ do: "accept" }, { do: "complete", usage: { prompt_tokens: 3, completion_tokens: 0 } }],
-    });
+    await using ctx = await chatEnv();
+    const { apiKey, server } = ctx;
+    await ctx.provider({ behave: () => [{ do: "accept" }, { do: "complete", usage: { prompt_tokens: 3, completion_tokens: 0 } }] });
     const json = (await (await postChat(server.url, apiKey, chatBody("x"))).json()) as { choices: unknown[] };
     expect(json.choices).toEqual([{ index: 0, message: { role: "assistant", content: "" }, finish_reason: "stop" }]);
     const { data } = await readSse(await postChat(server.url, apiKey, chatBody("x", { stream: true })));
@@ -157,19 +135,17 @@ describe("answer details", () => {
     [2047, "stop"],
     [2048, "length"],
   ])("finish_reason against the clamped default budget: %p completion tokens -> %p", async (completionTokens, expected) => {
-    const { t, apiKey, token } = await setup();
-    await using _t = t;
-    await using server = startServer(t);
-    await using _p = await connectFakeProvider({ url: server.url, token, models: [BUILD], behave: fixed("stop", completionTokens) });
+    await using ctx = await chatEnv();
+    const { apiKey, server } = ctx;
+    await ctx.provider({ behave: fixed("stop", completionTokens) });
     const body = (await (await postChat(server.url, apiKey, chatBody("x"))).json()) as { choices: { finish_reason: string }[] };
     expect(body.choices[0]?.finish_reason).toBe(expected);
   });
 
   test("a provider-reported reason other than length is kept below the budget", async () => {
-    const { t, apiKey, token } = await setup();
-    await using _t = t;
-    await using server = startServer(t);
-    await using _p = await connectFakeProvider({ url: server.url, token, models: [BUILD], behave: fixed("content_filter", 2) });
+    await using ctx = await chatEnv();
+    const { apiKey, server } = ctx;
+    await ctx.provider({ behave: fixed("content_filter", 2) });
     const body = (await (await postChat(server.url, apiKey, chatBody("x", { max_tokens: 100 }))).json()) as {
       choices: { finish_reason: string }[];
     };
@@ -179,10 +155,9 @@ describe("answer details", () => {
 
 describe("streaming", () => {
   test("content chunks, usage chunk, terminal chunk, one [DONE], nothing else", async () => {
-    const { t, apiKey, token } = await setup();
-    await using _t = t;
-    await using server = startServer(t);
-    await using _p = await connectFakeProvider({ url: server.url, token, models: [BUILD], behave: fixed() });
+    await using ctx = await chatEnv();
+    const { apiKey, server } = ctx;
+    await ctx.provider({ behave: fixed() });
 
     const response = await postChat(server.url, apiKey, chatBody("hi", { stream: true }));
     expect(response.status).toBe(200);
@@ -213,10 +188,9 @@ describe("streaming", () => {
   });
 
   test("finish_reason is corrected to length when completion_tokens reaches max_tokens", async () => {
-    const { t, apiKey, token } = await setup();
-    await using _t = t;
-    await using server = startServer(t);
-    await using _p = await connectFakeProvider({ url: server.url, token, models: [BUILD], behave: fixed("stop", 5) });
+    await using ctx = await chatEnv();
+    const { apiKey, server } = ctx;
+    await ctx.provider({ behave: fixed("stop", 5) });
 
     const under = await readSse(await postChat(server.url, apiKey, chatBody("hi", { stream: true, max_tokens: 6 })));
     const at = await readSse(await postChat(server.url, apiKey, chatBody("hi", { stream: true, max_tokens: 5 })));
@@ -238,9 +212,8 @@ describe("the inference frame", () => {
   }
 
   test("carries the build, the budget after the rules and the pass-through fields, never identity fields", async () => {
-    const { t, apiKey, token } = await setup({ UMBRA_DEFAULT_MAX_TOKENS: "777", UMBRA_FIRST_CONTENT_TIMEOUT_MS: "9000" });
-    await using _t = t;
-    await using server = startServer(t);
+    await using ctx = await chatEnv({ env: { UMBRA_DEFAULT_MAX_TOKENS: "777", UMBRA_FIRST_CONTENT_TIMEOUT_MS: "9000" } });
+    const { t, apiKey, token, server } = ctx;
     const frame = await inferenceFor(
       t,
       apiKey,
@@ -284,39 +257,36 @@ describe("the inference frame", () => {
     ["max_tokens wins over max_completion_tokens", { max_tokens: 50, max_completion_tokens: 300 }, 50],
     ["max_tokens 0 -> default, clamped", { max_tokens: 0 }, 2048],
   ])("%s", async (_name, fields, expected) => {
-    const { t, apiKey, token } = await setup();
-    await using _t = t;
-    await using server = startServer(t);
+    await using ctx = await chatEnv();
+    const { t, apiKey, token, server } = ctx;
     const frame = await inferenceFor(t, apiKey, token, server.url, chatBody("x", fields));
     expect(frame.request.max_tokens).toBe(expected);
     expect(Object.keys(frame.request)).not.toContain("max_completion_tokens");
   });
 
   test("the server default applies when under the model limit", async () => {
-    const { t, apiKey, token } = await setup({ UMBRA_DEFAULT_MAX_TOKENS: "64" });
-    await using _t = t;
-    await using server = startServer(t);
+    await using ctx = await chatEnv({ env: { UMBRA_DEFAULT_MAX_TOKENS: "64" } });
+    const { t, apiKey, token, server } = ctx;
     expect((await inferenceFor(t, apiKey, token, server.url, chatBody("x"))).request.max_tokens).toBe(64);
   });
 });
 
 describe("request errors", () => {
   test("413 for a body over UMBRA_MAX_BODY_BYTES with content-length", async () => {
-    const { t, apiKey } = await setup({ UMBRA_MAX_BODY_BYTES: "1024" });
-    await using _t = t;
-    await using server = startServer(t);
+    await using ctx = await chatEnv({ env: { UMBRA_MAX_BODY_BYTES: "1024" } });
+    const { apiKey, server } = ctx;
     const response = await postChat(server.url, apiKey, chatBody("x".repeat(2000)));
     expect(await errorOf(response)).toEqual({
       status: 413,
       contentType: "application/json",
+      retryAfter: null,
       body: { error: { message: expect.any(String), type: "request_too_large", code: "request_too_large" } },
     });
   });
 
   test("413 in the envelope for a declared length beyond Bun's own 128 MiB limit, before any body byte", async () => {
-    const { t, apiKey } = await setup();
-    await using _t = t;
-    await using server = startServer(t);
+    await using ctx = await chatEnv();
+    const { apiKey, server } = ctx;
     const { port } = new URL(server.url);
     const head = [
       "POST /v1/chat/completions HTTP/1.1",
@@ -341,9 +311,8 @@ describe("request errors", () => {
   });
 
   test("413 for a chunked body of unknown length that grows past the limit", async () => {
-    const { t, apiKey } = await setup({ UMBRA_MAX_BODY_BYTES: "1024" });
-    await using _t = t;
-    await using server = startServer(t);
+    await using ctx = await chatEnv({ env: { UMBRA_MAX_BODY_BYTES: "1024" } });
+    const { apiKey, server } = ctx;
     const piece = new TextEncoder().encode(JSON.stringify(chatBody("y".repeat(400))));
     let sent = 0;
     const body = new ReadableStream<Uint8Array>({
@@ -364,15 +333,15 @@ describe("request errors", () => {
     expect(await errorOf(response)).toEqual({
       status: 413,
       contentType: "application/json",
+      retryAfter: null,
       body: { error: { message: expect.any(String), type: "request_too_large", code: "request_too_large" } },
     });
   });
 
   test("a body at the limit is accepted (the limit is not off by one)", async () => {
-    const { t, apiKey, token } = await setup({ UMBRA_MAX_BODY_BYTES: "1024" });
-    await using _t = t;
-    await using server = startServer(t);
-    await using _p = await connectFakeProvider({ url: server.url, token, models: [BUILD] });
+    await using ctx = await chatEnv({ env: { UMBRA_MAX_BODY_BYTES: "1024" } });
+    const { apiKey, server } = ctx;
+    await ctx.provider();
     const empty = JSON.stringify(chatBody(""));
     const body = JSON.stringify(chatBody("z".repeat(1024 - empty.length)));
     expect(body.length).toBe(1024);
@@ -389,9 +358,8 @@ describe("request errors", () => {
     ["truncated JSON", '{"model":"org/model","messages":['],
     ["empty body", ""],
   ])("400 invalid_json for %s", async (_name, body) => {
-    const { t, apiKey } = await setup();
-    await using _t = t;
-    await using server = startServer(t);
+    await using ctx = await chatEnv();
+    const { apiKey, server } = ctx;
     const response = await fetch(`${server.url}/v1/chat/completions`, {
       method: "POST",
       headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
@@ -400,14 +368,14 @@ describe("request errors", () => {
     expect(await errorOf(response)).toEqual({
       status: 400,
       contentType: "application/json",
+      retryAfter: null,
       body: { error: { message: expect.any(String), type: "invalid_request_error", code: "invalid_json" } },
     });
   });
 
   test("401 without a key, with a wrong key, and with a provider token", async () => {
-    const { t, token } = await setup();
-    await using _t = t;
-    await using server = startServer(t);
+    await using ctx = await chatEnv();
+    const { token, server } = ctx;
     const statuses: number[] = [];
     const variants: Record<string, string>[] = [{}, { authorization: "Bearer sk-umbra-wrong" }, { authorization: `Bearer ${token}` }];
     for (const headers of variants) {
@@ -424,41 +392,41 @@ describe("request errors", () => {
   });
 
   test("404 model_not_found with param model for an unknown model", async () => {
-    const { t, apiKey } = await setup();
-    await using _t = t;
-    await using server = startServer(t);
+    await using ctx = await chatEnv();
+    const { apiKey, server } = ctx;
     const response = await postChat(server.url, apiKey, { ...chatBody("x"), model: "org/unknown" });
     expect(await errorOf(response)).toEqual({
       status: 404,
       contentType: "application/json",
+      retryAfter: null,
       body: { error: { message: expect.any(String), type: "not_found_error", code: "model_not_found", param: "model" } },
     });
   });
 
   test("403 model_not_allowed for a key whose allowed_models excludes the model", async () => {
-    const { t, accountId, token } = await setup();
-    await using _t = t;
-    await using server = startServer(t);
-    await using p = await connectFakeProvider({ url: server.url, token, models: [BUILD] });
+    await using ctx = await chatEnv();
+    const { t, accountId, server } = ctx;
+    const p = await ctx.provider();
     const restricted = await t.app.admin.createKey({ account_id: accountId, allowed_models: ["other/plain"] });
     const response = await postChat(server.url, restricted.key, chatBody("x", { stream: true }));
     expect(await errorOf(response)).toEqual({
       status: 403,
       contentType: "application/json",
+      retryAfter: null,
       body: { error: { message: expect.any(String), type: "permission_error", code: "model_not_allowed", param: "model" } },
     });
     expect(p.received.filter((f) => f.type === "inference")).toEqual([]);
   });
 
   test("400 with param for a malformed budget, before any provider is asked", async () => {
-    const { t, apiKey, token } = await setup();
-    await using _t = t;
-    await using server = startServer(t);
-    await using p = await connectFakeProvider({ url: server.url, token, models: [BUILD] });
+    await using ctx = await chatEnv();
+    const { apiKey, server } = ctx;
+    const p = await ctx.provider();
     const response = await postChat(server.url, apiKey, chatBody("x", { max_tokens: -5, stream: true }));
     expect(await errorOf(response)).toEqual({
       status: 400,
       contentType: "application/json",
+      retryAfter: null,
       body: { error: { message: expect.any(String), type: "invalid_request_error", code: "invalid_value", param: "max_tokens" } },
     });
     expect(p.received.filter((f) => f.type === "inference")).toEqual([]);
@@ -468,13 +436,9 @@ describe("request errors", () => {
 describe("privacy", () => {
   test("neither prompts nor answers reach the logs (debug level), on success or failure", async () => {
     const CANARY = "canary-b81c-do-not-log";
-    const { t, apiKey, token } = await setup({ UMBRA_FIRST_CONTENT_TIMEOUT_MS: "200" });
-    await using _t = t;
-    await using server = startServer(t);
-    await using _p = await connectFakeProvider({
-      url: server.url,
-      token,
-      models: [BUILD],
+    await using ctx = await chatEnv({ env: { UMBRA_FIRST_CONTENT_TIMEOUT_MS: "200" } });
+    const { t, apiKey, server } = ctx;
+    await ctx.provider({
       behave: (inf) => {
         const first = inf.request.messages[0];
         const mode = first && messageText(first).split(" ")[0];
@@ -505,29 +469,43 @@ describe("privacy", () => {
 });
 
 describe("a quiet stream", () => {
-  // Bun.serve cuts a connection idle for 10 s by default; chat requests must be exempt.
-  test("a provider pausing 12 s between two chunks still completes", async () => {
-    const { t, apiKey, token } = await setup();
-    await using _t = t;
-    await using server = startServer(t);
-    await using _p = await connectFakeProvider({
-      url: server.url,
-      token,
-      models: [BUILD],
+  // A connection idle for the server's idle timeout is cut; chat requests must be exempt once their body
+  // is in. A 1 s timeout here (120 s in service); one idle period is measured by a stalled request on
+  // another connection being cut while the stream is quiet.
+  test("a provider silent for longer than the idle timeout between two chunks still completes", async () => {
+    await using ctx = await chatEnv({ listen: { idleTimeoutSeconds: 1 } });
+    const { apiKey, server } = ctx;
+    let resume: () => void = () => {};
+    const quiet = new Promise<void>((resolve) => {
+      resume = resolve;
+    });
+    await ctx.provider({
       behave: () => [
         { do: "accept" },
         { do: "chunk", delta: { content: "before " } },
-        { do: "wait", ms: 12_000 },
+        { do: "until", ready: quiet },
         { do: "chunk", delta: { content: "after" } },
         { do: "complete" },
       ],
     });
-    const { data } = await readSse(await postChat(server.url, apiKey, chatBody("x", { stream: true })));
+    const events = sseReader(await postChat(server.url, apiKey, chatBody("x", { stream: true })));
+    const first = [await events.next()];
+    while (!first.some((d) => d?.includes("before"))) first.push(await events.next());
+    const { port } = new URL(server.url);
+    await new Promise<void>((resolve, reject) => {
+      const stalled = connect(Number(port), "127.0.0.1", () =>
+        stalled.write("POST /v1/provider/device/code HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{"),
+      );
+      stalled.on("error", reject);
+      stalled.on("close", () => resolve());
+    });
+    resume();
+    const data = [...first, ...(await events.rest())] as string[];
     const content = data
       .slice(0, -1)
       .map((d) => (JSON.parse(d) as { choices: { delta?: { content?: string } }[] }).choices[0]?.delta?.content ?? "")
       .join("");
     expect(content).toBe("before after");
     expect(data.at(-1)).toBe("[DONE]");
-  }, 60_000);
+  }, 30_000);
 });

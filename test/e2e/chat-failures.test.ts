@@ -9,57 +9,12 @@ import { describe, expect, test } from "bun:test";
 import { RequestEncodingError } from "../../src/fleet/session.ts";
 import { dispatch } from "../../src/inference/dispatch.ts";
 import { type CoordinatorFrame, type EngineRequestBody, encode, type Inference } from "../../src/protocol/frames.ts";
-import { connectFakeProvider, echo, type FakeProvider, type Step } from "../support/fake-provider.ts";
-import { seedAccount, seedCatalog, type TestApp, testApp } from "../support/harness.ts";
-import { chatBody, postChat, providerToken, readSse, sseReader, startServer, type TestServer } from "../support/server.ts";
+import { type ChatEnv, chatEnv } from "../support/chat-env.ts";
+import { echo, type FakeProvider, type Step } from "../support/fake-provider.ts";
+import { chatBody, errorOf, postChat, readSse, sseReader } from "../support/server.ts";
 import { waitFor } from "../support/wait.ts";
 
 const BUILD = "org/base-build-4bit";
-
-interface Ctx {
-  readonly t: TestApp;
-  readonly server: TestServer;
-  readonly apiKey: string;
-  readonly token: string;
-  provider(behave?: (inf: Inference) => readonly Step[], extra?: { maxConcurrency?: number; models?: string[] }): Promise<FakeProvider>;
-  /** Disconnects every provider connected so far. */
-  disconnectAll(): Promise<void>;
-}
-
-/** App, server and a helper to connect providers; everything is disposed with the returned object. */
-async function setup(env: Record<string, string> = {}): Promise<Ctx & AsyncDisposable> {
-  const t = await testApp({ env });
-  await seedCatalog(t);
-  const { accountId, apiKey } = await seedAccount(t);
-  const token = await providerToken(t, accountId);
-  const server = startServer(t);
-  const providers: FakeProvider[] = [];
-  return {
-    t,
-    server,
-    apiKey,
-    token,
-    async provider(behave = echo, extra = {}) {
-      const p = await connectFakeProvider({
-        url: server.url,
-        token,
-        models: extra.models ?? [BUILD],
-        behave,
-        ...(extra.maxConcurrency !== undefined ? { maxConcurrency: extra.maxConcurrency } : {}),
-      });
-      providers.push(p);
-      return p;
-    },
-    async disconnectAll() {
-      for (const p of providers.splice(0)) await p[Symbol.asyncDispose]();
-    },
-    async [Symbol.asyncDispose]() {
-      for (const p of providers.splice(0).reverse()) await p[Symbol.asyncDispose]();
-      await server[Symbol.asyncDispose]();
-      await t[Symbol.asyncDispose]();
-    },
-  };
-}
 
 const inferences = (p: FakeProvider) => p.received.filter((f): f is Inference => f.type === "inference");
 function firstInference(p: FakeProvider): Inference {
@@ -87,19 +42,10 @@ function streamed(data: string[]): { content: string; last: string | undefined }
   return { content, last: data.at(-1) };
 }
 
-async function errorOf(response: Response) {
-  return {
-    status: response.status,
-    contentType: response.headers.get("content-type"),
-    retryAfter: response.headers.get("retry-after"),
-    body: await response.json(),
-  };
-}
-
 /** After a failure, the coordinator still serves an ordinary request (on a fresh healthy provider). */
-async function stillServes(ctx: Ctx): Promise<void> {
+async function stillServes(ctx: ChatEnv): Promise<void> {
   await ctx.disconnectAll();
-  await ctx.provider(echo);
+  await ctx.provider();
   const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("still alive", { stream: true }));
   expect(response.status).toBe(200);
   const { content, last } = streamed((await readSse(response)).data);
@@ -115,10 +61,10 @@ describe("pre-commit failover", () => {
     ["a provider disconnect", [{ do: "accept" }, { do: "close" }]],
     ["an accepted attempt that ends with only empty chunks then dies", [{ do: "accept" }, { do: "chunk", delta: {} }, { do: "close" }]],
   ])("%s before first content -> the second provider answers", async (_name, steps) => {
-    await using ctx = await setup();
+    await using ctx = await chatEnv();
     // Equal load, neither warm nor measured: candidates keep connection order, so the bad one is tried first.
-    const bad = await ctx.provider(() => steps);
-    const good = await ctx.provider(echo);
+    const bad = await ctx.provider({ behave: () => steps });
+    const good = await ctx.provider();
     for (const stream of [false, true]) {
       const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("alpha beta", { stream }));
       if (stream) {
@@ -137,9 +83,9 @@ describe("pre-commit failover", () => {
   });
 
   test("a silent provider (never accepts) is cancelled with reason failover and the second answers", async () => {
-    await using ctx = await setup({ UMBRA_ACCEPT_TIMEOUT_MS: "200" });
-    const silent = await ctx.provider(() => [{ do: "hang" }]);
-    const good = await ctx.provider(echo);
+    await using ctx = await chatEnv({ env: { UMBRA_ACCEPT_TIMEOUT_MS: "200" } });
+    const silent = await ctx.provider({ behave: () => [{ do: "hang" }] });
+    const good = await ctx.provider();
     const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("gamma delta"));
     expect(await contentOf(response)).toBe("gamma delta");
     const cancel = await silent.waitFor(isCancel("failover"));
@@ -151,9 +97,9 @@ describe("pre-commit failover", () => {
 
 describe("pre-commit failure -> JSON error with its real status", () => {
   test.each([false, true])("every provider fails -> 502 provider_error JSON (stream %p)", async (stream) => {
-    await using ctx = await setup();
-    const a = await ctx.provider(() => [{ do: "accept" }, { do: "error", code: "engine_error" }]);
-    const b = await ctx.provider(() => [{ do: "error", code: "engine_error" }]);
+    await using ctx = await chatEnv();
+    const a = await ctx.provider({ behave: () => [{ do: "accept" }, { do: "error", code: "engine_error" }] });
+    const b = await ctx.provider({ behave: () => [{ do: "error", code: "engine_error" }] });
     const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("x", { stream }));
     expect(await errorOf(response)).toEqual({
       status: 502,
@@ -169,9 +115,9 @@ describe("pre-commit failure -> JSON error with its real status", () => {
     ["context_length_exceeded", "messages"],
     ["invalid_request", undefined],
   ])("a runtime refusal (%s) -> 400 without failover", async (code, param) => {
-    await using ctx = await setup();
-    const refusing = await ctx.provider(() => [{ do: "accept" }, { do: "error", code }]);
-    const other = await ctx.provider(echo);
+    await using ctx = await chatEnv();
+    const refusing = await ctx.provider({ behave: () => [{ do: "accept" }, { do: "error", code }] });
+    const other = await ctx.provider();
     const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("x", { stream: true }));
     expect(await errorOf(response)).toEqual({
       status: 400,
@@ -183,18 +129,18 @@ describe("pre-commit failure -> JSON error with its real status", () => {
   });
 
   test("UMBRA_MAX_ATTEMPTS bounds how many providers are tried", async () => {
-    await using ctx = await setup({ UMBRA_MAX_ATTEMPTS: "2" });
+    await using ctx = await chatEnv({ env: { UMBRA_MAX_ATTEMPTS: "2" } });
     const failing = [];
-    for (let i = 0; i < 3; i++) failing.push(await ctx.provider(() => [{ do: "error", code: "engine_error" }]));
+    for (let i = 0; i < 3; i++) failing.push(await ctx.provider({ behave: () => [{ do: "error", code: "engine_error" }] }));
     const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("x"));
     expect(response.status).toBe(502);
     expect(failing.map((p) => inferences(p).length).reduce((s, n) => s + n, 0)).toBe(2);
   });
 
   test("every provider busy -> 503 service_unavailable with Retry-After", async () => {
-    await using ctx = await setup();
-    await ctx.provider(() => [{ do: "error", code: "busy" }]);
-    await ctx.provider(() => [{ do: "accept" }, { do: "error", code: "draining" }]);
+    await using ctx = await chatEnv();
+    await ctx.provider({ behave: () => [{ do: "error", code: "busy" }] });
+    await ctx.provider({ behave: () => [{ do: "accept" }, { do: "error", code: "draining" }] });
     const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("x", { stream: true }));
     const error = await errorOf(response);
     expect(error).toEqual({
@@ -206,7 +152,7 @@ describe("pre-commit failure -> JSON error with its real status", () => {
   });
 
   test("no provider at all -> 503 model_unavailable", async () => {
-    await using ctx = await setup();
+    await using ctx = await chatEnv();
     const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("x", { stream: true }));
     expect(await errorOf(response)).toEqual({
       status: 503,
@@ -217,8 +163,8 @@ describe("pre-commit failure -> JSON error with its real status", () => {
   });
 
   test("providers only for other models -> 503 model_unavailable", async () => {
-    await using ctx = await setup();
-    const other = await ctx.provider(echo, { models: ["other/plain"] });
+    await using ctx = await chatEnv();
+    const other = await ctx.provider({ models: ["other/plain"] });
     const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("x"));
     expect(await errorOf(response)).toEqual({
       status: 503,
@@ -232,8 +178,9 @@ describe("pre-commit failure -> JSON error with its real status", () => {
   });
 
   test("every provider at max concurrency and no admission queue -> 503 service_unavailable with an integer Retry-After", async () => {
-    await using ctx = await setup({ UMBRA_MAX_QUEUED_PER_MODEL: "0" });
-    const p = await ctx.provider((inf) => (inf.request.messages[0]?.content === "hold" ? [{ do: "accept" }, { do: "hang" }] : echo(inf)), {
+    await using ctx = await chatEnv({ env: { UMBRA_MAX_QUEUED_PER_MODEL: "0" } });
+    const p = await ctx.provider({
+      behave: (inf) => (inf.request.messages[0]?.content === "hold" ? [{ do: "accept" }, { do: "hang" }] : echo(inf)),
       maxConcurrency: 1,
     });
     const controller = new AbortController();
@@ -259,8 +206,8 @@ describe("pre-commit failure -> JSON error with its real status", () => {
   test.each([false, true])(
     "no content before UMBRA_FIRST_CONTENT_TIMEOUT_MS -> 429 first_content_timeout, provider cancelled (deadline) (stream %p)",
     async (stream) => {
-      await using ctx = await setup({ UMBRA_FIRST_CONTENT_TIMEOUT_MS: "300" });
-      const p = await ctx.provider(() => [{ do: "accept" }, { do: "hang" }]);
+      await using ctx = await chatEnv({ env: { UMBRA_FIRST_CONTENT_TIMEOUT_MS: "300" } });
+      const p = await ctx.provider({ behave: () => [{ do: "accept" }, { do: "hang" }] });
       const started = Date.now();
       const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("x", { stream }));
       const error = await errorOf(response);
@@ -284,9 +231,9 @@ describe("pre-commit failure -> JSON error with its real status", () => {
   );
 
   test("the first-content deadline covers all attempts together", async () => {
-    await using ctx = await setup({ UMBRA_FIRST_CONTENT_TIMEOUT_MS: "400", UMBRA_ACCEPT_TIMEOUT_MS: "250" });
-    const a = await ctx.provider(() => [{ do: "hang" }]);
-    const b = await ctx.provider(() => [{ do: "accept" }, { do: "hang" }]);
+    await using ctx = await chatEnv({ env: { UMBRA_FIRST_CONTENT_TIMEOUT_MS: "400", UMBRA_ACCEPT_TIMEOUT_MS: "250" } });
+    const a = await ctx.provider({ behave: () => [{ do: "hang" }] });
+    const b = await ctx.provider({ behave: () => [{ do: "accept" }, { do: "hang" }] });
     const started = Date.now();
     const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("x"));
     expect(response.status).toBe(429);
@@ -311,9 +258,9 @@ describe("committed failure -> in-band error, no [DONE]", () => {
     ],
     ["error frame (timeout) after 2 chunks", [...twoChunks, { do: "error", code: "timeout" }], "timeout", "timeout"],
   ])("%s -> 200 stream with the chunks, then one error event", async (_name, steps, type, code) => {
-    await using ctx = await setup();
-    await ctx.provider(() => steps);
-    await ctx.provider(() => steps);
+    await using ctx = await chatEnv();
+    await ctx.provider({ behave: () => steps });
+    await ctx.provider({ behave: () => steps });
     const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("x", { stream: true }));
     expect(response.status).toBe(200);
     expect(response.headers.get("content-type")).toStartWith("text/event-stream");
@@ -330,8 +277,8 @@ describe("committed failure -> in-band error, no [DONE]", () => {
     ["disconnect", [...twoChunks, { do: "close" }], 502, "provider_error"],
     ["engine_error", [...twoChunks, { do: "error", code: "engine_error" }], 502, "provider_error"],
   ])("the same failure (%s) without streaming -> a JSON error", async (_name, steps, status, code) => {
-    await using ctx = await setup();
-    await ctx.provider(() => steps);
+    await using ctx = await chatEnv();
+    await ctx.provider({ behave: () => steps });
     const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("x"));
     expect(await errorOf(response)).toEqual({
       status,
@@ -343,16 +290,16 @@ describe("committed failure -> in-band error, no [DONE]", () => {
   });
 
   test("a committed request is never failed over: the second provider is not asked", async () => {
-    await using ctx = await setup();
-    const a = await ctx.provider(() => [...twoChunks, { do: "close" }]);
-    const b = await ctx.provider(() => [...twoChunks, { do: "close" }]);
+    await using ctx = await chatEnv();
+    const a = await ctx.provider({ behave: () => [...twoChunks, { do: "close" }] });
+    const b = await ctx.provider({ behave: () => [...twoChunks, { do: "close" }] });
     await readSse(await postChat(ctx.server.url, ctx.apiKey, chatBody("x", { stream: true })));
     expect(inferences(a).length + inferences(b).length).toBe(1);
   });
 
   test("request timeout after commit -> in-band timeout error, provider cancelled (deadline)", async () => {
-    await using ctx = await setup({ UMBRA_REQUEST_TIMEOUT_MS: "300" });
-    const p = await ctx.provider(() => [{ do: "accept" }, { do: "chunk", delta: { content: "first" } }, { do: "hang" }]);
+    await using ctx = await chatEnv({ env: { UMBRA_REQUEST_TIMEOUT_MS: "300" } });
+    const p = await ctx.provider({ behave: () => [{ do: "accept" }, { do: "chunk", delta: { content: "first" } }, { do: "hang" }] });
     const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("x", { stream: true }));
     expect(response.status).toBe(200);
     const { data } = await readSse(response);
@@ -370,8 +317,8 @@ describe("committed failure -> in-band error, no [DONE]", () => {
   });
 
   test("request timeout after commit without streaming -> 504 timeout JSON", async () => {
-    await using ctx = await setup({ UMBRA_REQUEST_TIMEOUT_MS: "300" });
-    const p = await ctx.provider(() => [{ do: "accept" }, { do: "chunk", delta: { content: "first" } }, { do: "hang" }]);
+    await using ctx = await chatEnv({ env: { UMBRA_REQUEST_TIMEOUT_MS: "300" } });
+    const p = await ctx.provider({ behave: () => [{ do: "accept" }, { do: "chunk", delta: { content: "first" } }, { do: "hang" }] });
     const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("x"));
     expect(await errorOf(response)).toEqual({
       status: 504,
@@ -385,14 +332,15 @@ describe("committed failure -> in-band error, no [DONE]", () => {
 
 describe("admission queue", () => {
   /** A provider with one slot whose "hold" requests never finish until released. */
-  async function oneSlot(ctx: Ctx) {
-    return ctx.provider((inf) => (inf.request.messages[0]?.content === "hold" ? [{ do: "accept" }, { do: "hang" }] : echo(inf)), {
+  async function oneSlot(ctx: ChatEnv) {
+    return ctx.provider({
+      behave: (inf) => (inf.request.messages[0]?.content === "hold" ? [{ do: "accept" }, { do: "hang" }] : echo(inf)),
       maxConcurrency: 1,
     });
   }
 
   test("a request waits for a busy provider's slot and is served when it frees", async () => {
-    await using ctx = await setup({ UMBRA_MAX_QUEUED_PER_MODEL: "4" });
+    await using ctx = await chatEnv({ env: { UMBRA_MAX_QUEUED_PER_MODEL: "4" } });
     const p = await oneSlot(ctx);
     const controller = new AbortController();
     const held = postChat(ctx.server.url, ctx.apiKey, chatBody("hold"), { signal: controller.signal }).catch(() => undefined);
@@ -406,7 +354,7 @@ describe("admission queue", () => {
   });
 
   test("a full queue answers 429 capacity_exhausted with an integer Retry-After", async () => {
-    await using ctx = await setup({ UMBRA_MAX_QUEUED_PER_MODEL: "1" });
+    await using ctx = await chatEnv({ env: { UMBRA_MAX_QUEUED_PER_MODEL: "1" } });
     const p = await oneSlot(ctx);
     const controller = new AbortController();
     const held = postChat(ctx.server.url, ctx.apiKey, chatBody("hold"), { signal: controller.signal }).catch(() => undefined);
@@ -425,10 +373,10 @@ describe("admission queue", () => {
   });
 
   test("a queued request that waits past the first-content deadline gets 429 first_content_timeout", async () => {
-    await using ctx = await setup({ UMBRA_MAX_QUEUED_PER_MODEL: "4", UMBRA_FIRST_CONTENT_TIMEOUT_MS: "200" });
+    await using ctx = await chatEnv({ env: { UMBRA_MAX_QUEUED_PER_MODEL: "4", UMBRA_FIRST_CONTENT_TIMEOUT_MS: "200" } });
     // Every request hangs: whether the queued one times out waiting or after the held one's slot frees
     // (the held one has the same deadline), no content ever comes.
-    const p = await ctx.provider(() => [{ do: "accept" }, { do: "hang" }], { maxConcurrency: 1 });
+    const p = await ctx.provider({ behave: () => [{ do: "accept" }, { do: "hang" }], maxConcurrency: 1 });
     const controller = new AbortController();
     const held = postChat(ctx.server.url, ctx.apiKey, chatBody("hold"), { signal: controller.signal }).catch(() => undefined);
     await p.waitFor((f) => f.type === "inference");
@@ -444,8 +392,10 @@ describe("client cancellation", () => {
   test.each([false, true])(
     "client aborts while waiting for first content -> provider cancelled (client_gone) (stream %p)",
     async (stream) => {
-      await using ctx = await setup();
-      const p = await ctx.provider((inf) => (inf.request.messages[0]?.content === "slow" ? [{ do: "accept" }, { do: "hang" }] : echo(inf)));
+      await using ctx = await chatEnv();
+      const p = await ctx.provider({
+        behave: (inf) => (inf.request.messages[0]?.content === "slow" ? [{ do: "accept" }, { do: "hang" }] : echo(inf)),
+      });
       const controller = new AbortController();
       const pending = postChat(ctx.server.url, ctx.apiKey, chatBody("slow", { stream }), { signal: controller.signal });
       const inference = (await p.waitFor((f) => f.type === "inference")) as Inference;
@@ -468,8 +418,8 @@ describe("client cancellation", () => {
   );
 
   test("the request timeout also bounds the wait for first content: 504 timeout", async () => {
-    await using ctx = await setup({ UMBRA_REQUEST_TIMEOUT_MS: "150", UMBRA_FIRST_CONTENT_TIMEOUT_MS: "10000" });
-    const p = await ctx.provider(() => [{ do: "accept" }, { do: "hang" }]);
+    await using ctx = await chatEnv({ env: { UMBRA_REQUEST_TIMEOUT_MS: "150", UMBRA_FIRST_CONTENT_TIMEOUT_MS: "10000" } });
+    const p = await ctx.provider({ behave: () => [{ do: "accept" }, { do: "hang" }] });
     const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("never"));
     expect([response.status, ((await response.json()) as { error: { type: string; code: string } }).error]).toEqual([
       504,
@@ -479,12 +429,13 @@ describe("client cancellation", () => {
   });
 
   test("client aborts a non-streaming request after first content -> provider cancelled (client_gone)", async () => {
-    await using ctx = await setup();
-    const p = await ctx.provider((inf) =>
-      inf.request.messages[0]?.content === "long"
-        ? [{ do: "accept" }, { do: "chunk", delta: { content: "part" } }, { do: "hang" }]
-        : echo(inf),
-    );
+    await using ctx = await chatEnv();
+    const p = await ctx.provider({
+      behave: (inf) =>
+        inf.request.messages[0]?.content === "long"
+          ? [{ do: "accept" }, { do: "chunk", delta: { content: "part" } }, { do: "hang" }]
+          : echo(inf),
+    });
     const controller = new AbortController();
     const pending = postChat(ctx.server.url, ctx.apiKey, chatBody("long"), { signal: controller.signal });
     const inference = (await p.waitFor((f) => f.type === "inference")) as Inference;
@@ -502,12 +453,13 @@ describe("client cancellation", () => {
   });
 
   test("client aborts mid-stream -> provider cancelled (client_gone)", async () => {
-    await using ctx = await setup();
-    const p = await ctx.provider((inf) =>
-      inf.request.messages[0]?.content === "long"
-        ? [{ do: "accept" }, { do: "chunk", delta: { content: "part" } }, { do: "hang" }]
-        : echo(inf),
-    );
+    await using ctx = await chatEnv();
+    const p = await ctx.provider({
+      behave: (inf) =>
+        inf.request.messages[0]?.content === "long"
+          ? [{ do: "accept" }, { do: "chunk", delta: { content: "part" } }, { do: "hang" }]
+          : echo(inf),
+    });
     const controller = new AbortController();
     const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("long", { stream: true }), { signal: controller.signal });
     expect(response.status).toBe(200);
@@ -525,12 +477,13 @@ describe("client cancellation", () => {
   });
 
   test("a provider that keeps streaming after the client left is cancelled and its late frames are ignored", async () => {
-    await using ctx = await setup();
-    const p = await ctx.provider((inf) =>
-      inf.request.messages[0]?.content === "chatty"
-        ? [{ do: "accept" }, { do: "chunk", delta: { content: "a" } }, { do: "hang" }]
-        : echo(inf),
-    );
+    await using ctx = await chatEnv();
+    const p = await ctx.provider({
+      behave: (inf) =>
+        inf.request.messages[0]?.content === "chatty"
+          ? [{ do: "accept" }, { do: "chunk", delta: { content: "a" } }, { do: "hang" }]
+          : echo(inf),
+    });
     const controller = new AbortController();
     const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("chatty", { stream: true }), { signal: controller.signal });
     const reader = sseReader(response);
@@ -562,9 +515,9 @@ describe("a body nested too deep", () => {
     ["a pass-through field 20,000 objects deep", "tools", `${'{"a":'.repeat(20_000)}1${"}".repeat(20_000)}`],
     ["a field one level over the bound", "extra", `${"[".repeat(64)}${"]".repeat(64)}`],
   ])("%s -> 400 invalid_value naming the field; no provider asked, nothing counted as a provider failure", async (_, field, value) => {
-    await using ctx = await setup();
-    const first = await ctx.provider(echo);
-    const second = await ctx.provider(echo);
+    await using ctx = await chatEnv();
+    const first = await ctx.provider();
+    const second = await ctx.provider();
     const response = await post(ctx.server.url, ctx.apiKey, withField(field, value));
     expect(await errorOf(response)).toEqual({
       status: 400,
@@ -589,8 +542,8 @@ describe("a body nested too deep", () => {
   });
 
   test("63 levels under the body (64 with it) pass through", async () => {
-    await using ctx = await setup();
-    const provider = await ctx.provider(echo);
+    await using ctx = await chatEnv();
+    const provider = await ctx.provider();
     const response = await post(ctx.server.url, ctx.apiKey, withField("extra", `${"[".repeat(63)}${"]".repeat(63)}`));
     expect(await contentOf(response)).toBe("alpha beta");
     expect(JSON.stringify(firstInference(provider).request.extra)).toBe(`${"[".repeat(63)}${"]".repeat(63)}`);
@@ -610,10 +563,9 @@ describe("a request the coordinator cannot serialize for its provider", () => {
     ["sealed", { sealed: true }],
     ["sealed with session keys", { sealed: true, sessionKeys: true }],
   ])("%s session: RequestEncodingError, no provider asked, the slots are free", async (_, mode) => {
-    await using ctx = await setup();
-    const connect = () => connectFakeProvider({ url: ctx.server.url, token: ctx.token, models: [BUILD], behave: echo, ...mode });
-    await using first = await connect();
-    await using second = await connect();
+    await using ctx = await chatEnv();
+    const first = await ctx.provider(mode);
+    const second = await ctx.provider(mode);
     await waitFor(() => ctx.t.app.fleet.candidates(BUILD, () => true).length === 2, "both providers ready");
     for (const extra of [{ extra: deep() }, { seed: 1n }]) {
       const body = { messages: [{ role: "user", content: "x" }], max_tokens: 5, ...extra } as unknown as EngineRequestBody;

@@ -459,7 +459,8 @@ describe("who may approve: an account-holder credential only (issue 18, point 4)
   });
 
   test("an approval with a token lifetime: the token expires, is refused at /me and /connect, and its live session is dropped", async () => {
-    await using c = await setup();
+    // Heartbeats every 200 ms: the fleet's sweeper, which ends expired sessions, runs every 100 ms.
+    await using c = await setup({ UMBRA_PROVIDER_HEARTBEAT_MS: "200" });
     const started = await c.code();
     const approved = await send(c.server, "POST", "/v1/provider/device/approve", {
       token: c.owner.apiKey,

@@ -8,28 +8,18 @@ import { describe, expect, test } from "bun:test";
 import { startAgent } from "../../src/provider/agent.ts";
 import { createEchoEngine } from "../../src/provider/engines/echo.ts";
 import { describeModelWarning } from "../../src/provider/runtime.ts";
-import { connectFakeProvider } from "../support/fake-provider.ts";
-import { seedAccount, seedCatalog, testApp } from "../support/harness.ts";
-import { chatBody, postChat, providerToken, startServer } from "../support/server.ts";
+import { chatEnv } from "../support/chat-env.ts";
+import { chatBody, postChat } from "../support/server.ts";
 import { waitFor } from "../support/wait.ts";
 
 const BUILD = "org/base-build-4bit";
 const ALIAS = "org/model";
 
-async function setup() {
-  const t = await testApp();
-  await seedCatalog(t);
-  const account = await seedAccount(t);
-  const token = await providerToken(t, account.accountId);
-  return { t, ...account, token };
-}
-
 describe("hello with ids that are not catalog builds", () => {
   test("welcome.model_warnings names the alias's build and the unknown id; the coordinator logs them", async () => {
-    const { t, token } = await setup();
-    await using _t = t;
-    await using server = startServer(t);
-    await using p = await connectFakeProvider({ url: server.url, token, models: [BUILD, ALIAS, "org/no-such-build"] });
+    await using ctx = await chatEnv();
+    const { t } = ctx;
+    const p = await ctx.provider({ models: [BUILD, ALIAS, "org/no-such-build"] });
     expect(p.received[0]).toEqual({
       type: "welcome",
       protocol_version: 2,
@@ -54,10 +44,9 @@ describe("hello with ids that are not catalog builds", () => {
   });
 
   test("a provider serving only the alias is welcomed, warned, and gets no request for it (503)", async () => {
-    const { t, apiKey, token } = await setup();
-    await using _t = t;
-    await using server = startServer(t);
-    await using p = await connectFakeProvider({ url: server.url, token, models: [ALIAS] });
+    await using ctx = await chatEnv();
+    const { apiKey, server } = ctx;
+    const p = await ctx.provider({ models: [ALIAS] });
     expect(p.received[0]?.type === "welcome" && p.received[0].model_warnings).toEqual([{ model: ALIAS, reason: "alias", build_id: BUILD }]);
     const response = await postChat(server.url, apiKey, chatBody("hello there"));
     expect(response.status).toBe(503);
@@ -65,9 +54,8 @@ describe("hello with ids that are not catalog builds", () => {
   });
 
   test("the agent keeps the warnings in its state; the tool's line names the build to serve", async () => {
-    const { t, token } = await setup();
-    await using _t = t;
-    await using server = startServer(t);
+    await using ctx = await chatEnv();
+    const { token, server } = ctx;
     const agent = startAgent({
       url: `${server.url.replace(/^http/, "ws")}/v1/provider/connect`,
       token,

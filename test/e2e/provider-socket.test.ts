@@ -7,21 +7,14 @@
  */
 import { describe, expect, test } from "bun:test";
 import { CLOSE, encode, type Inference, MAX_BATCH_FRAMES, MAX_FRAME_BYTES } from "../../src/protocol/frames.ts";
+import { chatEnv } from "../support/chat-env.ts";
 import { connectFakeProvider, echo, type FakeProvider, type Step } from "../support/fake-provider.ts";
-import { seedAccount, seedCatalog, type TestApp, testApp } from "../support/harness.ts";
-import { chatBody, postChat, providerToken, readSse, sseReader, startServer } from "../support/server.ts";
+import type { TestApp } from "../support/harness.ts";
+import { chatBody, postChat, providerToken, readSse, sseReader } from "../support/server.ts";
 import { waitFor } from "../support/wait.ts";
 
 const BUILD = "org/base-build-4bit";
 const CONNECT = "/v1/provider/connect";
-
-async function setup(env: Record<string, string> = {}) {
-  const t = await testApp({ env });
-  await seedCatalog(t);
-  const account = await seedAccount(t);
-  const token = await providerToken(t, account.accountId);
-  return { t, ...account, token };
-}
 
 const inferences = (p: FakeProvider) => p.received.filter((f): f is Inference => f.type === "inference");
 
@@ -71,9 +64,8 @@ function content(data: string[]): string {
 
 describe("revocation", () => {
   test("revoking a device token over the admin API closes its live session at once (4001)", async () => {
-    const { t, accountId } = await setup();
-    await using _t = t;
-    await using server = startServer(t);
+    await using ctx = await chatEnv();
+    const { t, accountId, server } = ctx;
     const created = await t.app.admin.createProviderToken({ account_id: accountId });
     await using p = await connectFakeProvider({ url: server.url, token: created.token, models: [BUILD] });
     await using other = await connectFakeProvider({ url: server.url, token: await providerToken(t, accountId), models: [BUILD] });
@@ -84,9 +76,8 @@ describe("revocation", () => {
   });
 
   test("a token revoked elsewhere (the admin CLI, another process) is noticed by the periodic re-check", async () => {
-    const { t, accountId } = await setup();
-    await using _t = t;
-    await using server = startServer(t);
+    await using ctx = await chatEnv();
+    const { t, accountId, server } = ctx;
     const created = await t.app.admin.createProviderToken({ account_id: accountId });
     await using p = await connectFakeProvider({ url: server.url, token: created.token, models: [BUILD] });
     // Straight to the store: no in-process hook fires.
@@ -112,11 +103,10 @@ function upgradeRequest(url: string, token: string): Promise<Response> {
 
 describe("session limit per device token", () => {
   test("past the limit (default 4, counting sockets that never said hello) upgrades are refused: 429 rate_limit_exceeded", async () => {
-    const { t, accountId, token } = await setup({ UMBRA_PROVIDER_LIVENESS_MS: "3600000" });
-    await using _t = t;
-    await using server = startServer(t);
-    await using a = await connectFakeProvider({ url: server.url, token, models: [BUILD], heartbeat: false });
-    await using _b = await connectFakeProvider({ url: server.url, token, models: [BUILD], heartbeat: false });
+    await using ctx = await chatEnv({ env: { UMBRA_PROVIDER_LIVENESS_MS: "3600000" } });
+    const { t, accountId, token, server } = ctx;
+    const a = await ctx.provider({ heartbeat: false });
+    await ctx.provider({ heartbeat: false });
     // Half-open: upgraded, no hello. They count as much as welcomed sessions.
     await using silent = await rawSocket(server.url, token);
     await using _silent2 = await rawSocket(server.url, token);
@@ -148,15 +138,14 @@ describe("session limit per device token", () => {
     silent.ws.close();
     a.close();
     await waitFor(() => t.app.fleet.size === 3, "two sessions ended");
-    await using again = await connectFakeProvider({ url: server.url, token, models: [BUILD], heartbeat: false });
+    const again = await ctx.provider({ heartbeat: false });
     expect(again.providerId).toMatch(/^prov_/);
     expect(t.app.fleet.size).toBe(4);
   });
 
   test("a flood of parallel connections with one token: never more sessions than the limit (the rest: 429 or close 4029)", async () => {
-    const { t, token } = await setup({ UMBRA_MAX_SESSIONS_PER_TOKEN: "2", UMBRA_PROVIDER_LIVENESS_MS: "3600000" });
-    await using _t = t;
-    await using server = startServer(t);
+    await using ctx = await chatEnv({ env: { UMBRA_MAX_SESSIONS_PER_TOKEN: "2", UMBRA_PROVIDER_LIVENESS_MS: "3600000" } });
+    const { t, token, server } = ctx;
     const outcomes = Array.from({ length: 40 }, () => {
       const ws = new WebSocket(`${server.url.replace(/^http/, "ws")}${CONNECT}`, {
         headers: { authorization: `Bearer ${token}` },
@@ -199,9 +188,8 @@ describe("upgrade authentication", () => {
       },
     ],
   ])("%s -> 401 with the error envelope", async (_name, headersFor) => {
-    const { t, apiKey, accountId } = await setup();
-    await using _t = t;
-    await using server = startServer(t);
+    await using ctx = await chatEnv();
+    const { t, apiKey, accountId, server } = ctx;
     const headers = await headersFor(t, { apiKey, accountId });
     const response = await fetch(`${server.url}${CONNECT}`, {
       headers: {
@@ -221,9 +209,8 @@ describe("upgrade authentication", () => {
   });
 
   test("a WebSocket client with a revoked token cannot connect", async () => {
-    const { t, accountId } = await setup();
-    await using _t = t;
-    await using server = startServer(t);
+    await using ctx = await chatEnv();
+    const { t, accountId, server } = ctx;
     const created = await t.app.admin.createProviderToken({ account_id: accountId });
     await t.app.admin.revokeProviderToken(created.id);
     await expect(connectFakeProvider({ url: server.url, token: created.token, models: [BUILD] })).rejects.toThrow();
@@ -231,10 +218,9 @@ describe("upgrade authentication", () => {
   });
 
   test("a valid token is welcomed with the configured heartbeat and liveness", async () => {
-    const { t, token } = await setup({ UMBRA_PROVIDER_HEARTBEAT_MS: "1000", UMBRA_PROVIDER_LIVENESS_MS: "4000" });
-    await using _t = t;
-    await using server = startServer(t);
-    await using p = await connectFakeProvider({ url: server.url, token, models: [BUILD] });
+    await using ctx = await chatEnv({ env: { UMBRA_PROVIDER_HEARTBEAT_MS: "1000", UMBRA_PROVIDER_LIVENESS_MS: "4000" } });
+    const { t } = ctx;
+    const p = await ctx.provider();
     expect(p.received[0]).toEqual({
       type: "welcome",
       protocol_version: 2,
@@ -345,14 +331,10 @@ const VIOLATIONS: Record<string, Violation> = {
 describe("protocol violations close only the offending provider", () => {
   test.each(Object.keys(VIOLATIONS))("%s", async (name) => {
     const violation = VIOLATIONS[name] as Violation;
-    const { t, apiKey, token } = await setup();
-    await using _t = t;
-    await using server = startServer(t);
+    await using ctx = await chatEnv();
+    const { t, apiKey, server } = ctx;
     // The healthy provider holds a stream open (first chunk sent) across the violation.
-    await using healthy = await connectFakeProvider({
-      url: server.url,
-      token,
-      models: [BUILD],
+    const healthy = await ctx.provider({
       behave: (inf) =>
         inf.request.messages[0]?.content === "hold" ? [{ do: "accept" }, { do: "chunk", delta: { content: "one " } }] : echo(inf),
     });
@@ -363,12 +345,7 @@ describe("protocol violations close only the offending provider", () => {
     const holdFrame = inferences(healthy)[0] as Inference;
 
     // The offender is less loaded than the healthy provider, so victim requests are dispatched to it first.
-    await using bad = await connectFakeProvider({
-      url: server.url,
-      token,
-      models: [BUILD],
-      ...(violation.behave ? { behave: violation.behave } : {}),
-    });
+    const bad = await ctx.provider({ ...(violation.behave ? { behave: violation.behave } : {}) });
     const victim = async () => {
       const response = await postChat(server.url, apiKey, chatBody("victim request"));
       expect(response.status).toBe(200);
@@ -394,13 +371,9 @@ describe("protocol violations close only the offending provider", () => {
   });
 
   test("a whole answer in one batch message (welcome.batch_frames) is applied frame by frame, in order", async () => {
-    const { t, apiKey, token } = await setup();
-    await using _t = t;
-    await using server = startServer(t);
-    await using p = await connectFakeProvider({
-      url: server.url,
-      token,
-      models: [BUILD],
+    await using ctx = await chatEnv();
+    const { t, apiKey, server } = ctx;
+    const p = await ctx.provider({
       behave: (inf) => [
         {
           do: "raw",
@@ -424,9 +397,8 @@ describe("protocol violations close only the offending provider", () => {
   });
 
   test("a frame before hello -> 1002", async () => {
-    const { t, token } = await setup();
-    await using _t = t;
-    await using server = startServer(t);
+    await using ctx = await chatEnv();
+    const { t, token, server } = ctx;
     await using raw = await rawSocket(server.url, token);
     raw.ws.send(JSON.stringify({ type: "heartbeat", status: "idle", warm_models: [], active: 0, queued: 0 }));
     expect((await raw.closed).code).toBe(CLOSE.protocolError);
@@ -435,54 +407,43 @@ describe("protocol violations close only the offending provider", () => {
   });
 
   test("garbage before hello -> 1002", async () => {
-    const { t, token } = await setup();
-    await using _t = t;
-    await using server = startServer(t);
+    await using ctx = await chatEnv();
+    const { token, server } = ctx;
     await using raw = await rawSocket(server.url, token);
     raw.ws.send("\u0000\u0001binary-ish");
     expect((await raw.closed).code).toBe(CLOSE.protocolError);
   });
 
   test("a hello with only unsupported protocol versions -> 4002, never welcomed", async () => {
-    const { t, token } = await setup();
-    await using _t = t;
-    await using server = startServer(t);
-    await using p = await connectFakeProvider({ url: server.url, token, models: [BUILD], hello: { protocol_versions: [99] } });
+    await using ctx = await chatEnv();
+    const { t } = ctx;
+    const p = await ctx.provider({ hello: { protocol_versions: [99] } });
     expect(await p.closed).toEqual({ code: CLOSE.version, reason: "no supported protocol version (coordinator speaks 2)" });
     expect(p.received).toEqual([]);
     expect(t.app.fleet.size).toBe(0);
   });
 
   test("a version 1 hello (retired: it cannot relay tool calls) -> 4002 saying so, never welcomed", async () => {
-    const { t, token } = await setup();
-    await using _t = t;
-    await using server = startServer(t);
-    await using p = await connectFakeProvider({ url: server.url, token, models: [BUILD], hello: { protocol_versions: [1] } });
+    await using ctx = await chatEnv();
+    const { t } = ctx;
+    const p = await ctx.provider({ hello: { protocol_versions: [1] } });
     expect(await p.closed).toEqual({ code: CLOSE.version, reason: "protocol version 1 is retired: upgrade umbra-provider" });
     expect(p.received).toEqual([]);
     expect(t.app.fleet.size).toBe(0);
   });
 
   test("a hello listing several versions including 2 is welcomed with version 2", async () => {
-    const { t, token } = await setup();
-    await using _t = t;
-    await using server = startServer(t);
-    await using p = await connectFakeProvider({ url: server.url, token, models: [BUILD], hello: { protocol_versions: [3, 2, 1] } });
+    await using ctx = await chatEnv();
+    const p = await ctx.provider({ hello: { protocol_versions: [3, 2, 1] } });
     expect(p.received[0]?.type === "welcome" && p.received[0].protocol_version).toBe(2);
   });
 });
 
 describe("late frames and liveness", () => {
   test("late frames for a cancelled (failed-over) attempt do not end the session", async () => {
-    const { t, apiKey, token } = await setup({ UMBRA_ACCEPT_TIMEOUT_MS: "150" });
-    await using _t = t;
-    await using server = startServer(t);
-    await using slow = await connectFakeProvider({
-      url: server.url,
-      token,
-      models: [BUILD],
-      behave: (inf) => (inf.request.messages[0]?.content === "first" ? [{ do: "hang" }] : echo(inf)),
-    });
+    await using ctx = await chatEnv({ env: { UMBRA_ACCEPT_TIMEOUT_MS: "150" } });
+    const { t, apiKey, token, server } = ctx;
+    const slow = await ctx.provider({ behave: (inf) => (inf.request.messages[0]?.content === "first" ? [{ do: "hang" }] : echo(inf)) });
     const fast = await connectFakeProvider({ url: server.url, token, models: [BUILD] });
     expect(content((await readSse(await postChat(server.url, apiKey, chatBody("first", { stream: true })))).data)).toBe("first");
     const cancel = await slow.waitFor((f) => f.type === "cancel");
@@ -500,21 +461,14 @@ describe("late frames and liveness", () => {
   });
 
   test("a provider that stops heartbeating is evicted (4008) and its request fails over", async () => {
-    const { t, apiKey, token } = await setup({ UMBRA_PROVIDER_HEARTBEAT_MS: "50", UMBRA_PROVIDER_LIVENESS_MS: "400" });
-    await using _t = t;
-    await using server = startServer(t);
-    await using silent = await connectFakeProvider({
-      url: server.url,
-      token,
-      models: [BUILD],
-      heartbeat: false,
-      behave: () => [{ do: "accept" }, { do: "hang" }],
-    });
+    await using ctx = await chatEnv({ env: { UMBRA_PROVIDER_HEARTBEAT_MS: "50", UMBRA_PROVIDER_LIVENESS_MS: "400" } });
+    const { t, apiKey, server } = ctx;
+    const silent = await ctx.provider({ heartbeat: false, behave: () => [{ do: "accept" }, { do: "hang" }] });
     const started = Date.now();
     const pending = postChat(server.url, apiKey, chatBody("fail me over"));
     await silent.waitFor((f) => f.type === "inference");
     // The healthy provider joins after the dispatch, so the silent one held the request.
-    await using _healthy = await connectFakeProvider({ url: server.url, token, models: [BUILD] });
+    await ctx.provider();
     const response = await pending;
     expect(response.status).toBe(200);
     expect(((await response.json()) as { choices: { message: { content: string } }[] }).choices[0]?.message.content).toBe("fail me over");
@@ -524,24 +478,17 @@ describe("late frames and liveness", () => {
   });
 
   test("heartbeating providers are not evicted", async () => {
-    const { t, apiKey, token } = await setup({ UMBRA_PROVIDER_HEARTBEAT_MS: "50", UMBRA_PROVIDER_LIVENESS_MS: "300" });
-    await using _t = t;
-    await using server = startServer(t);
-    await using p = await connectFakeProvider({
-      url: server.url,
-      token,
-      models: [BUILD],
-      behave: (inf) => [{ do: "accept" }, { do: "wait", ms: 900 }, ...echo(inf).slice(1)],
-    });
+    await using ctx = await chatEnv({ env: { UMBRA_PROVIDER_HEARTBEAT_MS: "50", UMBRA_PROVIDER_LIVENESS_MS: "300" } });
+    const { t, apiKey, server } = ctx;
+    const p = await ctx.provider({ behave: (inf) => [{ do: "accept" }, { do: "wait", ms: 900 }, ...echo(inf).slice(1)] });
     // The answer takes three liveness periods; heartbeats keep the session alive throughout.
     expect(content((await readSse(await postChat(server.url, apiKey, chatBody("kept alive", { stream: true })))).data)).toBe("kept alive");
     expect(t.app.fleet.list().map((s) => s.id)).toEqual([p.providerId]);
   });
 
   test("a connection that never says hello is closed after the liveness timeout", async () => {
-    const { t, token } = await setup({ UMBRA_PROVIDER_HEARTBEAT_MS: "50", UMBRA_PROVIDER_LIVENESS_MS: "200" });
-    await using _t = t;
-    await using server = startServer(t);
+    await using ctx = await chatEnv({ env: { UMBRA_PROVIDER_HEARTBEAT_MS: "50", UMBRA_PROVIDER_LIVENESS_MS: "200" } });
+    const { t, token, server } = ctx;
     await using raw = await rawSocket(server.url, token);
     expect((await raw.closed).code).toBe(CLOSE.timeout);
     expect(t.app.fleet.size).toBe(0);
@@ -550,9 +497,8 @@ describe("late frames and liveness", () => {
 
 describe("/v1/models capacity metadata", () => {
   test("provider_count, routable, warm, can_accept follow the fleet; nothing is attested", async () => {
-    const { t, apiKey, token } = await setup();
-    await using _t = t;
-    await using server = startServer(t);
+    await using ctx = await chatEnv();
+    const { t, apiKey, server } = ctx;
     const metadata = async () => {
       const response = await fetch(`${server.url}/v1/models/org%2Fmodel`, { headers: { authorization: `Bearer ${apiKey}` } });
       expect(response.status).toBe(200);
@@ -572,17 +518,10 @@ describe("/v1/models capacity metadata", () => {
     expect(await metadata()).toEqual(figures(0, 0, 0, false));
 
     // A provider for another build does not count.
-    await using _other = await connectFakeProvider({ url: server.url, token, models: ["other/plain"], heartbeat: false });
+    await ctx.provider({ models: ["other/plain"], heartbeat: false });
     expect(await metadata()).toEqual(figures(0, 0, 0, false));
 
-    await using p = await connectFakeProvider({
-      url: server.url,
-      token,
-      models: [BUILD],
-      heartbeat: false,
-      maxConcurrency: 1,
-      behave: () => [{ do: "accept" }, { do: "hang" }],
-    });
+    const p = await ctx.provider({ heartbeat: false, maxConcurrency: 1, behave: () => [{ do: "accept" }, { do: "hang" }] });
     expect(await metadata()).toEqual(figures(1, 1, 0, true));
 
     const beat = (status: string, warm: string[]) =>

@@ -10,6 +10,7 @@ import { mkdtempSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { BUN, type CoordinatorProcess, ROOT, startCoordinator } from "../support/processes.ts";
+import { shiftedClockEnv } from "../support/shifted-clock.ts";
 import { waitFor } from "../support/wait.ts";
 
 const MAIN = join(ROOT, "src/provider/main.ts");
@@ -139,7 +140,9 @@ describe("login", () => {
     return { status: response.status, body: (await response.json()) as Record<string, unknown> };
   }
 
-  test("device flow: shown code approved with the account's API key -> a new device token stored; it serves", async () => {
+  // The two device-flow logins (and the schedule-window case after them) run at the same time: each
+  // mostly waits, here for the coordinator's 5 s poll interval.
+  test.concurrent("device flow: shown code approved with the account's API key -> a new device token stored; it serves", async () => {
     const home = newHome();
     const login = await deviceLogin(home);
     expect(await decide(login.code, "approve")).toMatchObject({ status: 200, body: { decision: "approve", account_id: seeded.accountId } });
@@ -159,7 +162,7 @@ describe("login", () => {
     expect(me.status).toBe(200);
   }, 30_000);
 
-  test("device flow: denied -> exit 1 with a clear message, nothing stored", async () => {
+  test.concurrent("device flow: denied -> exit 1 with a clear message, nothing stored", async () => {
     const home = newHome();
     const login = await deviceLogin(home);
     expect((await decide(login.code, "deny")).status).toBe(200);
@@ -170,6 +173,40 @@ describe("login", () => {
 });
 
 describe("start --detach, status, stop", () => {
+  // Runs at the same time as the two device-flow logins above: it mostly waits too.
+  test.concurrent("when its schedule window closes it drains and disconnects, then waits for the next", async () => {
+    // Windows have minute resolution: the tool runs with its clock shifted so that the window it is
+    // started in closes 8 s after the start (time to connect first), not at the machine's next minute.
+    const home = newHome();
+    expect((await tool(home, ["login", "--coordinator", coordinator.url, "--token", seeded.providerToken])).code).toBe(0);
+    const offset = (52_000 - (Date.now() % 60_000) + 60_000) % 60_000;
+    const now = new Date(Date.now() + offset);
+    const days = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
+    const hhmm = (d: Date) => `${String(d.getHours()).padStart(2, "0")}:${String(d.getMinutes()).padStart(2, "0")}`;
+    const end = new Date(now.getTime() + 60_000);
+    // A window crossing midnight is written from the start day; the schedule runs it past midnight.
+    const window = `${days[now.getDay()]} ${hhmm(now)}-${end.getHours() === 0 && end.getMinutes() === 0 ? "24:00" : hhmm(end)}`;
+    const started = await tool(
+      home,
+      ["start", "--detach", "--engine", "echo", "--model", BUILD, "--schedule", window],
+      shiftedClockEnv(offset),
+    );
+    expect({ code: started.code, connected: started.stdout.includes("connected") }).toEqual({ code: 0, connected: true });
+    const waiting = await waitFor(
+      async () => {
+        const r = (await status(home)).report;
+        return r.state?.phase === "waiting" ? r : undefined;
+      },
+      "the window to close",
+      30_000,
+    );
+    expect(waiting).toMatchObject({ running: true, state: { connected: false } });
+    const log = readFileSync(join(home, "provider.log"), "utf8");
+    expect(log).toContain("schedule window closed: draining");
+    expect(log).toContain("outside the schedule");
+    expect((await tool(home, ["stop"])).code).toBe(0);
+  }, 60_000);
+
   test("from the stored login: connects, serves, reports, drains on stop; status before and after", async () => {
     const home = newHome();
     // Never run, not linked: status says so, exit 3.
@@ -227,7 +264,9 @@ describe("start --detach, status, stop", () => {
     expect(log).not.toContain(seeded.providerToken);
   }, 60_000);
 
-  test("outside its schedule it waits without connecting; the config file supplies the settings", async () => {
+  // The next three run at the same time: one never connects, one uses a coordinator of its own, and
+  // the third sends no chat.
+  test.concurrent("outside its schedule it waits without connecting; the config file supplies the settings", async () => {
     const home = newHome();
     expect((await tool(home, ["login", "--coordinator", coordinator.url, "--token", seeded.providerToken])).code).toBe(0);
     // A window two days from now: closed today, whatever the time.
@@ -244,7 +283,7 @@ describe("start --detach, status, stop", () => {
     expect((await tool(home, ["stop"])).code).toBe(0);
   }, 60_000);
 
-  test("attested: status shows trust level hardware and the last challenge answered", async () => {
+  test.concurrent("attested: status shows trust level hardware and the last challenge answered", async () => {
     await using attesting = await startCoordinator({ UMBRA_CHALLENGE_INTERVAL_MS: "300", UMBRA_CHALLENGE_TIMEOUT_MS: "250" });
     const { providerToken } = await attesting.seed([BUILD]);
     const home = newHome();
@@ -259,35 +298,7 @@ describe("start --detach, status, stop", () => {
     expect((await tool(home, ["stop"])).code).toBe(0);
   }, 60_000);
 
-  test("when its schedule window closes it drains and disconnects, then waits for the next", async () => {
-    // Windows have minute resolution: one that closes at the next whole minute, at least 5 s away.
-    if (new Date().getSeconds() > 50) await Bun.sleep((61 - new Date().getSeconds()) * 1000);
-    const now = new Date();
-    const days = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
-    const hhmm = (d: Date) => `${String(d.getHours()).padStart(2, "0")}:${String(d.getMinutes()).padStart(2, "0")}`;
-    const end = new Date(now.getTime() + 60_000);
-    // A window crossing midnight is written from the start day; the schedule runs it past midnight.
-    const window = `${days[now.getDay()]} ${hhmm(now)}-${end.getHours() === 0 && end.getMinutes() === 0 ? "24:00" : hhmm(end)}`;
-    const home = newHome();
-    expect((await tool(home, ["login", "--coordinator", coordinator.url, "--token", seeded.providerToken])).code).toBe(0);
-    const started = await tool(home, ["start", "--detach", "--engine", "echo", "--model", BUILD, "--schedule", window]);
-    expect({ code: started.code, connected: started.stdout.includes("connected") }).toEqual({ code: 0, connected: true });
-    const waiting = await waitFor(
-      async () => {
-        const r = (await status(home)).report;
-        return r.state?.phase === "waiting" ? r : undefined;
-      },
-      "the window to close",
-      70_000,
-    );
-    expect(waiting).toMatchObject({ running: true, state: { connected: false } });
-    const log = readFileSync(join(home, "provider.log"), "utf8");
-    expect(log).toContain("schedule window closed: draining");
-    expect(log).toContain("outside the schedule");
-    expect((await tool(home, ["stop"])).code).toBe(0);
-  }, 90_000);
-
-  test("serving an alias: start --detach and status name the build to serve", async () => {
+  test.concurrent("serving an alias: start --detach and status name the build to serve", async () => {
     const alias = "org/tool-alias";
     await coordinator.admin("PUT", `/aliases/${alias}`, { build_id: BUILD });
     const home = newHome();

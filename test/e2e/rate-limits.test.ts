@@ -12,12 +12,13 @@ import { describe, expect, test } from "bun:test";
 import { exportJWK, generateKeyPair, SignJWT } from "jose";
 import type { Clock } from "../../src/coordinator/app.ts";
 import type { Inference } from "../../src/protocol/frames.ts";
-import { type Behaviour, connectFakeProvider, echo, type FakeProvider } from "../support/fake-provider.ts";
-import { seedAccount, seedCatalog, type TestApp, testApp } from "../support/harness.ts";
-import { chatBody, postChat, providerToken, readSse, sseReader, startServer, type TestServer } from "../support/server.ts";
+import { chatEnv } from "../support/chat-env.ts";
+import { type Behaviour, echo, type FakeProvider } from "../support/fake-provider.ts";
+import { seedAccount } from "../support/harness.ts";
+import { chatBody, postChat, readSse, sseReader } from "../support/server.ts";
 import { waitFor } from "../support/wait.ts";
 
-const BUILD = "org/base-build-4bit";
+const _BUILD = "org/base-build-4bit";
 const T0 = 1_760_000_000_000;
 
 /** The app's clock: frozen unless the test moves it. */
@@ -31,43 +32,20 @@ class ManualClock implements Clock {
   }
 }
 
-interface Ctx {
-  readonly t: TestApp;
-  readonly server: TestServer;
-  readonly clock: ManualClock;
-  /** A provider machine owned by a separate hosting account. */
-  provider(behave?: Behaviour): Promise<FakeProvider>;
-  /** A funded account with one key (admin createKey fields). */
-  account(key?: Record<string, unknown>): Promise<{ accountId: string; apiKey: string; keyId: string }>;
-  chat(apiKey: string, body: Record<string, unknown>, signal?: AbortSignal): Promise<Response>;
-}
-
-async function setup(env: Record<string, string> = {}): Promise<Ctx & AsyncDisposable> {
+/**
+ * The chat environment on a manual clock. Its seeded account hosts the provider machines (no heartbeats);
+ * `account()` adds a funded consumer with one key (admin createKey fields).
+ */
+async function setup(env: Record<string, string> = {}) {
   const clock = new ManualClock();
   // Liveness far beyond any clock move here: the sweeper must not end providers when the test advances time.
-  const t = await testApp({ clock, env: { UMBRA_PROVIDER_LIVENESS_MS: "3600000", ...env } });
-  await seedCatalog(t);
-  const host = await t.app.admin.createAccount({ name: "host" });
-  const token = await providerToken(t, host.id);
-  const server = startServer(t);
-  const providers: FakeProvider[] = [];
-  return {
-    t,
-    server,
+  const ctx = await chatEnv({ clock, env: { UMBRA_PROVIDER_LIVENESS_MS: "3600000", ...env } });
+  return Object.assign(ctx, {
     clock,
-    async provider(behave = echo) {
-      const p = await connectFakeProvider({ url: server.url, token, models: [BUILD], behave, heartbeat: false });
-      providers.push(p);
-      return p;
-    },
-    account: (key = {}) => seedAccount(t, key),
-    chat: (apiKey, body, signal) => postChat(server.url, apiKey, body, signal ? { signal } : {}),
-    async [Symbol.asyncDispose]() {
-      for (const p of providers.splice(0).reverse()) await p[Symbol.asyncDispose]();
-      await server[Symbol.asyncDispose]();
-      await t[Symbol.asyncDispose]();
-    },
-  };
+    account: (key: Record<string, unknown> = {}) => seedAccount(ctx.t, key),
+    chat: (apiKey: string, body: Record<string, unknown>, signal?: AbortSignal) =>
+      postChat(ctx.server.url, apiKey, body, signal ? { signal } : {}),
+  });
 }
 
 const inferences = (p: FakeProvider) => p.received.filter((f): f is Inference => f.type === "inference");
@@ -121,7 +99,7 @@ const exactUsage: Behaviour = (inf) => [
 describe("requests per minute", () => {
   test("rpm 3: answers count down, the 4th request is 429 with Retry-After from the bucket, and passes once it refills", async () => {
     await using ctx = await setup();
-    const p = await ctx.provider();
+    const p = await ctx.provider({ heartbeat: false });
     const { apiKey } = await ctx.account({ rpm: 3 });
     const seen = [];
     for (let i = 0; i < 3; i++) seen.push(await answered(await ctx.chat(apiKey, chatBody("hi"))));
@@ -149,7 +127,7 @@ describe("requests per minute", () => {
 
   test("a concurrent burst of 50 against rpm 10 lets exactly 10 through; the providers see exactly 10", async () => {
     await using ctx = await setup();
-    const providers = [await ctx.provider(), await ctx.provider()];
+    const providers = [await ctx.provider({ heartbeat: false }), await ctx.provider({ heartbeat: false })];
     const { apiKey } = await ctx.account({ rpm: 10 });
     const responses = await Promise.all(Array.from({ length: 50 }, (_, i) => ctx.chat(apiKey, chatBody(`burst ${i}`))));
     const ok: string[] = [];
@@ -172,7 +150,7 @@ describe("requests per minute", () => {
 
   test("a streamed answer carries the headers on its 200; a rate-limited stream request is a JSON 429", async () => {
     await using ctx = await setup();
-    await ctx.provider();
+    await ctx.provider({ heartbeat: false });
     const { apiKey } = await ctx.account({ rpm: 1, tpm: 100_000 });
     const response = await ctx.chat(apiKey, chatBody("alpha beta", { stream: true, max_tokens: 100 }));
     expect(response.status).toBe(200);
@@ -195,7 +173,7 @@ describe("requests per minute", () => {
 describe("tokens per minute", () => {
   test("a request whose estimate exceeds the remaining tokens is 429 on tokens; a smaller one passes", async () => {
     await using ctx = await setup();
-    const p = await ctx.provider(exactUsage);
+    const p = await ctx.provider({ behave: exactUsage, heartbeat: false });
     const { apiKey } = await ctx.account({ tpm: 1000 });
     const ask = (maxTokens: number) => ctx.chat(apiKey, chatBody("hi", { max_tokens: maxTokens }));
 
@@ -224,9 +202,11 @@ describe("tokens per minute", () => {
   test("true-up: an answer whose real usage is far below its estimate refunds the difference (JSON, stream, failure)", async () => {
     await using ctx = await setup();
     // echo reports 5 prompt tokens + one per word: "hi" -> 6 tokens. A message "fail" fails before content.
-    await ctx.provider((inf) =>
-      inf.request.messages[0]?.content === "fail" ? [{ do: "accept" }, { do: "error", code: "engine_error" }] : echo(inf),
-    );
+    await ctx.provider({
+      behave: (inf) =>
+        inf.request.messages[0]?.content === "fail" ? [{ do: "accept" }, { do: "error", code: "engine_error" }] : echo(inf),
+      heartbeat: false,
+    });
     const { apiKey } = await ctx.account({ tpm: 10_000 });
     const remaining = async (response: Response) => (await answered(response))["x-ratelimit-remaining-tokens"];
 
@@ -247,7 +227,7 @@ describe("tokens per minute", () => {
 describe("account defaults (UMBRA_DEFAULT_RPM, UMBRA_DEFAULT_TPM)", () => {
   test("apply to keys without their own limits, per key; a key's own limit wins", async () => {
     await using ctx = await setup({ UMBRA_DEFAULT_RPM: "2", UMBRA_DEFAULT_TPM: "50000" });
-    await ctx.provider();
+    await ctx.provider({ heartbeat: false });
     const plain = await ctx.account();
     const second = await ctx.t.app.admin.createKey({ account_id: plain.accountId });
     const own = await ctx.account({ rpm: 5, tpm: 7000 });
@@ -279,7 +259,7 @@ describe("account defaults (UMBRA_DEFAULT_RPM, UMBRA_DEFAULT_TPM)", () => {
       UMBRA_JWT_ISSUER: issuer,
       UMBRA_JWT_AUDIENCE: audience,
     });
-    await ctx.provider();
+    await ctx.provider({ heartbeat: false });
     const account = await ctx.t.app.admin.createAccount({ name: "jwt user", jwt_subject: "user-1" });
     await ctx.t.app.admin.creditAccount(account.id, { amount_micro_usd: 5_000_000 });
     const nowS = Math.floor(T0 / 1000);
@@ -301,11 +281,13 @@ describe("account defaults (UMBRA_DEFAULT_RPM, UMBRA_DEFAULT_TPM)", () => {
 describe("a rate-limited request costs nothing", () => {
   test("no reservation, no charge, no usage row, nothing sent to a provider", async () => {
     await using ctx = await setup();
-    const p = await ctx.provider((inf) =>
-      inf.request.messages[0]?.content === "hold"
-        ? [{ do: "accept" }, { do: "chunk", delta: { content: "x" } }, { do: "hang" }]
-        : echo(inf),
-    );
+    const p = await ctx.provider({
+      behave: (inf) =>
+        inf.request.messages[0]?.content === "hold"
+          ? [{ do: "accept" }, { do: "chunk", delta: { content: "x" } }, { do: "hang" }]
+          : echo(inf),
+      heartbeat: false,
+    });
     const { accountId, apiKey } = await ctx.account({ rpm: 1 });
     const controller = new AbortController();
     const held = await ctx.chat(apiKey, chatBody("hold", { stream: true }), controller.signal);

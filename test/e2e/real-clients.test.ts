@@ -9,50 +9,17 @@ import { describe, expect, test } from "bun:test";
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import { generateText, streamText } from "ai";
 import OpenAI from "openai";
-import { seedAccount, seedCatalog, type TestApp, testApp } from "../support/harness.ts";
-import { type ProviderProcess, startProvider } from "../support/processes.ts";
-import { parseSse, providerToken, readSse, startServer, type TestServer } from "../support/server.ts";
+import { chatEnv } from "../support/chat-env.ts";
+import { parseSse, readSse } from "../support/server.ts";
 import { waitFor } from "../support/wait.ts";
 
-const BUILD = "org/base-build-4bit";
+const _BUILD = "org/base-build-4bit";
 const MODEL = "org/model";
-
-interface Ctx extends AsyncDisposable {
-  readonly t: TestApp;
-  readonly server: TestServer;
-  readonly apiKey: string;
-  provider(extra?: readonly string[]): Promise<ProviderProcess>;
-}
-
-async function setup(): Promise<Ctx> {
-  const t = await testApp();
-  await seedCatalog(t);
-  const { apiKey, accountId } = await seedAccount(t);
-  const token = await providerToken(t, accountId);
-  const server = startServer(t);
-  const processes: ProviderProcess[] = [];
-  return {
-    t,
-    server,
-    apiKey,
-    async provider(extra = []) {
-      const p = startProvider(["--coordinator", server.url, "--token", token, "--engine", "echo", "--model", BUILD, ...extra]);
-      processes.push(p);
-      await p.connected;
-      return p;
-    },
-    async [Symbol.asyncDispose]() {
-      for (const p of processes) await p[Symbol.asyncDispose]();
-      await server[Symbol.asyncDispose]();
-      await t[Symbol.asyncDispose]();
-    },
-  };
-}
 
 describe("official clients against real provider processes", () => {
   test("openai: non-streaming and streaming; the model echoes the alias", async () => {
-    await using ctx = await setup();
-    await ctx.provider();
+    await using ctx = await chatEnv();
+    await ctx.providerProcess();
     const client = new OpenAI({ baseURL: `${ctx.server.url}/v1`, apiKey: ctx.apiKey, maxRetries: 0 });
 
     const answer = await client.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "alpha beta gamma" }] });
@@ -83,8 +50,8 @@ describe("official clients against real provider processes", () => {
   });
 
   test("ai SDK (OpenAI-compatible provider): generateText and streamText", async () => {
-    await using ctx = await setup();
-    await ctx.provider();
+    await using ctx = await chatEnv();
+    await ctx.providerProcess();
     const umbra = createOpenAICompatible({ name: "umbra", baseURL: `${ctx.server.url}/v1`, apiKey: ctx.apiKey, includeUsage: true });
 
     const generated = await generateText({ model: umbra(MODEL), prompt: "delta epsilon zeta", maxRetries: 0 });
@@ -99,8 +66,8 @@ describe("official clients against real provider processes", () => {
 
 describe("provider processes killed", () => {
   test("killed before first content: the answer arrives from another provider", async () => {
-    await using ctx = await setup();
-    const slow = await ctx.provider(["--echo-first-token-delay-ms", "60000"]);
+    await using ctx = await chatEnv();
+    const slow = await ctx.providerProcess(["--echo-first-token-delay-ms", "60000"]);
     const pending = fetch(`${ctx.server.url}/v1/chat/completions`, {
       method: "POST",
       headers: { authorization: `Bearer ${ctx.apiKey}`, "content-type": "application/json" },
@@ -108,7 +75,7 @@ describe("provider processes killed", () => {
     });
     // The slow provider holds the request; a second provider joins; then the first dies.
     await waitFor(() => ctx.t.app.fleet.list().some((s) => s.active === 1), "the slow provider holds the request");
-    await ctx.provider();
+    await ctx.providerProcess();
     slow.proc.kill("SIGKILL");
     const response = await pending;
     expect(response.status).toBe(200);
@@ -121,8 +88,8 @@ describe("provider processes killed", () => {
   });
 
   test("killed mid-stream: the chunks so far, then one in-band error event and no [DONE]", async () => {
-    await using ctx = await setup();
-    const provider = await ctx.provider(["--echo-tokens-per-second", "20"]);
+    await using ctx = await chatEnv();
+    const provider = await ctx.providerProcess(["--echo-tokens-per-second", "20"]);
     const words = Array.from({ length: 200 }, (_, i) => `w${i}`).join(" ");
     const response = await fetch(`${ctx.server.url}/v1/chat/completions`, {
       method: "POST",

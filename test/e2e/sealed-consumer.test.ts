@@ -16,37 +16,23 @@ import {
 } from "../../src/crypto/consumer-seal.ts";
 import { fromBase64url, toBase64url } from "../../src/crypto/encoding.ts";
 import { generateX25519KeyPair, hpkeSeal } from "../../src/crypto/seal.ts";
+import { type ChatEnv, type ChatEnvOptions, chatEnv } from "../support/chat-env.ts";
 import { connectFakeProvider, type FakeProvider } from "../support/fake-provider.ts";
-import { seedAccount, seedCatalog, type TestApp, type TestAppOptions, testApp } from "../support/harness.ts";
-import { chatBody, postChat, providerToken, startServer, type TestServer } from "../support/server.ts";
+import { seedAccount } from "../support/harness.ts";
+import { chatBody, postChat, providerToken } from "../support/server.ts";
 
 const BUILD = "org/base-build-4bit";
 const CANARY = "sealed-canary-7f3a9";
 
-interface Ctx extends AsyncDisposable {
-  readonly t: TestApp;
-  readonly server: TestServer;
-  readonly apiKey: string;
-  readonly provider: FakeProvider;
-}
-
-async function setup(options: TestAppOptions = {}): Promise<Ctx> {
-  const t = await testApp(options);
-  await seedCatalog(t);
-  const { accountId, apiKey } = await seedAccount(t);
-  const server = startServer(t);
-  const provider = await connectFakeProvider({ url: server.url, token: await providerToken(t, accountId), models: [BUILD] });
-  return {
-    t,
-    server,
-    apiKey,
-    provider,
-    async [Symbol.asyncDispose]() {
-      await provider[Symbol.asyncDispose]();
-      await server[Symbol.asyncDispose]();
-      await t[Symbol.asyncDispose]();
-    },
-  };
+/** The chat environment with one echo provider connected. */
+async function setup(options: ChatEnvOptions = {}): Promise<ChatEnv & { readonly echo: FakeProvider }> {
+  const ctx = await chatEnv(options);
+  try {
+    return Object.assign(ctx, { echo: await ctx.provider() });
+  } catch (e) {
+    await ctx[Symbol.asyncDispose]();
+    throw e;
+  }
 }
 
 async function sealingKey(url: string): Promise<Uint8Array> {
@@ -184,7 +170,7 @@ describe("sealed consumer transport", () => {
       expect([response.status, error.param === undefined ? error.code : `${error.code}:${error.param}`], name).toEqual([400, expected]);
       expect(error.message, name).not.toContain(CANARY);
     }
-    expect(dispatched(ctx.provider)).toEqual([]);
+    expect(dispatched(ctx.echo)).toEqual([]);
     // None of them used up the good envelope's enc: it still goes through, once.
     const response = await postRaw(ctx.server.url, ctx.apiKey, JSON.stringify(good));
     expect([response.status, response.headers.get("content-type")]).toEqual([200, SEALED_CONTENT_TYPE]);
@@ -228,7 +214,7 @@ describe("issue 18: a captured sealed request cannot be replayed, and answers ne
     });
     const { envelope, answers } = await seal(ctx.server.url, ctx.apiKey, encode(chatBody(CANARY)));
     // Requests dispatched to either machine (the victim's own may go to either: both serve the build).
-    const total = () => dispatched(ctx.provider).length + dispatched(machine).length;
+    const total = () => dispatched(ctx.echo).length + dispatched(machine).length;
     // The victim's request, answered once.
     const first = await postRaw(ctx.server.url, ctx.apiKey, JSON.stringify(envelope));
     expect(first.status).toBe(200);
@@ -287,7 +273,7 @@ describe("issue 18: a captured sealed request cannot be replayed, and answers ne
       },
     };
     expect(replays).toEqual([refused, refused]);
-    expect(dispatched(ctx.provider).length).toBe(1);
+    expect(dispatched(ctx.echo).length).toBe(1);
   });
 
   test("the same envelope sent twice at once: one is answered, the other refused", async () => {
@@ -296,7 +282,7 @@ describe("issue 18: a captured sealed request cannot be replayed, and answers ne
     const both = await Promise.all([1, 2].map(() => postRaw(ctx.server.url, ctx.apiKey, JSON.stringify(envelope))));
     expect(both.map((r) => r.status).sort()).toEqual([200, 400]);
     await Promise.all(both.map((r) => r.text()));
-    expect(dispatched(ctx.provider).length).toBe(1);
+    expect(dispatched(ctx.echo).length).toBe(1);
   });
 
   test.each<[string, number]>([
@@ -313,7 +299,7 @@ describe("issue 18: a captured sealed request cannot be replayed, and answers ne
     expect(message).toMatch(
       new RegExp(`^'timestamp' is more than 120 s ${offset < 0 ? "behind" : "ahead of"} the coordinator's clock \\(\\d+\\)`),
     );
-    expect(dispatched(ctx.provider)).toEqual([]);
+    expect(dispatched(ctx.echo)).toEqual([]);
   });
 
   test("the window is the app's clock: a coordinator an hour ahead refuses a client on real time, and takes its own time", async () => {
@@ -344,7 +330,7 @@ describe("issue 18: a captured sealed request cannot be replayed, and answers ne
         },
       },
     });
-    expect(dispatched(ctx.provider)).toEqual([]);
+    expect(dispatched(ctx.echo)).toEqual([]);
   });
 
   test("a full replay cache refuses new sealed requests with 429 and Retry-After, forgetting none; plain requests still pass", async () => {
@@ -374,7 +360,7 @@ describe("issue 18: a captured sealed request cannot be replayed, and answers ne
     // Full, yet a replay of a recorded one is still known as such (nothing was forgotten to make room).
     expect((await plainError(await postRaw(ctx.server.url, ctx.apiKey, a))).body).toMatchObject({ error: { param: "enc" } });
     expect((await postChat(ctx.server.url, ctx.apiKey, chatBody("plain"))).status).toBe(200);
-    expect(dispatched(ctx.provider).length).toBe(3);
+    expect(dispatched(ctx.echo).length).toBe(3);
   });
 
   test("every sealed answer, errors included, names its own response nonce", async () => {

@@ -10,48 +10,16 @@ import { randomBytes } from "node:crypto";
 import { buildEvidence, FULL_SECURITY, SoftwareIdentity } from "../../attestation/provider/index.ts";
 import { ChunkSealer } from "../../src/crypto/chunks.ts";
 import { toBase64url } from "../../src/crypto/encoding.ts";
-import { CLOSE, type Inference } from "../../src/protocol/frames.ts";
+import { CLOSE } from "../../src/protocol/frames.ts";
 import { startAgent } from "../../src/provider/agent.ts";
 import { createEchoEngine } from "../../src/provider/engines/echo.ts";
-import { connectFakeProvider, echo, type FakeProvider, type SealedContext, type Step } from "../support/fake-provider.ts";
-import { seedAccount, seedCatalog, type TestApp, testApp } from "../support/harness.ts";
-import { chatBody, parseSse, postChat, providerToken, startServer, type TestServer } from "../support/server.ts";
+import { chatEnv } from "../support/chat-env.ts";
+import { connectFakeProvider, type SealedContext, type Step } from "../support/fake-provider.ts";
+import { seedAccount } from "../support/harness.ts";
+import { chatBody, errorOf, parseSse, postChat, providerToken } from "../support/server.ts";
 import { waitFor } from "../support/wait.ts";
 
 const BUILD = "org/base-build-4bit";
-
-interface Ctx extends AsyncDisposable {
-  readonly t: TestApp;
-  readonly server: TestServer;
-  readonly apiKey: string;
-  readonly token: string;
-  provider(behave?: (inf: Inference) => readonly Step[], sealed?: boolean, sessionKeys?: boolean): Promise<FakeProvider>;
-}
-
-async function setup(env: Record<string, string> = {}): Promise<Ctx> {
-  const t = await testApp({ env });
-  await seedCatalog(t);
-  const { accountId, apiKey } = await seedAccount(t);
-  const token = await providerToken(t, accountId);
-  const server = startServer(t);
-  const providers: FakeProvider[] = [];
-  return {
-    t,
-    server,
-    apiKey,
-    token,
-    async provider(behave = echo, sealed = true, sessionKeys = false) {
-      const p = await connectFakeProvider({ url: server.url, token, models: [BUILD], behave, sealed, sessionKeys });
-      providers.push(p);
-      return p;
-    },
-    async [Symbol.asyncDispose]() {
-      for (const p of providers) await p[Symbol.asyncDispose]();
-      await server[Symbol.asyncDispose]();
-      await t[Symbol.asyncDispose]();
-    },
-  };
-}
 
 const frame = (make: (ctx: SealedContext) => readonly string[]): Step => ({ do: "frames", make });
 const chunkText = (ctx: SealedContext, sealed: { seq: number; sealed: string }) =>
@@ -63,14 +31,10 @@ function flip(sealed: string): string {
   return toBase64url(bytes);
 }
 
-async function errorOf(response: Response) {
-  return { status: response.status, body: (await response.json()) as { error: { message: string; type: string; code: string } } };
-}
-
 describe("sealed sessions", () => {
   test("requests reach the provider sealed (no plaintext inference, no prompt text on the wire) and answers are opened", async () => {
-    await using ctx = await setup();
-    const p = await ctx.provider();
+    await using ctx = await chatEnv();
+    const p = await ctx.provider({ sealed: true });
     const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("sealed secret words"));
     expect(((await response.json()) as { choices: { message: { content: string } }[] }).choices[0]?.message.content).toBe(
       "sealed secret words",
@@ -88,8 +52,8 @@ describe("sealed sessions", () => {
   });
 
   test("a provider offering session keys: one HPKE setup at welcome, then requests counted by n without enc", async () => {
-    await using ctx = await setup();
-    const p = await ctx.provider(echo, true, true);
+    await using ctx = await chatEnv();
+    const p = await ctx.provider({ sealed: true, sessionKeys: true });
     const welcome = p.received.find((f) => f.type === "welcome");
     expect(welcome).toMatchObject({ session_enc: expect.stringMatching(/^[A-Za-z0-9_-]{43}$/) });
     for (const words of ["first sealed words", "second sealed words"]) {
@@ -105,7 +69,7 @@ describe("sealed sessions", () => {
   });
 
   test("a hello offering session keys with a low-order encryption key is refused at welcome (1002)", async () => {
-    await using ctx = await setup();
+    await using ctx = await chatEnv();
     const token = await providerToken(ctx.t, (await seedAccount(ctx.t)).accountId);
     await using p = await connectFakeProvider({
       url: ctx.server.url,
@@ -139,13 +103,15 @@ describe("sealed sessions", () => {
       (c) => [JSON.stringify({ type: "sealed_complete", ...c.ids, ...c.seal({ content: "a" }, true) })],
     ],
   ])("before commit, %s -> 502 invalid_provider_output, no failover, provider cut off", async (_, make) => {
-    await using ctx = await setup();
-    const bad = await ctx.provider(() => [{ do: "accept" }, frame(make), { do: "hang" }]);
-    const healthy = await ctx.provider();
+    await using ctx = await chatEnv();
+    const bad = await ctx.provider({ behave: () => [{ do: "accept" }, frame(make), { do: "hang" }], sealed: true });
+    const healthy = await ctx.provider({ sealed: true });
     // The bad provider connected first and both are idle: it is tried first.
     const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("x"));
     expect(await errorOf(response)).toEqual({
       status: 502,
+      contentType: "application/json",
+      retryAfter: null,
       body: { error: { message: expect.any(String), type: "provider_error", code: "invalid_provider_output" } },
     });
     expect(healthy.received.filter((f) => f.type === "sealed_inference")).toEqual([]);
@@ -154,15 +120,18 @@ describe("sealed sessions", () => {
   });
 
   test("after commit, a replayed chunk -> one in-band invalid_provider_output event, no [DONE]", async () => {
-    await using ctx = await setup();
-    const p = await ctx.provider(() => [
-      { do: "accept" },
-      frame((c) => {
-        const first = chunkText(c, c.seal({ content: "hello " }, false));
-        return [first, first];
-      }),
-      { do: "hang" },
-    ]);
+    await using ctx = await chatEnv();
+    const p = await ctx.provider({
+      behave: () => [
+        { do: "accept" },
+        frame((c) => {
+          const first = chunkText(c, c.seal({ content: "hello " }, false));
+          return [first, first];
+        }),
+        { do: "hang" },
+      ],
+      sealed: true,
+    });
     const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("x", { stream: true }));
     expect(response.status).toBe(200);
     const events = parseSse(await response.text()).data;
@@ -172,29 +141,32 @@ describe("sealed sessions", () => {
   });
 
   test("a chunk sealed with another key -> 502 invalid_provider_output", async () => {
-    await using ctx = await setup();
-    await ctx.provider(() => [
-      { do: "accept" },
-      frame((c) => {
-        const stranger = new ChunkSealer({
-          responseKey: new Uint8Array(randomBytes(32)),
-          ...{ requestId: c.ids.request_id, attempt: c.ids.attempt },
-        });
-        const s = stranger.seal(new TextEncoder().encode(JSON.stringify({ content: "a" })), false);
-        return [JSON.stringify({ type: "sealed_chunk", ...c.ids, seq: s.seq, sealed: toBase64url(s.ciphertext) })];
-      }),
-      { do: "hang" },
-    ]);
+    await using ctx = await chatEnv();
+    await ctx.provider({
+      behave: () => [
+        { do: "accept" },
+        frame((c) => {
+          const stranger = new ChunkSealer({
+            responseKey: new Uint8Array(randomBytes(32)),
+            ...{ requestId: c.ids.request_id, attempt: c.ids.attempt },
+          });
+          const s = stranger.seal(new TextEncoder().encode(JSON.stringify({ content: "a" })), false);
+          return [JSON.stringify({ type: "sealed_chunk", ...c.ids, seq: s.seq, sealed: toBase64url(s.ciphertext) })];
+        }),
+        { do: "hang" },
+      ],
+      sealed: true,
+    });
     expect((await errorOf(await postChat(ctx.server.url, ctx.apiKey, chatBody("x")))).body.error.code).toBe("invalid_provider_output");
   });
 });
 
 describe("production requires sealed, attested sessions", () => {
   test("a plaintext hello is refused (1002), a sealed one without evidence too (4003); a sealed, attested provider serves", async () => {
-    await using ctx = await setup({ UMBRA_MODE: "production", UMBRA_TRUST_ROOT: "apple", UMBRA_MIN_TRUST: "self_signed" });
-    const plain = await ctx.provider(echo, false);
+    await using ctx = await chatEnv({ env: { UMBRA_MODE: "production", UMBRA_TRUST_ROOT: "apple", UMBRA_MIN_TRUST: "self_signed" } });
+    const plain = await ctx.provider({ sealed: false });
     expect((await plain.closed).code).toBe(CLOSE.protocolError);
-    const unattested = await ctx.provider();
+    const unattested = await ctx.provider({ sealed: true });
     expect(await unattested.closed).toEqual({
       code: CLOSE.untrusted,
       reason: "this coordinator admits attested providers only: no attestation evidence",

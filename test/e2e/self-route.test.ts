@@ -10,7 +10,7 @@ import { describe, expect, test } from "bun:test";
 import type { Inference } from "../../src/protocol/frames.ts";
 import { type Behaviour, connectFakeProvider, echo, type FakeProvider } from "../support/fake-provider.ts";
 import { type CallResult, seedAccount, seedCatalog, type TestApp, testApp } from "../support/harness.ts";
-import { chatBody, postChat, providerToken, type SseReader, sseReader, startServer, type TestServer } from "../support/server.ts";
+import { chatBody, errorOf, postChat, providerToken, type SseReader, sseReader, startServer, type TestServer } from "../support/server.ts";
 import { waitFor } from "../support/wait.ts";
 
 const BUILD = "org/base-build-4bit";
@@ -108,10 +108,6 @@ async function contentOf(response: Response): Promise<string> {
   return (JSON.parse(text) as { choices: { message: { content: string } }[] }).choices[0]?.message.content ?? "";
 }
 
-async function errorOf(response: Response) {
-  return { status: response.status, retryAfter: response.headers.get("retry-after"), body: await response.json() };
-}
-
 const envelope = (type: string, code: string, param?: string) => ({
   error: { message: expect.any(String), type, code, ...(param ? { param } : {}) },
 });
@@ -199,7 +195,12 @@ describe("refusals", () => {
   test("no live device token on the account -> 409 self_route_conflict (none, then only a revoked one)", async () => {
     await using ctx = await setup();
     const theirs = await ctx.machine(ctx.b.token);
-    const conflict = { status: 409, retryAfter: null, body: envelope("conflict_error", "self_route_conflict") };
+    const conflict = {
+      status: 409,
+      contentType: "application/json",
+      retryAfter: null,
+      body: envelope("conflict_error", "self_route_conflict"),
+    };
     const selfOnly = (await ctx.t.app.admin.createKey({ account_id: ctx.c.accountId, self_route_only: true })).key;
 
     expect(await errorOf(await ctx.chat(ctx.c.apiKey, chatBody("x", { self_route: true })))).toEqual(conflict);
@@ -217,7 +218,12 @@ describe("refusals", () => {
   test("a live device token but no own machine serving the model -> 503 model_unavailable; others' machines stay untouched", async () => {
     await using ctx = await setup();
     const theirs = await ctx.machine(ctx.b.token);
-    const unavailable = { status: 503, retryAfter: null, body: envelope("service_unavailable", "model_unavailable", "model") };
+    const unavailable = {
+      status: 503,
+      contentType: "application/json",
+      retryAfter: null,
+      body: envelope("service_unavailable", "model_unavailable", "model"),
+    };
     // Linked, no machine connected.
     expect(await errorOf(await ctx.chat(ctx.a.selfKey, chatBody("x")))).toEqual(unavailable);
     // A's machine serves another build only.
@@ -239,6 +245,7 @@ describe("refusals", () => {
     for (const stream of [false, true]) {
       expect(await errorOf(await ctx.chat(ctx.a.selfKey, chatBody("x", { stream })))).toEqual({
         status: 429,
+        contentType: "application/json",
         retryAfter: expect.stringMatching(/^\d+$/),
         body: envelope("rate_limit_error", "capacity_exhausted"),
       });
@@ -259,6 +266,7 @@ describe("refusals", () => {
     const theirs = await ctx.machine(ctx.b.token);
     expect(await errorOf(await ctx.chat(ctx.a.selfKey, chatBody("x")))).toEqual({
       status: 429,
+      contentType: "application/json",
       retryAfter: expect.stringMatching(/^\d+$/),
       body: envelope("rate_limit_error", "capacity_exhausted"),
     });
@@ -271,6 +279,7 @@ describe("refusals", () => {
     for (const value of ["yes", 1, {}]) {
       expect(await errorOf(await ctx.chat(ctx.a.plainKey, chatBody("x", { self_route: value })))).toEqual({
         status: 400,
+        contentType: "application/json",
         retryAfter: null,
         body: envelope("invalid_request_error", "invalid_value", "self_route"),
       });
@@ -280,7 +289,12 @@ describe("refusals", () => {
   test("self-routed requests respect the key's allowlist (403 before any self-route check)", async () => {
     await using ctx = await setup();
     const mine = await ctx.machine(ctx.a.token);
-    const forbidden = { status: 403, retryAfter: null, body: envelope("permission_error", "model_not_allowed", "model") };
+    const forbidden = {
+      status: 403,
+      contentType: "application/json",
+      retryAfter: null,
+      body: envelope("permission_error", "model_not_allowed", "model"),
+    };
     const narrowSelf = (
       await ctx.t.app.admin.createKey({ account_id: ctx.a.accountId, self_route_only: true, allowed_models: ["other/plain"] })
     ).key;

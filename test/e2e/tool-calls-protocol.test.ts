@@ -7,45 +7,13 @@
  */
 import { describe, expect, test } from "bun:test";
 import { toBase64url } from "../../src/crypto/encoding.ts";
-import { CLOSE, type Inference } from "../../src/protocol/frames.ts";
-import { connectFakeProvider, type FakeProvider, type SealedContext, type Step } from "../support/fake-provider.ts";
-import { seedAccount, seedCatalog, type TestApp, testApp } from "../support/harness.ts";
-import { chatBody, postChat, providerToken, readSse, startServer, type TestServer } from "../support/server.ts";
+import { CLOSE } from "../../src/protocol/frames.ts";
+import { chatEnv } from "../support/chat-env.ts";
+import type { SealedContext, Step } from "../support/fake-provider.ts";
+import { chatBody, postChat, readSse } from "../support/server.ts";
 
-const BUILD = "org/base-build-4bit";
+const _BUILD = "org/base-build-4bit";
 const TOOLS = { tools: [{ type: "function", function: { name: "get_weather", parameters: { type: "object" } } }] };
-
-interface Ctx extends AsyncDisposable {
-  readonly t: TestApp;
-  readonly server: TestServer;
-  readonly apiKey: string;
-  provider(steps: readonly Step[] | ((inf: Inference) => readonly Step[]), sealed?: boolean): Promise<FakeProvider>;
-}
-
-async function setup(): Promise<Ctx> {
-  const t = await testApp();
-  await seedCatalog(t);
-  const { accountId, apiKey } = await seedAccount(t);
-  const token = await providerToken(t, accountId);
-  const server = startServer(t);
-  const providers: FakeProvider[] = [];
-  return {
-    t,
-    server,
-    apiKey,
-    async provider(steps, sealed = false) {
-      const behave = typeof steps === "function" ? steps : (_: Inference) => steps;
-      const p = await connectFakeProvider({ url: server.url, token, models: [BUILD], behave, sealed });
-      providers.push(p);
-      return p;
-    },
-    async [Symbol.asyncDispose]() {
-      for (const p of providers) await p[Symbol.asyncDispose]();
-      await server[Symbol.asyncDispose]();
-      await t[Symbol.asyncDispose]();
-    },
-  };
-}
 
 const OPEN = { index: 0, id: "call_a", name: "get_weather", arguments: '{"city":' };
 const MORE = { index: 0, arguments: '"Paris"}' };
@@ -82,16 +50,16 @@ describe.each([
   ["sealed", true],
 ])("a %s session relays tool calls", (_, sealed) => {
   test("JSON: content and message.tool_calls; complete's seq counts chunks and tool calls", async () => {
-    await using ctx = await setup();
-    await ctx.provider(ANSWER, sealed);
+    await using ctx = await chatEnv();
+    await ctx.provider({ behave: () => ANSWER, sealed: sealed });
     const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("weather?", TOOLS));
     const body = (await response.json()) as { choices: unknown[] };
     expect([response.status, body.choices]).toEqual([200, [{ index: 0, message: EXPECTED_MESSAGE, finish_reason: "tool_calls" }]]);
   });
 
   test("stream: the same frames as chunks, in order", async () => {
-    await using ctx = await setup();
-    await ctx.provider(ANSWER, sealed);
+    await using ctx = await chatEnv();
+    await ctx.provider({ behave: () => ANSWER, sealed: sealed });
     const { data } = await readSse(await postChat(ctx.server.url, ctx.apiKey, chatBody("weather?", { ...TOOLS, stream: true })));
     const deltas = data.slice(0, 4).map((d) => (JSON.parse(d) as { choices: { delta: unknown }[] }).choices[0]?.delta);
     expect(deltas).toEqual([
@@ -107,8 +75,8 @@ describe.each([
 
 describe("a tool call is first content", () => {
   test("the stream commits on it: a failure after it is one in-band error event, no [DONE] and no failover", async () => {
-    await using ctx = await setup();
-    await ctx.provider([{ do: "accept" }, { do: "tool_call", call: OPEN }, { do: "error", code: "engine_error" }]);
+    await using ctx = await chatEnv();
+    await ctx.provider({ behave: () => [{ do: "accept" }, { do: "tool_call", call: OPEN }, { do: "error", code: "engine_error" }] });
     const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("weather?", { ...TOOLS, stream: true }));
     expect(response.status).toBe(200);
     const { data } = await readSse(response);
@@ -146,8 +114,8 @@ describe.each<[string, boolean, readonly Step[], string]>([
   ["a tool call before accepted", true, [{ do: "tool_call", call: OPEN }], "tool_call before accepted"],
 ])("plaintext: %s", (_, beforeContent, steps, reason) => {
   test("ends the session with 1002; the request fails (before first content after failing over, here to nobody): 502", async () => {
-    await using ctx = await setup();
-    const p = await ctx.provider(steps);
+    await using ctx = await chatEnv();
+    const p = await ctx.provider({ behave: () => steps });
     const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("weather?", TOOLS));
     expect({ status: response.status, body: await response.json() }).toEqual({ status: 502, body: beforeContent ? FAILED : FAILED_AFTER });
     expect(await p.closed).toEqual({ code: CLOSE.protocolError, reason });
@@ -155,12 +123,14 @@ describe.each<[string, boolean, readonly Step[], string]>([
 });
 
 test("plaintext: a seq gap across chunk and tool_call frames ends the session with 1002 (after the first content: 502)", async () => {
-  await using ctx = await setup();
-  const p = await ctx.provider((inf) => [
-    { do: "accept" },
-    { do: "chunk", delta: { content: "x" } },
-    { do: "raw", text: JSON.stringify({ type: "tool_call", request_id: inf.request_id, attempt: inf.attempt, seq: 2, tool_call: OPEN }) },
-  ]);
+  await using ctx = await chatEnv();
+  const p = await ctx.provider({
+    behave: (inf) => [
+      { do: "accept" },
+      { do: "chunk", delta: { content: "x" } },
+      { do: "raw", text: JSON.stringify({ type: "tool_call", request_id: inf.request_id, attempt: inf.attempt, seq: 2, tool_call: OPEN }) },
+    ],
+  });
   const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("weather?", TOOLS));
   expect({ status: response.status, body: await response.json() }).toEqual({ status: 502, body: FAILED_AFTER });
   expect(await p.closed).toEqual({ code: CLOSE.protocolError, reason: "tool_call seq 2, expected 1" });
@@ -193,8 +163,8 @@ describe.each<[string, readonly Step[]]>([
   ],
 ])("sealed: %s", (_, steps) => {
   test("is invalid output: 502 invalid_provider_output without failover, the session closed with 1002", async () => {
-    await using ctx = await setup();
-    const p = await ctx.provider(steps, true);
+    await using ctx = await chatEnv();
+    const p = await ctx.provider({ behave: () => steps, sealed: true });
     const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("weather?", TOOLS));
     expect({ status: response.status, body: await response.json() }).toEqual({ status: 502, body: INVALID });
     expect((await p.closed).code).toBe(CLOSE.protocolError);
@@ -202,8 +172,8 @@ describe.each<[string, readonly Step[]]>([
 });
 
 test("tool-call text counts toward the output bound: arguments far beyond the budget are invalid output", async () => {
-  await using ctx = await setup();
-  const p = await ctx.provider([{ do: "accept" }, { do: "tool_call", call: { ...OPEN, arguments: "x".repeat(70_000) } }]);
+  await using ctx = await chatEnv();
+  const p = await ctx.provider({ behave: () => [{ do: "accept" }, { do: "tool_call", call: { ...OPEN, arguments: "x".repeat(70_000) } }] });
   const response = await postChat(ctx.server.url, ctx.apiKey, chatBody("weather?", { ...TOOLS, max_tokens: 1 }));
   expect({ status: response.status, body: await response.json() }).toEqual({ status: 502, body: INVALID });
   expect(await p.closed).toEqual({ code: CLOSE.protocolError, reason: "output far beyond the output budget" });

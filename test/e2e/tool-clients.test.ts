@@ -15,49 +15,21 @@ import OpenAI from "openai";
 import { zodResponseFormat } from "openai/helpers/zod";
 import { z } from "zod";
 import { sealedChat } from "../../docs/examples/sealed-chat.ts";
-import { seedAccount, seedCatalog, type TestApp, testApp } from "../support/harness.ts";
-import { type ProviderProcess, startProvider } from "../support/processes.ts";
-import { providerToken, startServer, type TestServer } from "../support/server.ts";
+import { type ChatEnv, chatEnv } from "../support/chat-env.ts";
 
-const BUILD = "org/base-build-4bit";
+const _BUILD = "org/base-build-4bit";
 const MODEL = "org/model";
 
-interface Ctx extends AsyncDisposable {
-  readonly t: TestApp;
-  readonly server: TestServer;
-  readonly apiKey: string;
-  readonly client: OpenAI;
-}
-
-async function setup(providerArgs: readonly string[] = []): Promise<Ctx> {
-  const t = await testApp();
-  await seedCatalog(t);
-  const { apiKey, accountId } = await seedAccount(t);
-  const token = await providerToken(t, accountId);
-  const server = startServer(t);
-  const provider: ProviderProcess = startProvider([
-    "--coordinator",
-    server.url,
-    "--token",
-    token,
-    "--engine",
-    "echo",
-    "--model",
-    BUILD,
-    ...providerArgs,
-  ]);
-  await provider.connected;
-  return {
-    t,
-    server,
-    apiKey,
-    client: new OpenAI({ baseURL: `${server.url}/v1`, apiKey, maxRetries: 0 }),
-    async [Symbol.asyncDispose]() {
-      await provider[Symbol.asyncDispose]();
-      await server[Symbol.asyncDispose]();
-      await t[Symbol.asyncDispose]();
-    },
-  };
+/** The chat environment with one provider process (echo engine) and an OpenAI client for it. */
+async function setup(): Promise<ChatEnv & { readonly client: OpenAI }> {
+  const ctx = await chatEnv();
+  try {
+    await ctx.providerProcess();
+    return Object.assign(ctx, { client: new OpenAI({ baseURL: `${ctx.server.url}/v1`, apiKey: ctx.apiKey, maxRetries: 0 }) });
+  } catch (e) {
+    await ctx[Symbol.asyncDispose]();
+    throw e;
+  }
 }
 
 const WEATHER: OpenAI.ChatCompletionTool = {
@@ -255,7 +227,7 @@ describe("openai client: what malformed tools get", () => {
 });
 
 describe("ai SDK: tools over several steps", () => {
-  const provider = (ctx: Ctx) => createOpenAICompatible({ name: "umbra", baseURL: `${ctx.server.url}/v1`, apiKey: ctx.apiKey });
+  const provider = (ctx: ChatEnv) => createOpenAICompatible({ name: "umbra", baseURL: `${ctx.server.url}/v1`, apiKey: ctx.apiKey });
   const weather = (calls: string[]) =>
     tool({
       description: "The weather in a city",

@@ -9,7 +9,8 @@
  * One coordinator process for the file (every case its own account, build and providers), and
  * in-process servers with a 2 s idle timeout for what the idle timeout does to stalled connections and to
  * connections kept (idle, or unread) after their answer, and what the body deadline does to bodies
- * trickled under it.
+ * trickled under it. Those last three and the thousands of idle connections (which touch only the
+ * coordinator process, and only their own tenant there) run at the same time: they mostly wait.
  */
 import { afterAll, beforeAll, expect } from "bun:test";
 import { listen } from "../../src/coordinator/server.ts";
@@ -260,59 +261,6 @@ reliabilityCase(
 
 reliabilityCase(
   GROUP,
-  "thousands of idle connections",
-  async (r) => {
-    r.tried("2,000 TCP connections that send nothing, 200 with half a request head, 200 chat requests with half a body");
-    const t = await tenant();
-    await using f = fakes(c.url);
-    await f.connect(t);
-    await servesNormally(c.url, t);
-    const before = c.rssKiB();
-    const request = chatRequestBytes(c.url, t, { messages: messages("half sent") });
-    const open = async (n: number, send: (conn: RawConnection) => void) => {
-      const all: RawConnection[] = [];
-      for (let i = 0; i < n; i += 100) {
-        all.push(...(await Promise.all(Array.from({ length: Math.min(100, n - i) }, () => rawConnection(c.url)))));
-      }
-      for (const conn of all) send(conn);
-      return all;
-    };
-    const idle = await open(2_000, () => {});
-    const halfHeads = await open(200, (conn) => conn.write(request.head.slice(0, 60)));
-    const halfBodies = await open(200, (conn) => {
-      conn.write(request.head);
-      conn.write(request.body.subarray(0, 10));
-    });
-    const all = [...idle, ...halfHeads, ...halfBodies];
-    try {
-      const started = performance.now();
-      await servesNormally(c.url, t);
-      await servesNormally(c.url, t, true);
-      const took = performance.now() - started;
-      expect(took).toBeLessThan(10_000);
-      r.held(`with 2,400 stalled connections open, a JSON and a streamed request are answered (in ${Math.round(took)} ms; bound 10 s)`);
-      const grownMiB = Math.round((c.rssKiB() - before) / 1024);
-      expect(grownMiB).toBeLessThan(64);
-      r.held(`coordinator RSS grew by ${grownMiB} MiB for 2,400 connections (bound 64 MiB, about 27 KiB each)`);
-      await waitFor(() => [...idle, ...halfHeads].every((conn) => conn.isClosed()), "the server closing the idle connections", 30_000);
-      r.held("the server closed every connection that never completed a request head (uWebSockets' 10 s timeout for a request head)");
-      expect(halfBodies.some((conn) => conn.isClosed())).toBe(false);
-      r.held(
-        "chat requests with a stalled body stay open meanwhile (they fall under the 120 s idle timeout, shown with a short one below)",
-      );
-      const rows = await usageRows(c, t.accountId, 3);
-      expect(rows).toHaveLength(3);
-      await settledExactly(c, t);
-      r.held("no stalled request reached billing; no reservation held");
-    } finally {
-      for (const conn of all) conn.close();
-    }
-  },
-  60_000,
-);
-
-reliabilityCase(
-  GROUP,
   "never reads a stream while the provider floods",
   async (r) => {
     const first = 32 * MiB;
@@ -366,7 +314,60 @@ reliabilityCase(
   40_000,
 );
 
-reliabilityCase(
+reliabilityCase.concurrent(
+  GROUP,
+  "thousands of idle connections",
+  async (r) => {
+    r.tried("2,000 TCP connections that send nothing, 200 with half a request head, 200 chat requests with half a body");
+    const t = await tenant();
+    await using f = fakes(c.url);
+    await f.connect(t);
+    await servesNormally(c.url, t);
+    const before = c.rssKiB();
+    const request = chatRequestBytes(c.url, t, { messages: messages("half sent") });
+    const open = async (n: number, send: (conn: RawConnection) => void) => {
+      const all: RawConnection[] = [];
+      for (let i = 0; i < n; i += 100) {
+        all.push(...(await Promise.all(Array.from({ length: Math.min(100, n - i) }, () => rawConnection(c.url)))));
+      }
+      for (const conn of all) send(conn);
+      return all;
+    };
+    const idle = await open(2_000, () => {});
+    const halfHeads = await open(200, (conn) => conn.write(request.head.slice(0, 60)));
+    const halfBodies = await open(200, (conn) => {
+      conn.write(request.head);
+      conn.write(request.body.subarray(0, 10));
+    });
+    const all = [...idle, ...halfHeads, ...halfBodies];
+    try {
+      const started = performance.now();
+      await servesNormally(c.url, t);
+      await servesNormally(c.url, t, true);
+      const took = performance.now() - started;
+      expect(took).toBeLessThan(10_000);
+      r.held(`with 2,400 stalled connections open, a JSON and a streamed request are answered (in ${Math.round(took)} ms; bound 10 s)`);
+      const grownMiB = Math.round((c.rssKiB() - before) / 1024);
+      expect(grownMiB).toBeLessThan(64);
+      r.held(`coordinator RSS grew by ${grownMiB} MiB for 2,400 connections (bound 64 MiB, about 27 KiB each)`);
+      await waitFor(() => [...idle, ...halfHeads].every((conn) => conn.isClosed()), "the server closing the idle connections", 30_000);
+      r.held("the server closed every connection that never completed a request head (uWebSockets' 10 s timeout for a request head)");
+      expect(halfBodies.some((conn) => conn.isClosed())).toBe(false);
+      r.held(
+        "chat requests with a stalled body stay open meanwhile (they fall under the 120 s idle timeout, shown with a short one below)",
+      );
+      const rows = await usageRows(c, t.accountId, 3);
+      expect(rows).toHaveLength(3);
+      await settledExactly(c, t);
+      r.held("no stalled request reached billing; no reservation held");
+    } finally {
+      for (const conn of all) conn.close();
+    }
+  },
+  60_000,
+);
+
+reliabilityCase.concurrent(
   GROUP,
   "what the idle timeout does",
   async (r) => {
@@ -408,7 +409,7 @@ reliabilityCase(
   30_000,
 );
 
-reliabilityCase(
+reliabilityCase.concurrent(
   GROUP,
   "keeps its connection after the answer",
   async (r) => {
@@ -437,43 +438,50 @@ reliabilityCase(
       { label: "stream", body: chatBody("kept open", { model: PLAIN, stream: true }), status: 200, ends: "data: [DONE]\n\n" },
       { label: "error", body: chatBody("kept open", { model: "org/not-in-the-catalog" }), status: 404, ends: '"code":"model_not_found"' },
     ];
-    const open = await Promise.all(
-      cases.map(async (k) => {
-        const conn = await rawConnection(server.url);
-        send(conn, k.body);
-        return conn;
-      }),
-    );
-    await waitFor(() => open.every((conn) => parseHttp(conn.received())?.complete), "the three answers", 10_000);
-    const answers = open.map((conn) => parseHttp(conn.received()));
-    expect(answers.map((a) => a?.status)).toEqual(cases.map((k) => k.status));
-    expect(cases.every((k, i) => answers[i]?.body.includes(k.ends))).toBe(true);
+    // The kept-alive connections and the consumer that never reads run side by side: each waits for an
+    // idle timeout of its own, and the two waits overlap.
+    const keptAlive = async () => {
+      const open = await Promise.all(
+        cases.map(async (k) => {
+          const conn = await rawConnection(server.url);
+          send(conn, k.body);
+          return conn;
+        }),
+      );
+      await waitFor(() => open.every((conn) => parseHttp(conn.received())?.complete), "the three answers", 10_000);
+      const answers = open.map((conn) => parseHttp(conn.received()));
+      expect(answers.map((a) => a?.status)).toEqual(cases.map((k) => k.status));
+      expect(cases.every((k, i) => answers[i]?.body.includes(k.ends))).toBe(true);
+      await waitFor(() => open.every((conn) => conn.isClosed()), "the idle connections closed", 15_000);
+    };
+    const neverReads = async () => {
+      const stalled = await rawConnection(server.url, { paused: true });
+      send(stalled, chatBody("flood", { model: PLAIN, stream: true, max_tokens: 1_000_000 }));
+      const inf = await waitFor(() => p.inferences.find((i) => i.request.messages.at(-1)?.content === "flood"), "the flood's inference");
+      await p.flood(inf, { frameChars: 32_768, maxChars: 64 * MiB, until: () => p.cancels.length > 0 });
+      expect(p.cancels.map((x) => x.reason)).toEqual(["client_gone"]);
+      await waitFor(async () => (await app.app.admin.getAccount(accountId)).reserved_micro_usd === 0, "the stopped answer settled");
+      expect(await stalled.serverEnd()).toBe("established");
+      await waitFor(async () => (await stalled.serverEnd()) !== "established", "the server closing the stalled connection", 15_000);
+      stalled.resume();
+      await stalled.closed;
+      const rest = parseHttp(stalled.received());
+      expect([rest?.status, rest?.complete]).toEqual([200, false]);
+      return stalled.received().length;
+    };
+    const [, unread] = await Promise.all([keptAlive(), neverReads()]);
     r.held("each got its answer whole (200 JSON, 200 stream ending with [DONE], 404 envelope) on a kept-alive connection");
-    await waitFor(() => open.every((conn) => conn.isClosed()), "the idle connections closed", 15_000);
     r.held("each connection was then closed by the idle timeout (the timeout lifted for the answer is restored once it ended)");
-
-    const stalled = await rawConnection(server.url, { paused: true });
-    send(stalled, chatBody("flood", { model: PLAIN, stream: true, max_tokens: 1_000_000 }));
-    const inf = await waitFor(() => p.inferences.find((i) => i.request.messages.at(-1)?.content === "flood"), "the flood's inference");
-    await p.flood(inf, { frameChars: 32_768, maxChars: 64 * MiB, until: () => p.cancels.length > 0 });
-    expect(p.cancels.map((x) => x.reason)).toEqual(["client_gone"]);
-    await waitFor(async () => (await app.app.admin.getAccount(accountId)).reserved_micro_usd === 0, "the stopped answer settled");
-    expect(await stalled.serverEnd()).toBe("established");
     r.held("the consumer that never reads: its answer was stopped at the backlog bound and settled, the connection still open");
-    await waitFor(async () => (await stalled.serverEnd()) !== "established", "the server closing the stalled connection", 15_000);
     r.held("an idle timeout later the coordinator closed its end of the connection, though the consumer still had not read a byte");
-    stalled.resume();
-    await stalled.closed;
-    const rest = parseHttp(stalled.received());
-    expect([rest?.status, rest?.complete]).toEqual([200, false]);
     r.held(
-      `reading afterwards, it gets what was already in its socket (${Math.round(stalled.received().length / MiB)} MiB), then the end of a cut connection: no [DONE], an error for its client, never a hang`,
+      `reading afterwards, it gets what was already in its socket (${Math.round(unread / MiB)} MiB), then the end of a cut connection: no [DONE], an error for its client, never a hang`,
     );
   },
   60_000,
 );
 
-reliabilityCase(
+reliabilityCase.concurrent(
   GROUP,
   "trickles its body under the idle timeout",
   async (r) => {

@@ -14,6 +14,7 @@
 import { afterAll, beforeAll, describe, expect } from "bun:test";
 import { connect, type Socket } from "node:net";
 import fc from "fast-check";
+import { MiB, mib, rssBytes } from "../support/process-stats.ts";
 import { type CoordinatorProcess, type ProviderProcess, startCoordinator, startProvider } from "../support/processes.ts";
 import { parseSse } from "../support/server.ts";
 import {
@@ -37,7 +38,6 @@ import {
   runsOf,
   seedOf,
 } from "./fuzz-inputs.ts";
-import { MiB, mib, rssBytes } from "./process-stats.ts";
 import { reliabilityCase } from "./report.ts";
 
 const GROUP = "bad input (coordinator process)";

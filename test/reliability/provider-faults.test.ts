@@ -8,13 +8,14 @@
  * relayed), no reservation is held afterwards, and the coordinator serves the next request.
  *
  * One coordinator process for the file (tight deadlines: accept 1.2 s, first content 2.5 s, whole
- * request 6 s); every case has its own account, build and providers.
+ * request 4 s); every case has its own account, build and providers. The two cases that wait for
+ * deadlines (hangs forever, answers slower than the deadline) run at the same time.
  */
 import { afterAll, beforeAll, expect } from "bun:test";
 import { CLOSE, encode, type Inference } from "../../src/protocol/frames.ts";
 import { echo, type FakeProvider, type Step } from "../support/fake-provider.ts";
 import { startProvider } from "../support/processes.ts";
-import { parseSse, sseReader } from "../support/server.ts";
+import { errorOf, parseSse, sseReader } from "../support/server.ts";
 import { waitFor } from "../support/wait.ts";
 import { reliabilityCase } from "./report.ts";
 import {
@@ -24,7 +25,6 @@ import {
   connectFlooder,
   coordinatorProcess,
   envelope,
-  errorOf,
   estimatedTokens,
   fakes,
   isCancel,
@@ -43,7 +43,7 @@ import {
 const GROUP = "provider faults";
 const ACCEPT_TIMEOUT_MS = 1_200;
 const FIRST_CONTENT_TIMEOUT_MS = 2_500;
-const REQUEST_TIMEOUT_MS = 6_000;
+const REQUEST_TIMEOUT_MS = 4_000;
 
 let c: Coordinator;
 let builds = 0;
@@ -154,7 +154,7 @@ reliabilityCase(
   40_000,
 );
 
-reliabilityCase(
+reliabilityCase.concurrent(
   GROUP,
   "hangs forever",
   async (r) => {
@@ -234,7 +234,7 @@ async function sseReaderAll(response: Response): Promise<string[] | undefined> {
   return sseReader(response).rest();
 }
 
-reliabilityCase(
+reliabilityCase.concurrent(
   GROUP,
   "answers slower than the deadline",
   async (r) => {

@@ -48,25 +48,31 @@ export function reliabilitySummary(): string[] {
 
 /** Declares one reliability case (a bun:test test) in `group`. `timeoutMs` defaults to 30 s. */
 export function reliabilityCase(group: string, name: string, run: (c: CaseLog) => Promise<void>, timeoutMs = 30_000): void {
-  test(
-    name,
-    async () => {
-      const t = tally();
-      const tried: string[] = [];
-      const held: string[] = [];
-      t.cases++;
-      try {
-        await run({ tried: (what) => void tried.push(what), held: (what) => void held.push(what) });
-      } catch (e) {
-        t.failed.push(`${group} / ${name}`);
-        console.log(`reliability: ${group} / ${name}: tried ${tried.join("; ") || "(nothing recorded)"}; FAILED after ${held.length} held`);
-        throw e;
-      }
-      t.held++;
-      console.log(
-        `reliability: ${group} / ${name}: tried ${tried.join("; ") || "(nothing recorded)"}; held ${held.join("; ") || "(nothing recorded)"}`,
-      );
-    },
-    timeoutMs,
+  test(name, () => logged(group, name, run), timeoutMs);
+}
+
+/**
+ * A case that runs at the same time as the concurrent cases declared next to it (test.concurrent): for
+ * cases that share nothing (their own coordinator, or nothing a neighbour measures) and mostly wait.
+ */
+reliabilityCase.concurrent = (group: string, name: string, run: (c: CaseLog) => Promise<void>, timeoutMs = 30_000): void => {
+  test.concurrent(name, () => logged(group, name, run), timeoutMs);
+};
+
+async function logged(group: string, name: string, run: (c: CaseLog) => Promise<void>): Promise<void> {
+  const t = tally();
+  const tried: string[] = [];
+  const held: string[] = [];
+  t.cases++;
+  try {
+    await run({ tried: (what) => void tried.push(what), held: (what) => void held.push(what) });
+  } catch (e) {
+    t.failed.push(`${group} / ${name}`);
+    console.log(`reliability: ${group} / ${name}: tried ${tried.join("; ") || "(nothing recorded)"}; FAILED after ${held.length} held`);
+    throw e;
+  }
+  t.held++;
+  console.log(
+    `reliability: ${group} / ${name}: tried ${tried.join("; ") || "(nothing recorded)"}; held ${held.join("; ") || "(nothing recorded)"}`,
   );
 }

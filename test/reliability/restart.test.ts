@@ -164,8 +164,9 @@ reliabilityCase(
 );
 
 /**
- * SIGTERM with 8 requests (4 JSON, 4 streaming, ~3 s each at 20 tokens per second) in flight through a
- * real provider process; then a restart on the same database and the books.
+ * SIGTERM with 8 requests (4 JSON, 4 streaming, ~1.5 s each at 40 tokens per second) in flight through a
+ * real provider process; then a restart on the same database and the books. Each run has its own
+ * folder, processes and ports, so the two graceful cases run at the same time.
  */
 async function gracefulStop(drainMs: number | undefined): Promise<{ endings: Ending[]; during: Ending; code: number; ms: number }> {
   using dir = tempDir();
@@ -176,7 +177,7 @@ async function gracefulStop(drainMs: number | undefined): Promise<{ endings: End
   const t = await first.seed("org/restart-term");
   using home = providerHome();
   await using provider = startProvider(
-    ["--coordinator", first.url, "--token", t.providerToken, "--engine", "echo", "--model", t.build, "--echo-tokens-per-second", "20"],
+    ["--coordinator", first.url, "--token", t.providerToken, "--engine", "echo", "--model", t.build, "--echo-tokens-per-second", "40"],
     { UMBRA_PROVIDER_HOME: home.path },
   );
   await provider.connected;
@@ -204,12 +205,12 @@ async function gracefulStop(drainMs: number | undefined): Promise<{ endings: End
 
 const tally = (endings: readonly Ending[]) => endings.map((e) => (e.kind === "http-error" ? e.status : e.kind)).join(", ");
 
-reliabilityCase(
+reliabilityCase.concurrent(
   GROUP,
   "graceful stop (SIGTERM) with traffic in flight: the answers finish within the drain period",
   async (r) => {
     r.tried(
-      "8 requests (4 JSON, 4 streaming, ~3 s each) in flight through a real provider process; SIGTERM (default drain period, 10 s); one more request while stopping",
+      "8 requests (4 JSON, 4 streaming, ~1.5 s each) in flight through a real provider process; SIGTERM (default drain period, 10 s); one more request while stopping",
     );
     const { endings, during, code } = await gracefulStop(undefined);
     expect(code).toBe(0);
@@ -225,11 +226,11 @@ reliabilityCase(
   60_000,
 );
 
-reliabilityCase(
+reliabilityCase.concurrent(
   GROUP,
   "graceful stop (SIGTERM) with answers longer than the drain period",
   async (r) => {
-    r.tried("the same 8 requests (~3 s each) with a drain period of 500 ms");
+    r.tried("the same 8 requests (~1.5 s each) with a drain period of 500 ms");
     const { endings, during, code, ms } = await gracefulStop(500);
     expect(code).toBe(0);
     const unclean = endings.filter(

@@ -22,9 +22,9 @@
 import { Database } from "bun:sqlite";
 import { afterAll, describe, expect } from "bun:test";
 import { join } from "node:path";
+import { MiB, mib, openFds, rssBytes } from "../support/process-stats.ts";
 import { type CoordinatorProcess, type ProviderProcess, startCoordinator, startProvider } from "../support/processes.ts";
 import { waitFor } from "../support/wait.ts";
-import { MiB, mib, openFds, rssBytes } from "./process-stats.ts";
 import { reliabilityCase } from "./report.ts";
 import { type Outcome, type SoakWorld, Traffic } from "./soak-traffic.ts";
 

@@ -7,8 +7,8 @@
  *   account, key, provider token and build, so cases share one process without seeing each other.
  * - Money read back two ways: the running coordinator's live holds (admin API, `reserved_micro_usd`) and
  *   the durable rows (the SQLite file opened read-only: usage rows with their outcome, ledger sums).
- * - `rssKiB(pid)`: resident memory from /proc/<pid>/status, for bounds that fail when memory grows
- *   with the volume of data.
+ * - `Coordinator.rssKiB()`: its resident memory (test/support/process-stats.ts), for bounds that fail
+ *   when memory grows with the volume of data.
  * - `rawConnection`: a TCP client that can send half a request, stop reading (TCP backpressure) and
  *   read a chunked HTTP response; `parseHttp` decodes what it received.
  * - `connectFlooder`: a provider sending large chunk frames as fast as its socket drains, obeying
@@ -27,6 +27,7 @@ import type { ChatMessage } from "../../src/protocol/chat-messages.ts";
 import type { Inference } from "../../src/protocol/frames.ts";
 import { parseCoordinatorFrame } from "../../src/protocol/parse.ts";
 import { type Behaviour, connectFakeProvider, echo, type FakeProvider } from "../support/fake-provider.ts";
+import { rssKiB } from "../support/process-stats.ts";
 import { adminClient, BUN, ROOT } from "../support/processes.ts";
 import { waitFor } from "../support/wait.ts";
 
@@ -86,13 +87,6 @@ export interface Coordinator extends AsyncDisposable {
   rssKiB(): number;
   /** Stops the process with `signal` and waits for it; resolves to its exit code. */
   stop(signal: "SIGKILL" | "SIGTERM"): Promise<number>;
-}
-
-/** Resident set size of a process in KiB. */
-export function rssKiB(pid: number): number {
-  const match = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
-  if (!match) throw new Error(`no VmRSS for pid ${pid}`);
-  return Number(match[1]);
 }
 
 /** Reads `stream` line by line into `lines` (bounded), resolving `ready` with the first match of `pattern`. */
@@ -591,15 +585,5 @@ export function fakes(url: string): Fakes {
     async [Symbol.asyncDispose]() {
       for (const p of all.splice(0)) await p[Symbol.asyncDispose]();
     },
-  };
-}
-
-/** Status, content type, Retry-After and parsed body of an error answer. */
-export async function errorOf(response: Response) {
-  return {
-    status: response.status,
-    contentType: response.headers.get("content-type"),
-    retryAfter: response.headers.get("retry-after"),
-    body: (await response.json()) as unknown,
   };
 }

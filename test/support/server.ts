@@ -4,7 +4,7 @@
  * and what follows [DONE]), and a raw HTTP/1.1 client for load tests. Use `await using server = startServer(t)`.
  */
 import { createParser } from "eventsource-parser";
-import { listen } from "../../src/coordinator/server.ts";
+import { type ListenOptions, listen } from "../../src/coordinator/server.ts";
 import type { TestApp } from "./harness.ts";
 
 export interface TestServer extends AsyncDisposable {
@@ -12,9 +12,12 @@ export interface TestServer extends AsyncDisposable {
   readonly port: number;
 }
 
-/** Listens on 127.0.0.1:0; disposal stops the fleet sweeper and the server (closing every connection). */
-export function startServer(t: TestApp): TestServer {
-  const server = listen(t.app, "127.0.0.1", 0);
+/**
+ * Listens on 127.0.0.1:0 (`idleTimeoutSeconds` shortens the idle timeout: ListenOptions); disposal stops
+ * the fleet sweeper and the server (closing every connection).
+ */
+export function startServer(t: TestApp, options: ListenOptions = {}): TestServer {
+  const server = listen(t.app, "127.0.0.1", 0, options);
   return {
     url: server.url,
     port: server.port,
@@ -43,6 +46,24 @@ export function postChat(url: string, apiKey: string, body: unknown, options: Ch
     body: JSON.stringify(body),
     ...(options.signal ? { signal: options.signal } : {}),
   });
+}
+
+/** An error answer as one comparable object. */
+export interface ErrorAnswer {
+  readonly status: number;
+  readonly contentType: string | null;
+  readonly retryAfter: string | null;
+  readonly body: { readonly error: { readonly message: string; readonly type: string; readonly code: string; readonly param?: string } };
+}
+
+/** Status, content type, Retry-After and parsed body of an error answer (compare it whole with toEqual). */
+export async function errorOf(response: Response): Promise<ErrorAnswer> {
+  return {
+    status: response.status,
+    contentType: response.headers.get("content-type"),
+    retryAfter: response.headers.get("retry-after"),
+    body: (await response.json()) as ErrorAnswer["body"],
+  };
 }
 
 /** A minimal valid chat body for the seeded alias. */

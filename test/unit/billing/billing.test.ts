@@ -2,7 +2,7 @@
  * The billing arithmetic (src/billing/billing.ts), with golden values: the prompt bound from UTF-8
  * bytes, reservation and charge in exact integers with one rounding up on the total, the platform fee
  * rounded up; then Billing.settle building the Settlement that Wallets commits (through a recording
- * MoneyStore): capped at the hold, nothing charged for self-route, the whole charge to the fee when
+ * MoneyStore, test/support/fake-money.ts): capped at the hold, nothing charged for self-route, the whole charge to the fee when
  * no provider account earns.
  */
 import { describe, expect, test } from "bun:test";
@@ -26,7 +26,8 @@ import { Wallets } from "../../../src/billing/wallets.ts";
 import type { Logger } from "../../../src/observability/logger.ts";
 import type { ChatMessage } from "../../../src/protocol/chat-messages.ts";
 import type { Usage } from "../../../src/protocol/frames.ts";
-import type { MoneyStore, Settlement, SettleResult } from "../../../src/store/types.ts";
+import type { Settlement } from "../../../src/store/types.ts";
+import { FakeMoney } from "../../support/fake-money.ts";
 import { seededRandom } from "../../support/random.ts";
 
 const T0 = 1_790_000_000_000;
@@ -251,32 +252,10 @@ describe("feeFor", () => {
   });
 });
 
-/** Applies every settlement (this file checks what Billing builds, not the store). */
-class RecordingMoney implements MoneyStore {
-  readonly settlements: Settlement[] = [];
-  constructor(private readonly balances: Map<string, number>) {}
-  async balance(accountId: string): Promise<number | undefined> {
-    return this.balances.get(accountId);
-  }
-  async keySpent(): Promise<number | undefined> {
-    return 0;
-  }
-  async settle(batch: readonly Settlement[]): Promise<SettleResult> {
-    this.settlements.push(...batch);
-    const balances = new Map<string, number>();
-    for (const s of batch) {
-      const after = (this.balances.get(s.accountId) ?? 0) - s.charge;
-      this.balances.set(s.accountId, after);
-      balances.set(s.accountId, after);
-    }
-    return { applied: batch.map(() => true), balances, keySpent: new Map() };
-  }
-}
-
 const silent: Logger = { error() {}, warn() {}, info() {}, debug() {} };
 
 function setup(platformFeePercent = 10) {
-  const store = new RecordingMoney(new Map([["A", 1_000_000]]));
+  const store = new FakeMoney({ A: 1_000_000, P: 0 });
   const wallets = new Wallets(store, silent);
   return { store, wallets, billing: new Billing(wallets, { platformFeePercent }) };
 }

@@ -1,6 +1,6 @@
 /**
  * What the coordinator loads at start. @peculiar/x509 (certificate chains) costs 15-20 ms of CPU to
- * import, a third of the compiled binary's start-up (bench/README.md "start-up"); the coordinator needs it
+ * import, a third of the compiled binary's start-up (bench/HISTORY.md "start-up"); the coordinator needs it
  * only once a provider presents evidence (or for the development attestation source), so it is imported
  * dynamically there. This walks the static import graph (type-only imports excluded, as the bundler
  * drops them) and fails with the chain that would load it at start.

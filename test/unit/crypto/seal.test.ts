@@ -104,7 +104,7 @@ describe.each(KEMS)("Umbra vector (request.json) with the %s suite", (kem) => {
 });
 
 describe("round trips", () => {
-  test("the default KEM is the native one (the faster, see bench/README.md)", () => {
+  test("the default KEM is the native one (the faster, see bench/HISTORY.md)", () => {
     expect(DEFAULT_KEM).toBe("native");
   });
 
