@@ -505,7 +505,8 @@ describe("CLI and HTTP twins", () => {
   }, 60_000);
 });
 
-describe("CLI usage", () => {
+// Each case has its own database and process: they run side by side.
+describe.concurrent("CLI usage", () => {
   test.each([
     ["an unknown noun", ["wallets", "list"], /unknown admin noun 'wallets'/],
     ["an unknown verb", ["accounts", "delete", "acct_x"], /unknown verb 'delete' for 'accounts'/],

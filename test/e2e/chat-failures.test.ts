@@ -550,7 +550,8 @@ describe("a body nested too deep", () => {
   });
 });
 
-describe("a request the coordinator cannot serialize for its provider", () => {
+// Each mode has its own chat environment: the three run side by side.
+describe.concurrent("a request the coordinator cannot serialize for its provider", () => {
   // Validation keeps such requests out (nesting bound); should one get through, it is the coordinator's
   // failure: thrown as such (500 internal_error at the boundary), not failed over, no provider blamed.
   const deep = () => {
