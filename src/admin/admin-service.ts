@@ -1,15 +1,13 @@
 /**
  * Administration operations, shared by the HTTP API (/admin/v1) and the CLI (`umbra-coordinator admin`):
- * one validation, one set of answers (admin-json.ts). Inputs are untrusted JSON. Here: accounts, reports,
- * API keys, provider tokens; the catalog's operations (builds, aliases, prices) are in catalog-admin.ts.
+ * one validation, one set of answers (admin-json.ts), as docs/api.md "Admin API" describes them. Inputs
+ * are untrusted JSON. Here: accounts, reports, API keys, provider tokens; the catalog's operations
+ * (builds, aliases, prices) are in catalog-admin.ts.
  *
  * Errors: 400 with `param` for bad values, 404 for unknown ids, 409 for id collisions. Every operation
  * validates everything before its first write, and multi-row writes are single store transactions.
- * Credentials: an API key links machines (approves provider device logins) only when created with
- * `link_machines`; a provider token expires only when created with `expires_in_seconds` or `expires_at`.
  * Reports: an account's `reserved_micro_usd` is the running coordinator's live holds when the hooks
  * provide them (`reservedFor`), else the stored value (the CLI, a separate process, has no live holds).
- * Usage reports take UTC dates (YYYY-MM-DD), both bounds inclusive.
  */
 import { API_KEY_PREFIX, issueSecret, newId, PROVIDER_TOKEN_PREFIX } from "../auth/secrets.ts";
 import { Errors } from "../errors/api-error.ts";
@@ -113,7 +111,7 @@ export class AdminService extends CatalogAdmin {
     return { object: "list" as const, data: (await this.store.accounts.ledger(id, limit)).map(ledgerEntryJson) };
   }
 
-  /** Usage totals per model, per key (`jwt` for JWT requests) and per UTC day, from `since` to `until` inclusive. */
+  /** Usage totals per model, per key (`jwt` for JWT requests) and per UTC day, `since` to `until` (YYYY-MM-DD) inclusive. */
   async accountUsage(id: string, query: { readonly since?: unknown; readonly until?: unknown }) {
     const since = utcDay(query.since, "since");
     const until = utcDay(query.until, "until");
@@ -147,6 +145,7 @@ export class AdminService extends CatalogAdmin {
     return this.accountJson(updated);
   }
 
+  /** A new API key; it links machines (approves provider device logins) only when created with `link_machines`. */
   async createKey(body: unknown) {
     const o = objectBody(body, [
       "account_id",

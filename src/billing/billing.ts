@@ -1,16 +1,13 @@
 /**
- * The billing lifecycle of one chat request (DESIGN.md section 9):
- *   reserve  - before dispatch, hold an upper bound of the cost: the prompt tokens a provider may report
- *              (usage-bounds.ts: promptTokenBound over the messages, the other forwarded fields' bytes,
- *              a chat template's allowance), plus the output budget, at the model's rates (or the
- *              fallback rates), so an honest report is never capped;
- *   settle   - after the answer, charge uncached prompt x input + cached x cache-read + completion x
- *              output, rounded up once to 1 micro-USD and never more than the hold; release the rest;
- *              credit the provider's account with the charge less the platform fee;
- *   partial  - on a failure or cancellation after content, charge what was generated (estimated from
- *              the relayed text when the provider could not report usage, at most the output budget);
- *              before content, nothing. A provider's report beyond usage-bounds.ts fails the answer
- *              first (invalid output), so it is never charged; the estimate is.
+ * The billing lifecycle of one chat request (DESIGN.md section 9; docs/api.md "Money and limits"):
+ *   reserve - before dispatch, hold an upper bound of the cost: the prompt tokens a provider may report
+ *             (promptTokenBound and usage-bounds.ts's allowances) plus the output budget, at the model's
+ *             rates (or the fallback rates), so an honest report is never capped;
+ *   settle  - after the answer, charge the usage (chargeFor), never more than the hold; release the rest;
+ *             credit the provider's account with the charge less the platform fee;
+ *   partial - after content, a failure or cancellation pays for what was generated (the report, or an
+ *             estimate from the relayed text, at most the output budget); before content, nothing. A report
+ *             beyond usage-bounds.ts fails the answer first, so it is never charged; the estimate is.
  * Self-routed requests hold nothing and are charged nothing; their usage is still recorded.
  */
 import { type ChatMessage, messageText } from "../protocol/chat-messages.ts";
@@ -84,7 +81,7 @@ export function reservationFor(promptBound: number, maxTokens: number, rates: Ra
   return prompt + output;
 }
 
-/** The exact charge for reported usage: one rounding up, on the total. */
+/** The exact charge for reported usage: uncached prompt x input + cached x cache-read + completion x output, one rounding up. */
 export function chargeFor(usage: Usage, rates: Rates): number {
   const cached = Math.min(usage.cached_tokens ?? 0, usage.prompt_tokens);
   const fast = (usage.prompt_tokens - cached) * rates.input + cached * rates.cacheRead + usage.completion_tokens * rates.output;

@@ -1,16 +1,14 @@
 /**
- * The one serial writer loop that owns every store call that changes or re-reads money: queued
- * settlements are committed as one batch, then the batch's new balances enter `durable` and its charges
- * leave `pending` in the same step (Holds.committed/forget). Loads and refreshes (tasks) run in the same
- * loop, so they never race a commit. A settlement's promise resolves once its batch is durable.
+ * The one serial writer loop that owns every store call that changes or re-reads money: a batch of queued
+ * settlements is committed, then its new balances enter `durable` and its charges leave `pending` in one
+ * step (Holds.committed/forget). Loads and refreshes (tasks) run in the same loop, so they never race a
+ * commit. A settlement's promise resolves once its batch is durable.
  *
- * Group commit: a commit has a fixed cost several times one settlement's, so under load (at least
- * `spacedAbovePerSecond` settlements per second over the last RATE_WINDOW_MS) commits start at least
- * `commitGapMs` apart and everything arriving within the gap shares one; below that rate each is
- * committed at once. With a journal (src/store/journal.ts) a spaced group is appended to it instead
- * (durable, callers released at once) and applied to the store `journalApplyMs` later, or once MAX_BATCH
- * wait, in one larger commit; until then its charges stay in `pending`. At start, what a killed process
- * left in the journal is applied before any load or refresh. bench/README.md has the costs.
+ * Group commit (docs/operations.md "Money"): from `spacedAbovePerSecond` settlements per second (over
+ * RATE_WINDOW_MS), commits start at least `commitGapMs` apart and what arrives within the gap shares one;
+ * below it each commits at once. With a journal (src/store/journal.ts) a spaced group is appended there
+ * (durable, callers released at once) and applied in one larger commit `journalApplyMs` later, or once
+ * MAX_BATCH wait; its charges stay in `pending` until then. A killed process's journal is applied at start.
  */
 import type { Logger } from "../observability/logger.ts";
 import type { MoneyStore, Settlement, SettleResult } from "../store/types.ts";
@@ -101,6 +99,7 @@ export class SettlementWriter {
     private readonly options: WriterOptions = {},
   ) {
     this.timers = options.timers ?? realTimers;
+    // First in the loop: what a killed process left in the journal is applied before any load or refresh.
     const recovered = store.journal?.recovered ?? [];
     if (recovered.length > 0) void this.inLoop(() => this.recover(recovered));
   }

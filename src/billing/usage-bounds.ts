@@ -1,20 +1,13 @@
 /**
  * Bounds on the token usage a provider reports. The provider counts its own tokens and the coordinator
- * bills them, so every count is bounded by what the coordinator knows itself (docs/security.md, "Usage
- * a provider reports"):
- *   prompt     <= promptTokenBound(messages) (the reservation's bound: UTF-8 bytes plus overheads)
- *                 + UTF-8 bytes of the other forwarded fields (tool definitions reach the prompt)
- *                 + PROMPT_TEMPLATE_ALLOWANCE (a chat template's own text: default system prompt, dates);
+ * bills them, so every count is bounded by what the coordinator knows itself (docs/security.md "Usage a
+ * provider reports" gives the reasons; every token decodes to at least one byte):
+ *   prompt     <= promptTokenBound(messages) + UTF-8 bytes of the other forwarded fields + PROMPT_TEMPLATE_ALLOWANCE;
  *   cached     <= prompt;
- *   completion <= the output budget (the authoritative max_tokens), and
- *              <= UTF-8 bytes of the content, reasoning and tool calls (function names and arguments)
- *                 relayed for the attempt + OUTPUT_ALLOWANCE_TOKENS + TOOL_CALL_ALLOWANCE_TOKENS per tool
- *                 call + UTF-8 bytes of the request's stop strings (every token decodes to at least one
- *                 byte; a matched stop string is generated but not returned);
+ *   completion <= the output budget, and <= UTF-8 bytes of the content, reasoning and tool calls relayed
+ *                 + OUTPUT_ALLOWANCE_TOKENS + TOOL_CALL_ALLOWANCE_TOKENS per call + bytes of the stop strings;
  *   reasoning  <= completion, and <= reasoning bytes relayed + OUTPUT_ALLOWANCE_TOKENS.
- * The relayed-output bounds hold only when the runtime returns everything it generates as content,
- * reasoning or tool calls: a request forwarding any field outside VISIBLE_OUTPUT_FIELDS (runtime
- * switches that hide reasoning) is bounded by the budget alone there.
+ * The byte bounds hold only when every forwarded field is in VISIBLE_OUTPUT_FIELDS; else the budget alone.
  * Pure functions; a report beyond a bound is invalid provider output (fleet/attempt-frames.ts).
  */
 import type { EngineRequestBody, Usage } from "../protocol/frames.ts";

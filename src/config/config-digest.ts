@@ -1,22 +1,13 @@
 /**
  * The digest of the coordinator's non-secret configuration: what the measured kernel command line
- * (`umbra.config=<hex>`) or the report's HOST_DATA binds, so that a host cannot change a setting unseen.
+ * (`umbra.config=<hex>`) or the report's HOST_DATA binds, so that a host cannot change a setting unseen
+ * (docs/operations.md "Configuration binding"). The byte layout is configCanonicalBytes'.
  *
- * What it covers: every field of the loaded Config (src/config/config.ts), defaults included, so two
- * spellings of one effective configuration give one digest; except
- *   - the secrets, provisioned after boot and never bound (SECRET_FIELDS: the admin token);
- *   - the binding itself (configBinding, configDigest): a digest cannot contain itself, and /init adds them.
- * A field added to Config later is covered without a change here (an unsupported value type throws, so a
- * test notices). The JWT verification key (`jwt.publicKey`) is covered: it is public; its integrity matters.
- *
- * Canonical form (src/crypto/canonical.ts; integers unsigned big-endian; lp(x) = u32(len(x)) || x):
- *   digest = SHA-256( lp("umbra-config-v1") || u32(n) || entry_1 || ... || entry_n )
- *   entry  = lp(UTF-8(name)) || u32(kind) || value, entries sorted by name (ASCII order)
- *   name   = the Config field name; a nested object's fields are "parent.field" (e.g. "jwt.issuer"); an
- *            absent optional field has no entry
- *   kind   0 null (no value) | 1 string: lp(UTF-8) | 2 integer (0..2^53-1): u64 | 3 boolean: u32(0|1)
- *          | 4 bytes: lp(bytes) | 5 list of strings: u32(count) || lp(UTF-8) ...
- * Shown as 64 lowercase hex digits (`umbra-coordinator config-digest` prints it for a set of flags).
+ * It covers every field of the loaded Config, defaults included, so two spellings of one effective
+ * configuration give one digest; except the secrets (SECRET_FIELDS, provisioned after boot) and the
+ * binding's own settings (BINDING_FIELDS: a digest cannot contain itself; /init adds them). A field added
+ * to Config later is covered without a change here (an unsupported value type throws, so a test notices).
+ * The JWT verification key (`jwt.publicKey`) is covered: it is public; its integrity matters.
  */
 import { sha256 } from "@noble/hashes/sha2.js";
 import { CanonicalBytes } from "../crypto/canonical.ts";
@@ -44,7 +35,16 @@ function entries(prefix: string, value: object): Entry[] {
   return out;
 }
 
-/** The canonical bytes (layout in the header). Throws TypeError naming a field whose value has no kind. */
+/**
+ * The canonical bytes (src/crypto/canonical.ts; integers unsigned big-endian; lp(x) = u32(len(x)) || x):
+ *   bytes = lp("umbra-config-v1") || u32(n) || entry_1 || ... || entry_n
+ *   entry = lp(UTF-8(name)) || u32(kind) || value, entries sorted by name (ASCII order)
+ *   name  = the Config field name; a nested object's fields are "parent.field" (e.g. "jwt.issuer"); an
+ *           absent optional field has no entry
+ *   kind  0 null (no value) | 1 string: lp(UTF-8) | 2 integer (0..2^53-1): u64 | 3 boolean: u32(0|1)
+ *         | 4 bytes: lp(bytes) | 5 list of strings: u32(count) || lp(UTF-8) ...
+ * Throws TypeError naming a field whose value has no kind.
+ */
 export function configCanonicalBytes(config: Config): Uint8Array {
   const list = entries("", config).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
   const out = CanonicalBytes.tagged(CONFIG_DIGEST_TAG).u32("count", list.length);
@@ -63,7 +63,7 @@ export function configCanonicalBytes(config: Config): Uint8Array {
   return out.finish();
 }
 
-/** SHA-256 of the canonical bytes: 32 bytes. */
+/** SHA-256 of the canonical bytes: 32 bytes (configDigestHex: 64 lowercase hex digits, as `umbra-coordinator config-digest` prints). */
 export function configDigest(config: Config): Uint8Array {
   return sha256(configCanonicalBytes(config));
 }

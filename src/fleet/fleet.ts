@@ -5,13 +5,9 @@
  * Routable = said hello, not draining, trust at or above the routing floor. Candidates for a build are
  * routable sessions serving it with a free slot, ordered: warm first, then least loaded (active /
  * max concurrency), then fastest recent first content. A session silent for longer than the liveness
- * timeout is ended (its attempts fail over).
- *
- * Admission bounds: at most `maxSessionsPerToken` sessions per device token and MAX_PENDING_SESSIONS
- * sessions not yet welcomed, both counting every session from its socket's open (before hello) to its
- * end; `refusal()` says why a new one is refused. `version` moves on every change the public list
- * shows (welcome, end of a welcomed session, trust withdrawn); the list (public-list.ts) is rebuilt
- * only then.
+ * timeout is ended (its attempts fail over). The admission bounds (`refusal`) count every session from
+ * its socket's open (before hello) to its end. `version` moves on every change the public list shows
+ * (welcome, end of a welcomed session, trust withdrawn); the list (public-list.ts) is rebuilt only then.
  */
 import { randomBytes } from "node:crypto";
 import { meetsTrustFloor, type ProviderAttestation, summarizeAttestation, type TrustLevel } from "../../attestation/provider/levels.ts";

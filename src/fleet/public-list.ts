@@ -3,14 +3,11 @@
  * providers' attestation, built once per fleet change and served as bytes.
  *
  * Invariants:
- * - Listed: sessions that were welcomed at or above the routing floor (the fleet decides); never account
- *   ids, device tokens or serial numbers.
+ * - Listed: sessions welcomed at or above the routing floor (the fleet decides); never account ids,
+ *   device tokens or serial numbers.
  * - Built lazily, on the first read after the fleet's version moved (a session welcomed, ended, or its
  *   trust withdrawn): entries sorted by `provider_id` (UTF-16 code unit order), each serialized once.
  *   Reads between changes reuse those strings; the default first page is kept whole.
- * - A page holds at most `limit` entries (PAGE_LIMIT) with `provider_id` greater than `after`, optionally
- *   only those whose `identity_key_sha256` matches; `has_more` says whether another matching entry
- *   follows. `after` need not name a listed provider (it may have left meanwhile).
  */
 
 import type { TrustLevel } from "../../attestation/provider/levels.ts";
@@ -88,7 +85,11 @@ export class PublicProviderList {
     return this.built;
   }
 
-  /** The JSON body of one page. */
+  /**
+   * The JSON body of one page: at most `limit` entries (PAGE_LIMIT) with `provider_id` greater than `after`,
+   * optionally only those whose `identity_key_sha256` matches; `has_more` says whether another matching
+   * entry follows. `after` need not name a listed provider (it may have left meanwhile).
+   */
   page(query: PublicListQuery): string {
     const s = this.current();
     if (query.after === undefined && query.identityKeySha256 === undefined && query.limit === PAGE_LIMIT.fallback) return s.firstPage;

@@ -1,16 +1,13 @@
 /**
- * Validation of a TextChatRequest (docs/api.md) and the output budget rules of the spec:
- *   1. omitted, null or 0 -> the server default budget;
- *   2. a positive value requests that budget (model limits still apply: the budget is clamped);
- *   3. negative or malformed -> 400;
- *   4. positive max_tokens wins; else a positive max_completion_tokens is copied to max_tokens;
- *   5. (sending only one is preferred: both are accepted).
- * `n` > 1 is 400. temperature, top_p and stop are type-checked; messages are read as OpenAI shapes them
- * (src/protocol/chat-messages.ts: unknown fields of a message dropped); tools, tool_choice,
- * parallel_tool_calls and response_format are checked (tool-fields.ts) and their JSON Schemas listed for
- * compiling (tool-schemas.ts, by the caller); other fields pass through to the runtime, except identity
- * fields, which are dropped. Error messages name fields, never their content.
- * Nesting is bounded first (MAX_JSON_DEPTH), before anything else walks the body.
+ * Validation of a TextChatRequest (docs/api.md "POST /v1/chat/completions"), with the output budget rules:
+ * omitted, null or 0 is the server default; a positive value requests that budget (clamped to the model);
+ * negative or malformed is 400; a positive max_tokens wins, else a positive max_completion_tokens is
+ * copied to max_tokens. `n` > 1 is 400. temperature, top_p and stop are type-checked; messages are read as
+ * OpenAI shapes them (src/protocol/chat-messages.ts); tools, tool_choice, parallel_tool_calls and
+ * response_format are checked (tool-fields.ts) and their JSON Schemas listed for compiling (tool-schemas.ts,
+ * by the caller); other fields pass through to the runtime, except identity fields, which are dropped.
+ * Error messages name fields, never their content. Nesting is bounded first (MAX_JSON_DEPTH), before
+ * anything else walks the body.
  */
 import { ApiError, Errors } from "../errors/api-error.ts";
 import { type ChatMessage, readChatMessages } from "../protocol/chat-messages.ts";

@@ -1,23 +1,11 @@
 /**
- * Dispatch with failover: sends a request to the best candidate and waits for its first content.
+ * Dispatch with failover: sends a request to the best candidate and waits for its first content (a chunk
+ * with content, a tool call, or `complete`), which commits that attempt.
  *
- * Before first content, a provider error, refusal, disconnect, or silence (no `accepted` within the
- * accept timeout) moves the request to the next candidate, up to `maxAttempts` providers; the losing
- * attempt is cancelled. The first-content deadline covers all attempts together. Outcomes:
- *   - first content (a chunk with content, a tool call, or `complete`): the committed attempt is returned;
- *   - no provider serves the model: 503 model_unavailable;
- *   - providers exist but none has a free slot: the request waits in a bounded per-model queue until a
- *     slot frees (within the deadline); a full queue (or self-route) is 429 capacity_exhausted, and
- *     no queue at all (bound 0) is 503 service_unavailable, both with Retry-After;
- *   - every tried provider failed: 502 provider_error (503 when all of them were merely busy);
- *   - the deadline passed: 429 first_content_timeout with Retry-After (504 timeout when the request's
- *     own timeout is the earlier of the two);
- *   - the runtime refused the request itself (context length, invalid request): 400;
- *   - a sealed frame failed verification (reordered, replayed, tampered, plaintext): 502
- *     invalid_provider_output, without failover (the session ends and the provider is cut off);
- *   - the client went away: ClientGone (nobody reads the answer);
- *   - the coordinator could not serialize the request (RequestEncodingError from the session): thrown
- *     as it is, a 500 at the error boundary, without failover; no provider is blamed.
+ * Before first content, a provider error, refusal, disconnect or silence (no `accepted` within the accept
+ * timeout) cancels the attempt and moves the request to the next candidate, up to `maxAttempts` providers.
+ * The first-content deadline covers all attempts together. When every provider is busy the request waits
+ * for a slot in a bounded per-model queue, within the deadline. dispatch() lists what it throws.
  */
 import type { UsageLimits } from "../billing/usage-bounds.ts";
 import { Errors } from "../errors/api-error.ts";
@@ -76,6 +64,21 @@ function waitFor(attempt: Attempt, ms: number): Promise<AttemptEvent | typeof TI
   ]).finally(() => clearTimeout(timer));
 }
 
+/**
+ * Returns the committed attempt, or throws:
+ * - no provider serves the model: 503 model_unavailable;
+ * - no free slot and a full queue (or self-route): 429 capacity_exhausted; no queue at all (bound 0): 503
+ *   service_unavailable; both with Retry-After;
+ * - every tried provider failed: 502 provider_error (503 when all of them were merely busy);
+ * - the deadline passed: 429 first_content_timeout with Retry-After (504 timeout when the request's own
+ *   timeout is the earlier of the two);
+ * - the runtime refused the request itself (context length, invalid request): 400;
+ * - a sealed frame failed verification (reordered, replayed, tampered, plaintext): 502
+ *   invalid_provider_output, without failover (the session ends and the provider is cut off);
+ * - the client went away: ClientGone (nobody reads the answer);
+ * - the session could not serialize the request: its RequestEncodingError as it is (a 500 at the error
+ *   boundary), without failover; no provider is blamed.
+ */
 export async function dispatch(fleet: Fleet, settings: DispatchSettings, request: DispatchRequest, now: () => number): Promise<Committed> {
   const firstContentDeadline = now() + settings.firstContentTimeoutMs;
   const deadline = Math.min(firstContentDeadline, request.requestDeadline);

@@ -1,16 +1,12 @@
 /**
- * Turning a committed attempt into the consumer's answer (the spec's phase table).
- * JSON: every delta and tool-call fragment until `complete`, then one ChatCompletion (`content` null beside
- * tool calls when there is none); a failure before `complete` is still an HTTP error (nothing was sent).
- * Stream (the caller sends 200 once dispatch committed on first content): chunks in the order received,
- * the first delta with `role: "assistant"`; a call's first fragment `{index, id, type, function}`, later
- * ones `{index, function: {arguments}}`; a usage-only chunk, the finish chunk, one `data: [DONE]`. A
- * failure after commit is one `data: {"error": ...}` event and no [DONE]; no keepalive comments.
+ * Turning a committed attempt into the consumer's answer: one ChatCompletion (collectCompletion) or an
+ * event stream (streamCompletion), shaped as docs/api.md "Answer (stream false)" and "Event stream" show.
+ *
+ * A JSON answer's failure before `complete` is still an HTTP error (nothing was sent); a stream's failure
+ * after commit is one `data: {"error": ...}` event and no [DONE]; no keepalive comments.
  * Framing is pure functions; the pump writes what was received in one piece and ends an answer whose
  * consumer left, fell MAX_BACKLOG_CHARS behind (fleet/attempt.ts) or outlived the request deadline,
  * settling it at once: no reservation waits for a reader that never comes.
- * finish_reason is `length` exactly when the whole output budget was used (the counts are bounded by it,
- * billing/usage-bounds.ts); a `length` claimed below the budget is shown as `stop`.
  */
 import { randomBytes } from "node:crypto";
 import { RECEIPT_VERSION } from "../crypto/receipts.ts";
@@ -41,6 +37,10 @@ export function completionId(): string {
   return `chatcmpl-${randomBytes(12).toString("base64url")}`;
 }
 
+/**
+ * `length` exactly when the whole output budget was used (the counts are bounded by it,
+ * billing/usage-bounds.ts); a `length` claimed below the budget is shown as `stop`.
+ */
 export function finishReason(reported: string, usage: Usage, maxTokens: number): string {
   if (usage.completion_tokens >= maxTokens) return "length";
   return reported === "length" ? "stop" : reported;

@@ -1,22 +1,14 @@
 /**
- * Compiling the JSON Schemas of a chat request (tool parameters, response_format json_schema) before
- * dispatch, with Ajv: draft 2020-12, or draft-07 when the schema's `$schema` says so (what the openai and
- * ai SDKs emit from zod). A schema that cannot be compiled is 422 `tool_schema_invalid` with `param`
- * naming it and a fixed reason (never the schema's content). docs/api.md "Tools and structured output".
+ * Compiling the JSON Schemas of a chat request (tool parameters, response_format json_schema) with Ajv
+ * before dispatch: draft 2020-12, or draft-07 when the schema's `$schema` says so. A schema that cannot be
+ * compiled is 422 `tool_schema_invalid` with `param` naming it and a fixed reason, never its content
+ * (docs/api.md "Tools and structured output").
  *
- * Schemas come from consumers, so (Ajv's "Untrusted schemas"):
- * - bounds first: MAX_SCHEMA_BYTES of JSON each, MAX_REQUEST_SCHEMA_BYTES per request, MAX_SCHEMA_DEPTH
- *   levels, MAX_SCHEMA_PATTERNS regular expressions (Ajv's compile time grows with their square);
- * - nothing is fetched: compile is synchronous and there is no loadSchema, so a `$ref` that is not in the
- *   document (or a meta-schema) fails; reference resolution has a step budget (a `$ref` cycle fails fast);
- * - no `$data`, no custom keywords or formats, no async; a schema's `$id` never joins the instance's
- *   registry (addUsedSchema off, and ids registered while compiling are removed after each compile);
- * - the instance keeps what it compiled (Ajv's code scope), so it is replaced after RECYCLE_COMPILES
- *   compiles or RECYCLE_BYTES of schema; Ajv itself is imported on the first schema, not at start.
- * - `strict: true` schemas must also be in OpenAI's strict subset: the root is an object schema, and every
- *   object schema has `additionalProperties: false` and lists all its properties in `required`.
- * Verdicts are cached by a SHA-256 of the schema's text (agents send the same tools every turn) in a
- * bounded LRU owned by one ToolSchemas per app (createApp).
+ * Schemas are untrusted input to a code generator (docs/security.md "JSON Schemas from consumers"):
+ * bounds come first; nothing is fetched, and reference resolution has a step budget; no `$data`, custom
+ * keywords, formats or async; a schema's `$id` never stays registered; the Ajv instance is replaced after
+ * RECYCLE_COMPILES compiles or RECYCLE_BYTES of schema. Ajv is imported on the first schema, not at start.
+ * Verdicts are cached by the schema text's SHA-256 in a bounded LRU, one ToolSchemas per app.
  */
 import { createHash } from "node:crypto";
 import type AjvCore from "ajv/dist/core";

@@ -1,26 +1,12 @@
 /**
- * Coordinator <-> provider protocol, version 2 (docs/protocol.md). Shared by both binaries.
+ * Coordinator <-> provider protocol, version 2: the frame types, limits and close codes, shared by both
+ * binaries. docs/protocol.md is the contract (transport, one attempt, tool calls, sealed sessions).
  *
- * Transport: one WebSocket per provider (`GET /v1/provider/connect`, bearer = provider device token),
- * one JSON object per text frame, discriminated by `type`. The provider speaks first (`hello`); the
- * coordinator answers `welcome` or closes. Every frame is parsed by src/protocol/parse.ts: a frame that
- * is not JSON, has an unknown `type`, a missing or mistyped field, or exceeds MAX_FRAME_BYTES throws
- * ProtocolError, and the receiving side ends the session with that reason (never with content).
- *
- * Flow of one attempt (request id + attempt number):
- *   C->P inference -> P->C accepted -> P->C chunk / tool_call (one seq over both: 0, 1, 2, ...) ->
- *   P->C complete (seq = chunk and tool_call frames sent)
- *   or, at any point: P->C error, or C->P cancel (after which late frames for the attempt are ignored).
- * Tool calls (version 2): one call after another, index 0, 1, 2, ...; the first fragment of an index
- * carries `id` and `name`, later fragments of it only `arguments`.
- *
- * Sealed sessions (the provider's hello carries an X25519 `encryption_key`): the same flow with
- * `sealed_inference` (the request HPKE-sealed to that key), `sealed_chunk` (each delta sealed with the
- * exported response key, numbered, final = false), `sealed_tool_call` (a tool_call object, sealed the
- * same way in the same numbered sequence) and `sealed_complete` (`{finish_reason, usage}`
- * sealed with final = true), per src/crypto. A sealed session never carries a plaintext frame. A provider
- * whose hello offers `session_keys` gets `welcome.session_enc` (one HPKE setup for the connection) and then
- * `sealed_inference` frames with a request counter `n` in place of a per-request `enc`.
+ * One JSON object per WebSocket text frame, discriminated by `type`; the provider speaks first (`hello`).
+ * src/protocol/parse.ts parses every frame: one that is malformed, of unknown `type` or over MAX_FRAME_BYTES
+ * throws ProtocolError, and the receiving side ends the session with that reason (never with content).
+ * An attempt runs inference -> accepted -> chunk / tool_call (one seq over both) -> complete, or ends in
+ * error or cancel. A sealed session (the hello carries `encryption_key`) never carries a plaintext frame.
  */
 import type { ChatMessage } from "./chat-messages.ts";
 

@@ -1,23 +1,14 @@
 /**
- * The settlement journal: an append-only file in front of the database's settlement commits.
+ * The settlement journal: an append-only file (`<db>-settlements`, mode 0600) in front of the database's
+ * settlement commits. src/billing/settlement-writer.ts appends each group of settlements here in one write
+ * and applies them to the database later in larger batches (docs/operations.md "Money").
  *
- * Under load the coordinator makes a settled charge durable by appending it here (one write per group of
- * settlements, a few microseconds) and applies the journaled settlements to the database in larger
- * batches a little later (src/billing/settlement-writer.ts). A database commit costs a WAL frame per page it
- * touches whatever the batch size, so larger, rarer batches cost far less per settlement than the small,
- * frequent ones a response may wait for (bench/README.md "Money path").
- *
- * Durability is the database's own: `synchronous = NORMAL` survives a killed process, not a power loss,
- * and so does a write() to this file. After every batch is in the database the file is emptied; what is
- * left at start (the process was killed) is read back and applied before any money moves. Applying is
- * idempotent (a settlement's usage row is its marker), so a settlement that reached the database before
- * the kill is not applied twice.
- *
- * Format: one JSON settlement per line, a group per write. A killed process can leave at most a torn last
- * line, which was never acknowledged and is ignored; damage anywhere else refuses the start (the file
- * holds charges nobody else has).
- *
- * The file holds ids, model names, token counts and amounts: never content (docs/security.md).
+ * Format: one JSON settlement per line, a group per write; ids, models, token counts and amounts, never
+ * content. The file is emptied once every batch is in the database; what a killed process left is applied
+ * at start before any money moves, idempotently (a settlement's usage row is its marker). A torn last line
+ * was never acknowledged and is ignored; damage anywhere else refuses the start (the file holds charges
+ * nobody else has). Durability is the database's own (`synchronous = NORMAL`): it survives a killed
+ * process, not a power loss.
  */
 import { closeSync, fchmodSync, ftruncateSync, openSync, readFileSync, writeSync } from "node:fs";
 import { StoreOpenError } from "./errors.ts";

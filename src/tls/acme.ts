@@ -1,20 +1,10 @@
 /**
- * Certificates from an ACME CA (RFC 8555) for the coordinator's in-memory TLS key, through acme-client.
+ * Certificates from an ACME CA (RFC 8555) for the coordinator's in-memory TLS key, through acme-client,
+ * with the HTTP-01 challenges answered here (docs/operations.md "TLS").
  *
- * Steps:
- *   1. `startAcme` binds the HTTP-01 responder: plain HTTP on host:--acme-http-port that answers only
- *      `GET /.well-known/acme-challenge/<token>` with the key authorization of a challenge in progress
- *      (404 for anything else; no app route is ever served in plain HTTP here).
- *   2. The account key (ECDSA P-256) is generated in memory at start; no account URL or key is stored, so
- *      each start registers a new account (docs/operations.md: rate limits).
- *   3. `issue()`: order a certificate for every name, CSR signed by the coordinator's TLS key (the SPKI the
- *      attestation binds), HTTP-01 answered by step 1, then the chain (leaf first). The library's own
- *      pre-check of the challenge URL is skipped: inside the VM the public name may not loop back.
- *   4. `start()`: issue now, hand the certificate to `onCertificate`, and issue again RENEW_AT of the way
- *      through its lifetime (about day 60 of a 90-day certificate), always over the same key; a failure is
- *      retried after RETRY_FIRST_MS, doubling up to RETRY_MAX_MS (below the CA's failed-validation limits).
- *
- * Invariants: the TLS private key and the account key live in memory only; the directory's HTTPS is
+ * Invariants: the TLS private key and the account key (ECDSA P-256, made at each start, so each start
+ * registers a new account) live in memory only; every certificate is over that one TLS key, the one the
+ * attestation binds; the challenge responder serves nothing else in plain HTTP; the directory's HTTPS is
  * verified against the system roots, or the configured CA (--acme-ca-file) alone.
  */
 import { X509Certificate } from "node:crypto";
@@ -45,9 +35,17 @@ export interface AcmeOptions extends AcmeConfig {
 export interface AcmeCertificates {
   /** The port the HTTP-01 responder is bound to (the configured one, or the one port 0 picked). */
   readonly challengePort: number;
-  /** Step 3 once. Rejects with AcmeError naming the failure. */
+  /**
+   * Orders one certificate for every name: a CSR signed by the TLS key, HTTP-01 answered by the responder,
+   * then the chain (leaf first). The library's pre-check of the challenge URL is skipped: inside the VM the
+   * public name may not loop back. Rejects with AcmeError naming the failure.
+   */
   issue(): Promise<TlsCertificate>;
-  /** Step 4, in the background: each certificate (the first and every renewal) goes to `install`. */
+  /**
+   * In the background: issues now, hands each certificate (the first and every renewal) to `install`, and
+   * issues again RENEW_AT of the way through its lifetime, always over the same key. A failure is retried
+   * after RETRY_FIRST_MS, doubling up to RETRY_MAX_MS (below the CA's failed-validation limits).
+   */
   start(logger: Logger, install: (certificate: TlsCertificate) => void): void;
   /** Stops renewals and the responder. */
   stop(): Promise<void>;
@@ -68,7 +66,11 @@ export function renewalTime(certificate: Pick<TlsCertificate, "notBefore" | "not
   return certificate.notBefore + Math.floor((certificate.notAfter - certificate.notBefore) * RENEW_AT);
 }
 
-/** Step 1, then an issuer for steps 2-4. Throws AcmeError when the challenge port cannot be bound. */
+/**
+ * Binds the HTTP-01 responder (plain HTTP on host:httpPort, answering only `GET
+ * /.well-known/acme-challenge/<token>` of a challenge in progress, 404 otherwise), makes the account key,
+ * and returns the issuer. Throws AcmeError when the challenge port cannot be bound.
+ */
 export async function startAcme(options: AcmeOptions): Promise<AcmeCertificates> {
   const { now, key } = options;
   const pending = new Map<string, string>();

@@ -2,13 +2,11 @@
  * TLS terminated by the coordinator itself (--tls self-signed | acme): the key, the certificate served
  * now, and, for ACME, the certificates that replace it.
  *
- * Steps at start (before the app is built, so the attestation binds the key from its first document):
- *   1. Generate the in-memory key (tls-key.ts); its SPKI goes to the attestation's report data.
- *   2. Make a self-signed certificate over it. `self-signed` serves it for the life of the process.
- *   3. `acme`: bind the HTTP-01 responder (acme.ts); the self-signed certificate is served until the first
- *      ACME certificate arrives, then each new one (renewals) replaces it, over the same key. A client that
- *      pins the key from the attestation is served the same key throughout; a client that trusts the
- *      public CA waits for the first issuance.
+ * At start, before the app is built (so the attestation binds the key from its first document): the
+ * in-memory key (tls-key.ts), whose SPKI goes to the report data, and a self-signed certificate over it,
+ * served for the life of the process with `self-signed`. With `acme` it is served until the first ACME
+ * certificate arrives (acme.ts), then each new one replaces it, over the same key: a client that pins the
+ * key from the attestation is served it throughout; one that trusts the public CA waits for the first.
  *
  * Invariant: `key.spki` never changes for the life of the process.
  */
@@ -30,7 +28,10 @@ export interface CoordinatorTls {
   stop(): Promise<void>;
 }
 
-/** Steps 1-3; undefined for --tls off. Throws AcmeError when the HTTP-01 port cannot be bound. */
+/**
+ * The key, the self-signed certificate and (acme) the bound HTTP-01 responder; undefined for --tls off.
+ * Throws AcmeError when the HTTP-01 port cannot be bound.
+ */
 export async function createCoordinatorTls(
   config: Pick<Config, "tls" | "host">,
   now: () => number = Date.now,

@@ -1,16 +1,11 @@
 /**
  * The coordinator's TLS key and its self-signed certificate.
  *
- * Steps:
- *   1. At start, generate an ECDSA P-256 key pair with WebCrypto. The private key exists only in this
- *      process's memory (a CryptoKey, and the PKCS#8 PEM string Bun.serve's `tls.key` takes); it is never
- *      written to disk, logged or answered. A restart makes a new key.
- *   2. The key's DER SubjectPublicKeyInfo is what the attestation binds: SHA-256(SPKI) is bytes 0..31 of
- *      the report data (attestation/cvm/report-data.ts). Every certificate served over this key, the
- *      self-signed one or an ACME one, renewed or not, has this SPKI, so the binding holds across renewals.
- *   3. `--tls self-signed`: one certificate over the key, subject CN = the first name, SubjectAltName =
- *      every name (DNS or IP), serverAuth, valid from an hour before start for SELF_SIGNED_DAYS. Clients
- *      do not trust it by chain: they pin SHA-256(SPKI) from a verified attestation (docs/security.md).
+ * The key is ECDSA P-256, made with WebCrypto at start. The private key exists only in this process's
+ * memory (a CryptoKey, and the PKCS#8 PEM Bun.serve's `tls.key` takes): never written to disk, logged or
+ * answered; a restart makes a new key. Its DER SubjectPublicKeyInfo is what the attestation binds
+ * (SHA-256(SPKI) is bytes 0..31 of the report data, attestation/cvm/report-data.ts), and every
+ * certificate served, self-signed or ACME, renewed or not, is over it, so the binding holds across renewals.
  *
  * Invariants: one key per process; the SPKI never changes while the process runs.
  */
@@ -45,7 +40,7 @@ function pem(label: string, der: ArrayBuffer | Uint8Array): string {
   return `-----BEGIN ${label}-----\n${b64.replace(/.{1,64}/g, "$&\n")}-----END ${label}-----\n`;
 }
 
-/** Step 1 and 2. Rejects only if the runtime cannot make P-256 keys. */
+/** Makes the process's key (memory only). Rejects only if the runtime cannot make P-256 keys. */
 export async function generateTlsKey(): Promise<TlsKey> {
   // Extractable: Bun.serve takes the key as PEM text. The export stays in memory.
   const keys = (await crypto.subtle.generateKey(ALGORITHM, true, ["sign", "verify"])) as CryptoKeyPair;
@@ -59,9 +54,14 @@ export async function generateTlsKey(): Promise<TlsKey> {
   });
 }
 
-/** Step 3. `names` are validated by the configuration (DNS names or IP addresses, at least one). */
+/**
+ * `--tls self-signed`: one certificate over the key, subject CN = the first name, SubjectAltName = every
+ * name (DNS or IP), serverAuth, valid from an hour before `now` for SELF_SIGNED_DAYS. Clients do not trust
+ * it by chain: they pin SHA-256(SPKI) from a verified attestation (docs/security.md). `names` are validated
+ * by the configuration (DNS names or IP addresses, at least one).
+ */
 export async function selfSignedCertificate(key: TlsKey, names: readonly string[], now: number): Promise<TlsCertificate> {
-  // @peculiar/x509 costs 15-20 ms to load: only a coordinator that terminates TLS pays it.
+  // @peculiar/x509 is slow to load (bench/HISTORY.md, start-up): only a coordinator that terminates TLS pays it.
   const x509 = await import("@peculiar/x509");
   const notBefore = now - 3_600_000;
   const notAfter = now + SELF_SIGNED_DAYS * DAY_MS;

@@ -1,18 +1,13 @@
 /**
  * The coordinator's lock on its database: one running coordinator (`serve`, `dev`) or `migrate` per
- * database file. Two coordinators on one file would each hold reservations the other cannot see and
- * read back each other's settlement journal, overspending balances and losing charges.
+ * database file (docs/operations.md "Database" says why). The database itself is not locked: the admin CLI
+ * and backups keep working beside a coordinator through SQLite's WAL locking.
  *
- * Mechanism: SQLite's own locking, on a small lock database next to the database (`<db>-lock`). The
- * holder opens it in `locking_mode = EXCLUSIVE` and writes a row naming itself (pid, command, start
- * time) in a transaction; that lock (a POSIX advisory lock, see /proc/locks) is kept until the
- * connection closes, and the kernel releases it when the process dies, however it dies: a crash leaves
- * no stale lock behind. A second holder gets SQLITE_BUSY at once (busy timeout 0) and refuses, naming
- * the database and the holder it reads from the lock database with `immutable=1` (no lock needed).
- *
- * The database itself is not locked: the admin CLI and backups keep working beside a coordinator
- * through SQLite's WAL locking. Keep the returned lock referenced for the process's life: a collected
- * connection closes and releases the lock.
+ * Mechanism: SQLite's own locking, on a small lock database next to it (`<db>-lock`). The holder opens it
+ * in `locking_mode = EXCLUSIVE` and writes a row naming itself in a transaction; that POSIX advisory lock
+ * lasts until the connection closes, and the kernel releases it when the process dies, however it dies.
+ * A second holder gets SQLITE_BUSY at once (busy timeout 0) and refuses, naming the holder it reads with
+ * `immutable=1`. Keep the returned lock referenced: a collected connection closes and releases the lock.
  */
 import { constants, Database } from "bun:sqlite";
 import { closeSync, mkdirSync, openSync } from "node:fs";
