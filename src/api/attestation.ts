@@ -1,16 +1,14 @@
 /**
- * GET /v1/attestation: the coordinator's attestation document, no authentication (anyone may audit).
- * 200 with the document (src/attestation/coordinator-attestation.ts, docs/api.md); 503 service_unavailable
- * when this host cannot attest (no configfs-tsm, or --attestation none).
- *
- * GET /v1/providers/attestation: the connected providers' public keys, verified trust levels and
- * posture, no authentication: only providers at or above the routing floor, one page of at most
- * `limit` (1..100, default 100) after the `after` provider id, optionally only one `identity_key_sha256`;
- * served from the list the fleet built at its last change (src/fleet/public-list.ts). Bad values: 400.
- *
- * POST /v1/provider/dev-chain (development trust only; 404 otherwise): a provider device token asks the
- * coordinator's development root for a device chain for its identity key, so a separately started
- * provider (`umbra-provider start --dev-attestation`) earns `hardware` through the same checks as a Mac.
+ * The attestation routes (docs/api.md has each contract):
+ * - GET /v1/attestation, no auth: the coordinator's attestation document (src/attestation/
+ *   coordinator-attestation.ts); 503 service_unavailable when this host cannot attest (no configfs-tsm,
+ *   or --attestation none).
+ * - GET /v1/providers/attestation, no auth: the providers at or above the routing floor, their public
+ *   keys, verified trust levels and posture, one page at a time, from the list the fleet built at its last
+ *   change (src/fleet/public-list.ts).
+ * - POST /v1/provider/dev-chain, provider device token, development trust only (404 otherwise): a device
+ *   chain from the coordinator's development root for the provider's identity key, so a separately
+ *   started provider (`umbra-provider start --dev-attestation`) earns `hardware` through a Mac's checks.
  */
 import { Elysia } from "elysia";
 import { parseIdentityKey } from "../../attestation/provider/identity-key.ts";

@@ -1,19 +1,14 @@
 /**
- * Provider device login (OAuth 2.0 Device Authorization Grant, RFC 8628) and the provider's self view.
- * The state lives in src/auth/device-flow.ts; docs/api.md has the contract.
+ * Provider device login (OAuth 2.0 Device Authorization Grant, RFC 8628) and the provider's self view
+ * (GET /v1/provider/me): the routes of docs/api.md, "Provider device login", over the state in
+ * src/auth/device-flow.ts. POST /v1/provider/device/token answers and fails in OAuth's format (RFC 6749
+ * section 5), never the consumer envelope; the other routes use the envelope.
  *
- *   POST /v1/provider/device/code     no auth; JSON or form body; 429 per client address (consumer envelope)
- *   POST /v1/provider/device/token    no auth; JSON or form body; answers and errors in OAuth's format
- *                                     (RFC 6749 section 5), never the consumer envelope
- *   GET  /v1/provider/device/preview  account-holder auth -> wrong-code limit -> machine name, request time
- *   POST /v1/provider/device/approve  account-holder auth -> wrong-code limit -> decision (and token lifetime)
- *   GET  /device                      the approval page: static HTML, script and style pinned by hash in the CSP
- *   GET  /v1/provider/me              provider device token; the account's earnings, balance, live machines
- *
- * Account-holder auth: a JWT, or an API key created with `link_machines`; any other key is 403 before
- * the code is even looked up (requireLinkMachines). The page is static and writes what the API answers
- * (the machine name the tool sent) with textContent only, never as HTML.
- * Codes and tokens are never logged; log lines carry the account id and the decision only.
+ * Account-holder auth (preview, approve): a JWT, or an API key created with `link_machines`; any other
+ * key is 403 before the code is even looked up (requireLinkMachines). The approval page (GET /device) is
+ * static, pins its script and style by hash in the CSP, and writes what the API answers (the machine name
+ * the tool sent) with textContent only, never as HTML. Codes and tokens are never logged; log lines
+ * carry the account id and the decision only.
  */
 import { createHash } from "node:crypto";
 import { Elysia } from "elysia";

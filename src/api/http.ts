@@ -1,33 +1,12 @@
 /**
- * The HTTP surface in one place: route table and guard order.
+ * The HTTP surface in one place: the route table (on `createHttpApp`) and the guard order.
  *
- *   GET  /healthz /readyz /metrics                 no auth
- *   GET  /v1/pricing                               no auth
- *   GET  /v1/attestation                           no auth (503 when this host cannot attest)
- *   GET  /v1/provision, POST /v1/provision         no auth; secrets sealed to the attested key (provisioning.ts)
- *   GET  /v1/providers/attestation                 no auth (public keys, trust levels, posture)
- *   POST /v1/provider/dev-chain                    provider device token; development trust only
- *   POST /v1/provider/device/code, .../token       no auth; device login (RFC 8628), rate limited (device.ts)
- *   GET  /v1/provider/device/preview               account-holder auth (JWT, or key with link_machines) -> wrong-code limit
- *   POST /v1/provider/device/approve               account-holder auth -> wrong-code limit -> decision
- *   GET  /device                                   no auth; the approval page
- *   GET  /v1/provider/me                           provider device token
- *   GET  /v1/provider/models                       provider device token; builds and their aliases (provider-models.ts)
- *   GET  /v1/models, /v1/models/{id...}            consumer auth (API key or JWT)
- *   POST /v1/chat/completions                      consumer auth
- *   GET  /v1/provider/connect (WebSocket)          provider device token (provider-socket.ts, wired in server.ts)
- *   *    /admin/v1/...                             admin token
- *
- * First gate, before every route (the provider WebSocket too, server.ts): while the coordinator awaits
- * provisioning (--provisioning await), only /healthz, /v1/attestation and /v1/provision are served;
- * everything else is 503 service_unavailable (`gate`).
- *
+ * First gate, before every route (the provider WebSocket too: `gate`, called by server.ts): while the
+ * coordinator awaits provisioning (--provisioning await), only /healthz, /v1/attestation and
+ * /v1/provision are served; everything else is 503 service_unavailable.
  * Guard order per consumer route: auth -> handler. The chat handler then applies, in order: validation,
  * model and allowlist, rate limit (429), reservation (402), admission and dispatch (chat-service.ts).
- * `handle` wraps Elysia to time every request under its route template for /metrics, and remembers the
- * connection the server hands in (the peer address for the device login's limits, asked for lazily; the
- * chat route's body-read hook). Before any route, a Host header that is not a host name (Bun then hands
- * over a URL that does not parse) is 400 invalid_value, logged without the header's value.
+ * Before any route, a Host header that is not a host name is 400 invalid_value, logged without its value.
  */
 import { Elysia } from "elysia";
 import type { AdminService } from "../admin/admin-service.ts";
@@ -85,7 +64,12 @@ export interface HttpDeps {
 }
 
 export interface HttpApp {
-  /** Handles one request (tests call this in-process; the server calls it per request with its connection). */
+  /**
+   * Handles one request (tests call this in-process; the server calls it per request with its connection).
+   * Times every request under its route template for /metrics, and remembers the connection for the
+   * routes that ask for it: the peer address for the device login's limits (asked for lazily), the chat
+   * route's body-read hook.
+   */
   handle(request: Request, connection?: Connection): Promise<Response>;
   /** The provisioning gate for a request handled outside `handle` (the WebSocket upgrade): its 503, or undefined. */
   gate(request: Request): Response | undefined;
@@ -94,6 +78,26 @@ export interface HttpApp {
 const AWAITING =
   "the coordinator awaits provisioning of its secrets: only /healthz, /v1/attestation and /v1/provision are served until then";
 
+/**
+ * Wires every route: the route table.
+ *
+ *   GET  /healthz /readyz /metrics                 no auth
+ *   GET  /v1/pricing                               no auth
+ *   GET  /v1/attestation                           no auth (503 when this host cannot attest)
+ *   GET  /v1/provision, POST /v1/provision         no auth; secrets sealed to the attested key (provisioning.ts)
+ *   GET  /v1/providers/attestation                 no auth (public keys, trust levels, posture)
+ *   POST /v1/provider/dev-chain                    provider device token; development trust only
+ *   POST /v1/provider/device/code, .../token       no auth; device login (RFC 8628), rate limited (device.ts)
+ *   GET  /v1/provider/device/preview               account-holder auth (JWT, or key with link_machines) -> wrong-code limit
+ *   POST /v1/provider/device/approve               account-holder auth -> wrong-code limit -> decision
+ *   GET  /device                                   no auth; the approval page
+ *   GET  /v1/provider/me                           provider device token
+ *   GET  /v1/provider/models                       provider device token; builds and their aliases (provider-models.ts)
+ *   GET  /v1/models, /v1/models/{id...}            consumer auth (API key or JWT)
+ *   POST /v1/chat/completions                      consumer auth
+ *   GET  /v1/provider/connect (WebSocket)          provider device token (provider-socket.ts, wired in server.ts)
+ *   *    /admin/v1/...                             admin token
+ */
 export function createHttpApp(deps: HttpDeps): HttpApp {
   // Per request in flight, removed when its handling ends. Plain maps, not WeakMaps: a WeakMap entry per
   // request costs every young-generation collection weak-reference work until the request dies.

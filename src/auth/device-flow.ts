@@ -1,30 +1,13 @@
 /**
- * Pending provider device logins: the coordinator's state of the OAuth 2.0 Device Authorization Grant
- * (RFC 8628) that `umbra-provider login` runs. In memory only; a restart forgets pending logins (the
- * tool then starts again).
+ * Pending provider device logins: the coordinator's side of the OAuth 2.0 Device Authorization Grant
+ * (RFC 8628) that `umbra-provider login` runs (docs/api.md, "Provider device login"). The tool `start`s
+ * a login, the account holder checks it (`preview`) and approves or denies it (`decide`; the caller checks
+ * the credential's permission, src/auth/authenticator.ts), and the tool `poll`s. In memory only: a
+ * restart forgets pending logins. Times are Unix ms from the injected clock; intervals are whole seconds.
  *
- * Steps:
- * 1. `start`: the tool asks for a code pair. The device code (32 random bytes, base64url) goes to the
- *    tool only; the user code (8 letters of RFC 8628 section 6.1's consonant alphabet, shown XXXX-XXXX)
- *    is what the account holder types. At most `codesPerMinute` per client address, `maxPending` in all.
- * 2. `preview`, then `decide`: the account holder sees the machine's name and when its code was
- *    requested, then approves (optionally with a lifetime for the token) or denies, with an
- *    account-holder credential (the caller checks the permission: src/auth/authenticator.ts). User
- *    codes match case-insensitively, dashes and spaces ignored. Wrong codes, in either call, count
- *    against the credential and the client address (`wrongCodesPerMinute` each) before the code is
- *    even looked up.
- * 3. `poll`: the tool polls with the device code: pending (slow_down when sooner than the interval
- *    after its previous poll; the interval then grows by 5 s), denied, expired, or approved exactly once:
- *    the approved answer removes the entry, so the code is dead from then on.
- *
- * Invariants:
- * - only the SHA-256 of a device code is kept; the code itself is never stored or logged;
- * - a user code maps to at most one pending entry; unknown and expired user codes answer alike;
- * - an approval is handed out at most once (`poll` is synchronous: two racing polls cannot both win);
- * - an entry lives `expiresInSeconds`; then it is a tombstone (polls answer expired_token) for as long
- *   again, then forgotten (invalid_grant). Entries expire in creation order, so pruning walks from the
- *   oldest and stops at the first live one.
- * Times are Unix ms from the injected clock; intervals and lifetimes are whole seconds.
+ * Invariants: only the SHA-256 of a device code is kept, never the code, and neither is logged; a user
+ * code maps to at most one pending entry; unknown and expired user codes answer alike; an approval is
+ * handed out at most once (`poll` is synchronous: two racing polls cannot both win).
  */
 import { createHash, randomBytes } from "node:crypto";
 import { Errors } from "../errors/api-error.ts";
@@ -112,7 +95,10 @@ export function hashDeviceCode(deviceCode: string): string {
   return createHash("sha256").update(deviceCode).digest("hex");
 }
 
-/** A user code as typed -> its 8 letters in upper case; undefined when it cannot be a user code. */
+/**
+ * A user code as typed -> its 8 letters in upper case (case, dashes and spaces do not matter); undefined
+ * when it cannot be a user code.
+ */
 export function normalizeUserCode(typed: string): string | undefined {
   const letters = typed.replace(/[\s-]/g, "").toUpperCase();
   if (letters.length !== USER_CODE_LENGTH) return undefined;
@@ -190,8 +176,10 @@ export class DeviceFlow {
   }
 
   /**
-   * A new login for a client address. Throws 429 rate_limit_exceeded (with Retry-After) past the
-   * address's budget, 503 service_unavailable when `maxPending` logins are already pending.
+   * A new login for a client address: a device code (32 random bytes, base64url) for the tool only, and
+   * a user code (8 letters of USER_CODE_ALPHABET, shown XXXX-XXXX) for the account holder to type.
+   * Throws 429 rate_limit_exceeded (with Retry-After) past the address's budget (`codesPerMinute`), 503
+   * service_unavailable when `maxPending` logins are already pending.
    */
   start(input: { readonly address: string | undefined; readonly machineName: string | null }): StartedLogin {
     const now = this.now();
@@ -263,9 +251,10 @@ export class DeviceFlow {
   }
 
   /**
-   * The pending entry of a user code, through the wrong-code limits: one "token" per guess from the
-   * address's and the credential's buckets, refunded when the code exists, so only wrong codes use up
-   * the budget. Throws 400, 429 or 404 (see `decide`).
+   * The pending entry of a user code, through the wrong-code limits (`wrongCodesPerMinute` per credential
+   * and per client address, previews and decisions together), checked before the code is even looked
+   * up: one "token" per guess from the address's and the credential's buckets, refunded when the code
+   * exists, so only wrong codes use up the budget. Throws 400, 429 or 404 (see `decide`).
    */
   private lookup(input: Asker): Pending {
     const letters = normalizeUserCode(input.userCode);
@@ -293,7 +282,11 @@ export class DeviceFlow {
     return entry;
   }
 
-  /** The tool's poll with its device code (RFC 8628 section 3.4). An approval is answered once. */
+  /**
+   * The tool's poll with its device code (RFC 8628 section 3.4): pending, slow_down (sooner than the
+   * interval after its previous poll; the interval then grows by SLOW_DOWN_STEP_SECONDS), denied,
+   * expired, or approved exactly once: the approved answer removes the entry, so the code is dead.
+   */
   poll(deviceCode: string): PollResult {
     const now = this.now();
     this.prune(now);
@@ -324,7 +317,11 @@ export class DeviceFlow {
     this.byUserCode.delete(entry.userCode);
   }
 
-  /** Moves expired entries to tombstones and forgets old tombstones; both walks stop at the first live one. */
+  /**
+   * An entry lives `expiresInSeconds`, then is a tombstone (polls answer expired_token) for as long
+   * again, then is forgotten (invalid_grant). Entries expire in creation order, so both walks start at
+   * the oldest and stop at the first live one.
+   */
   private prune(now: number): void {
     for (const entry of this.pending.values()) {
       if (entry.expiresAt > now) break;

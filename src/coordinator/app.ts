@@ -90,7 +90,7 @@ export interface ProviderTrust {
 
 /**
  * The evidence checks (certificate chains, @peculiar/x509): loaded when the first provider presents
- * evidence, not at start, where their import would cost 15-20 ms.
+ * evidence, not at start, which their import would slow down (bench/HISTORY.md has the figure).
  */
 const evidenceChecks = () => import("../../attestation/provider/index.ts");
 

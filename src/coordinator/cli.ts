@@ -1,12 +1,12 @@
+/**
+ * umbra-coordinator: serve | dev | migrate | admin <noun> <verb> | provision | config-digest. Exit codes:
+ * 0 ok, 1 refused or failed at run time, 2 bad usage or configuration.
+ */
 import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
 import { resolve } from "node:path";
 import { ADMIN_COMMANDS, adminUsage, findVerb, runVerb, UsageError } from "../admin/admin-cli.ts";
 import { AdminService } from "../admin/admin-service.ts";
-/**
- * umbra-coordinator: serve | dev | migrate | admin <noun> <verb> | provision | config-digest. Exit codes: 0 ok, 1 refused or
- * failed at run time, 2 bad usage or configuration.
- */
 import { checkConfigBinding } from "../attestation/config-binding.ts";
 import type { Mode } from "../attestation/coordinator-attestation.ts";
 import { CONFIG_OPTIONS, type Config, ConfigError, loadConfig, parseFlags } from "../config/config.ts";

@@ -1,19 +1,12 @@
 /**
- * The operator's side of provisioning and of the configuration binding (docs/operations.md):
+ * The operator's side of provisioning and of the configuration binding (docs/operations.md,
+ * "Provisioning" and "Configuration binding"): `umbra-coordinator provision URL ...` (PROVISION_USAGE),
+ * and `umbra-coordinator config-digest [the serve flags]`, which prints the configuration's digest (hex).
  *
- *   umbra-coordinator provision URL (--image measurements.json [--shape NAME] | --expected-measurement HEX)
- *                                   --admin-token-file F
- *                                   [--tls-public-key FILE] [--allow-development-evidence]
- *   umbra-coordinator config-digest [the serve flags]      prints the configuration's digest (hex)
- *
- * provision, in order; nothing secret is sent before step 3, and nothing at all after a failed check:
- *   1. GET URL/v1/attestation and verify it (verifyTarget: report signature, chain to AMD's roots, policy,
- *      measurement of a published shape or --expected-measurement, report data binding the TLS key seen
- *      and the published sealing key). Development evidence is refused unless --allow-development-evidence: its root comes from the
- *      answer itself, so anyone can make it.
- *   2. GET URL/v1/provision: the coordinator's fresh nonce.
- *   3. Seal {"admin_token": ...} to the verified sealing key, bound to the verified report's measurement and
- *      report data and to the nonce (src/crypto/provision-seal.ts), and POST it to URL/v1/provision.
+ * provision verifies the coordinator's attestation, then sends it the secrets sealed to the verified
+ * sealing key (`provisionCoordinator`). Nothing secret is sent before the last step, and nothing at all
+ * after a failed check. Development evidence is refused unless --allow-development-evidence: its root
+ * comes from the answer itself, so anyone can make it.
  * Exit status: 0 provisioned; 1 refused (the failed check or the coordinator's answer is named); 2 usage.
  */
 import { readFileSync } from "node:fs";
@@ -116,7 +109,16 @@ const errorText = (body: Record<string, unknown>) => {
   return error ? `${String(error.code)}: ${String(error.message)}` : "no error envelope";
 };
 
-/** Steps 1 to 3. Throws ProvisionRefused (a failed check, or the coordinator's refusal). */
+/**
+ * Provisions in three steps:
+ *   1. GET URL/v1/attestation and verify it (verifyTarget: report signature, chain to AMD's roots, policy,
+ *      measurement of a published shape or --expected-measurement, report data binding the TLS key seen
+ *      and the published sealing key).
+ *   2. GET URL/v1/provision: the coordinator's fresh nonce.
+ *   3. Seal {"admin_token": ...} to the verified sealing key, bound to the verified report's measurement and
+ *      report data and to the nonce (src/crypto/provision-seal.ts), and POST it to URL/v1/provision.
+ * Throws ProvisionRefused (a failed check, or the coordinator's refusal).
+ */
 export async function provisionCoordinator(
   baseUrl: string,
   options: ProvisionOptions,

@@ -1,49 +1,20 @@
 /**
- * Per-subject rate limits: requests per minute (rpm) and tokens per minute (tpm) as continuous token
- * buckets. A subject is an API key id, or an account id for JWT callers. The chat path calls `check`
- * once per request (synchronous, O(1) amortized, no I/O, no timers) and `trueUp` once the real token
- * count is known.
+ * Per-subject rate limits (docs/api.md, "Money and limits"): requests and tokens per minute as
+ * continuous token buckets, per subject (an API key id, or the account id for JWT callers). `check` runs
+ * once per request (synchronous, O(1) amortized, no I/O, no timers); `trueUp` settles the real token
+ * count. A null limit means no bucket and no headers for that dimension.
  *
- * Buckets: each dimension with a limit L has capacity L and refills at L/60 per second, continuously,
- * from the injected clock (`now`, Unix ms). A null limit means unlimited: that dimension has no bucket
- * and no headers.
- *
- * Units: levels are stored in 1/60,000ths of a request or token, so a bucket with limit L (per minute)
- * holds L × 60,000 units when full and gains exactly L units per millisecond. With integer limits, costs
- * and a millisecond clock every level is an integer (exact below 2^53, i.e. limits below ~1.5 × 10^11).
- *
- * Steps of `check(subject, limits, cost)`:
- * 1. Refill the subject's buckets to `now` at the rate they had; apply the current limits (a new limit
- *    clamps the level to the new capacity; a limit that appears starts full; one that disappears drops).
- * 2. Each dimension admits when its level covers the cost, requests 1 and tokens `cost.tokens`. A cost
- *    above the whole capacity is admitted only when the bucket is full, and leaves it in debt.
- * 3. Both admit: both are debited, and the decision carries a handle for `trueUp`. Otherwise neither is
- *    debited, and `retryAfterSeconds` = ceil(exact wait until both would admit), `dimension` the one
- *    that waits longer (requests on a tie).
- *
- * Headers (strings; only for dimensions with a limit), after the debit when admitted:
- *   x-ratelimit-limit-requests       the rpm limit, e.g. "60"
- *   x-ratelimit-remaining-requests   floor(level), at least "0"
- *   x-ratelimit-reset-requests       time until the bucket is full again, see `formatResetDuration`
- *   ...and the same three with -tokens.
- * Reset format: Go's time.Duration text at millisecond resolution, rounded up: "0s", "350ms", "1s",
- * "1.5s", "6m0s", "1h2m3.004s" (OpenAI's format).
- *
- * Invariants:
- * - a level never exceeds its capacity; it may be negative (debt) only after an over-capacity cost or
- *   a true-up charge;
- * - a rejected check changes no level; an admitted one debits both dimensions;
- * - every request can pass eventually (a cost above capacity waits for a full bucket, never forever);
- * - `trueUp` applies at most once per handle.
- *
- * Memory: a subject whose buckets are all full is equivalent to one never seen, so it is forgotten. Each
- * `check` examines up to `sweepPerCall` entries (default 2) with a cursor that walks the map round and
- * round, deleting full ones: no O(n) pause. Subjects are kept in least-recently-used order, and when a
- * new one would exceed `maxSubjects` (default 100,000) the least recently used is evicted even if not
- * full (a fresh bucket for that subject: lenient, only under that many simultaneously active subjects).
+ * Invariants: a level never exceeds its capacity and is negative (debt) only after an over-capacity cost
+ * or a true-up charge; a rejected check changes no level, an admitted one debits both dimensions; every
+ * request passes eventually (a cost above capacity waits for a full bucket); `trueUp` applies once per
+ * handle. A subject whose buckets are all full equals one never seen, so it is forgotten.
  */
 
-/** Units per request or token: one minute in milliseconds, so a limit L refills L units per ms. */
+/**
+ * Units per request or token: one minute in milliseconds, so a bucket with limit L (per minute) holds
+ * L x UNIT when full and refills L units per ms. With integer limits, costs and a millisecond clock every
+ * level is an integer (exact below 2^53, so for limits below about 1.5 x 10^11).
+ */
 const UNIT = 60_000;
 
 export interface RateLimits {
@@ -150,8 +121,14 @@ export class RateLimiter {
   }
 
   /**
-   * Admits and debits both dimensions, or neither. Throws RangeError for a limit that is not a positive
-   * finite number or a token cost that is not a finite number >= 0.
+   * Admits and debits both dimensions, or neither. First refills the subject's buckets to `now` at their
+   * old rates, then applies `limits` (a new limit clamps the level to its capacity; a limit that appears
+   * starts full; one that disappears drops). Each dimension admits when its level covers the cost: 1
+   * request, `cost.tokens` tokens; a cost above the whole capacity only from a full bucket, leaving debt.
+   * A refusal debits nothing: `retryAfterSeconds` = ceil(exact wait until both would admit), `dimension`
+   * the one that waits longer (requests on a tie). Headers are taken after the debit.
+   * Throws RangeError for a limit that is not a positive finite number or a token cost that is not a
+   * finite number >= 0.
    */
   check(subject: string, limits: RateLimits, cost: RateCost): Decision {
     const rpm = limitOf(limits.rpm, "rpm");
@@ -221,7 +198,10 @@ export class RateLimiter {
     buckets.tokenLevel = Math.min(capacity, buckets.tokenLevel - (tokens - handle.estimatedTokens) * UNIT);
   }
 
-  /** Examines up to `sweepPerCall` entries from the round-robin cursor and forgets full ones. */
+  /**
+   * Examines up to `sweepPerCall` entries from a cursor that walks the map round and round, and forgets
+   * full ones: idle subjects go without an O(n) pause.
+   */
   private sweep(now: number): void {
     for (let i = 0; i < this.sweepPerCall; i++) {
       let step = this.cursor.next();
@@ -236,6 +216,10 @@ export class RateLimiter {
     }
   }
 
+  /**
+   * Evicts the least recently used subject, full or not, to make room beyond `maxSubjects`: lenient (that
+   * subject starts again with full buckets), and only under that many simultaneously active subjects.
+   */
   private evictOldest(): void {
     const oldest = this.subjects.keys().next();
     if (oldest.done !== true) this.subjects.delete(oldest.value);
@@ -266,6 +250,11 @@ function applyLimits(buckets: Buckets, rpm: number, tpm: number): void {
   }
 }
 
+/**
+ * OpenAI's headers, only for dimensions with a limit: x-ratelimit-limit-requests (the rpm limit),
+ * x-ratelimit-remaining-requests (floor of the level, at least "0"), x-ratelimit-reset-requests (time
+ * until the bucket is full again, `formatResetDuration`), and the same three with -tokens.
+ */
 function headersOf(buckets: Buckets): RateHeaders {
   const headers: RateHeaders = {};
   if (buckets.requestLimit > 0) {

@@ -2,9 +2,9 @@
  * The agent's link to the coordinator (agent.ts): one WebSocket at a time, dialled again after every loss
  * until the agent stops. Before each dial `pin()` (--coordinator-image) checks the coordinator's
  * attestation; a refusal is logged as an error and retried after the longest backoff, and nothing is sent
- * to that coordinator. Backoff, refusals and the closes that end the agent: agent.ts (the protocol).
+ * to that coordinator. Backoff, refusals and the closes that end the agent: docs/protocol.md, "Close codes".
  * Frames sent on a connection whose welcome says `batch_frames` leave one event-loop turn at a time as one
- * message (a JSON array, in order): a message costs a few microseconds on each side whatever its size.
+ * message (a JSON array, in order): each message has a fixed cost on both sides (bench/HISTORY.md).
  */
 import type { Logger } from "../observability/logger.ts";
 import { CLOSE, encode, encodeBatch, MAX_BATCH_CHARS, PROTOCOL_VERSION, type ProviderFrame } from "../protocol/frames.ts";

@@ -1,8 +1,8 @@
 /**
- * One connection's session (the protocol: agent.ts): the hello with a fresh X25519 key (and evidence), the
- * welcome (session keys set up, then the connection's private key wiped), heartbeats, and the
- * coordinator's frames: inference (refused here, or run by attempts.ts), challenge, cancel. A malformed
- * or out-of-order frame closes the connection with 1002 (agent-connection.ts dials again).
+ * One connection's session (the protocol: docs/protocol.md): the hello with a fresh X25519 key (and
+ * evidence), the welcome (session keys set up, then the connection's private key wiped), heartbeats, and
+ * the coordinator's frames: inference (refused here, or run by attempts.ts), challenge, cancel. A
+ * malformed or out-of-order frame closes the connection with 1002 (agent-connection.ts dials again).
  */
 import { fromBase64url, toBase64url } from "../crypto/encoding.ts";
 import { generateX25519KeyPair } from "../crypto/seal.ts";

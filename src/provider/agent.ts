@@ -1,23 +1,14 @@
 /**
  * The provider agent: one outbound WebSocket to the coordinator, speaking protocol v2 (docs/protocol.md)
  * on behalf of an Engine. Usable in-process (the coordinator's `dev` command, tests) and by
- * `umbra-provider start`. This header is the provider side's summary of the protocol; the files it
- * names hold the code.
+ * `umbra-provider start`. The session (hello, welcome, heartbeats) is agent-session.ts; attempts
+ * (refusals, seq, cancel, the first-content backstop) attempts.ts; close codes, backoff and reconnection
+ * agent-connection.ts.
  *
- * Session (agent-session.ts): connect (bearer = device token) -> send `hello` -> wait for `welcome` (else
- * close 4008 and retry) -> `heartbeat` at once and every `heartbeat_interval_ms` -> serve `inference` /
- * `cancel`.
- * Attempt (attempts.ts): refuse with `error` (draining, busy at max concurrency, model_not_loaded), or send
- * `accepted`, then `chunk` and `tool_call` frames (one seq: 0, 1, 2, ...) and `complete` (seq = those
- * frames sent), or one `error`. After a `cancel`, a lost connection, `stop()`, or a terminal `error`,
- * nothing more is sent for the attempt and its engine call is aborted at once. No first content within
- * `first_content_deadline_ms` -> `error` timeout (a backstop; the coordinator normally cancels first).
- * Failures (agent-connection.ts): a malformed or out-of-order coordinator frame closes with 1002 and
- * reconnects; any other drop reconnects after a backoff (250 ms doubling to 30 s, jittered, reset by a
- * welcome). A refused session (close 4029 or an upgrade refused with 429: too many sessions; close 4003:
- * evidence earned no trust) is logged as a warning and retried after the longest backoff. Close 4001 (or
- * an upgrade refused with 401/403) and close 4002 stop the agent for good; `done` reports why.
- * Content is never logged: only ids, codes, counts and durations.
+ * Invariants: after a `cancel`, a lost connection, `stop()` or a terminal `error`, nothing more is sent
+ * for the attempt and its engine call is aborted at once. Close 4001 (or an upgrade refused with
+ * 401/403) and close 4002 stop the agent for good; `done` reports why. Content is never logged: only
+ * ids, codes, counts and durations.
  */
 import { type Logger, silentLogger } from "../observability/logger.ts";
 import { CLOSE } from "../protocol/frames.ts";

@@ -1,5 +1,5 @@
 /**
- * The attempts a provider is running (the frame sequence: agent.ts): each one drives one engine call and
+ * The attempts a provider is running (docs/protocol.md, "One attempt"): each one drives one engine call and
  * turns its events into frames. Text and tool-call fragments of one event-loop turn share a frame; one
  * too large for a frame is split (MAX_CHUNK_CHARS UTF-16 units each, surrogate pairs kept whole). Tool
  * calls must come one after another (index 0, 1, ...; id and name on the first fragment only): an engine

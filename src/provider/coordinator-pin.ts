@@ -3,19 +3,11 @@
  *
  * A coordinator in a confidential VM terminates TLS with a key made in its memory at start, bound in its
  * SEV-SNP report (docs/security.md, "Pinning the coordinator's TLS key"). With an expected image, every
- * connection the provider tool makes is preceded by:
- *   1. GET {base}/v1/attestation over TLS, keeping the certificate of that very connection;
- *   2. the auditor's checks (attestation/cvm/verify-coordinator.ts): signature chain to AMD's roots, policy,
- *      measurement equal to a published shape's, report data binding that connection's key and the sealing
- *      key. Any failure refuses the coordinator (CoordinatorRefused, naming the check) before the device
- *      token or anything else is sent;
- *   3. the TLS options for the real connection (WebSocket or fetch): the server's key must be the attested
- *      one (checkServerIdentity compares the SHA-256 of the certificate's SubjectPublicKeyInfo). A
- *      certificate that chains to a CA this machine trusts (ACME) must also name the host, as usual; one that
- *      does not (self-signed) is accepted as its own anchor, because the attestation, not a CA, vouches for
- *      its key.
- * The key changes when the coordinator restarts; the next connection verifies the new attestation.
- * Development evidence (a coordinator's self-made root) is refused unless `development` (tests only).
+ * connection the provider tool makes is preceded by a verification of that attestation (`pinCoordinator`)
+ * and uses TLS options that accept only the attested key. Any failure refuses the coordinator before the
+ * device token or anything else is sent. The key changes when the coordinator restarts; the next
+ * connection verifies the new attestation. Development evidence (a coordinator's self-made root) is
+ * refused unless `development` (tests only).
  */
 import { createHash, X509Certificate } from "node:crypto";
 import { checkServerIdentity, type PeerCertificate } from "node:tls";
@@ -76,7 +68,19 @@ function presentedKeySha256(cert: PeerCertificate): string | null {
   }
 }
 
-/** Steps 1-3 (see header). Rejects with CoordinatorRefused for a failed check, with Error when unreachable. */
+/**
+ * Verifies the coordinator and returns the TLS options pinned to its key:
+ *   1. GET {base}/v1/attestation over TLS, keeping the certificate of that very connection;
+ *   2. the auditor's checks (attestation/cvm/verify-coordinator.ts): signature chain to AMD's roots, policy,
+ *      measurement equal to a published shape's, report data binding that connection's key and the sealing
+ *      key. Any failure refuses the coordinator (CoordinatorRefused, naming the check);
+ *   3. the TLS options for the real connection (WebSocket or fetch): the server's key must be the attested
+ *      one (checkServerIdentity compares the SHA-256 of the certificate's SubjectPublicKeyInfo). A
+ *      certificate that chains to a CA this machine trusts (ACME) must also name the host, as usual; one that
+ *      does not (self-signed) is accepted as its own anchor, because the attestation, not a CA, vouches for
+ *      its key.
+ * Rejects with CoordinatorRefused for a failed check, with Error when unreachable.
+ */
 export async function pinCoordinator(
   base: string,
   expectation: CoordinatorExpectation,

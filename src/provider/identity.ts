@@ -1,19 +1,12 @@
 /**
  * The provider's identity key, behind one interface: it signs the attestation evidence of every
  * connection, every challenge answer and every receipt (attestation/README.md for the formats).
- *
- * Implementations:
- * - software: a P-256 key in memory (attestation/'s SoftwareIdentity). Linux, development and tests.
- * - helper: a small process that holds the key elsewhere and signs on request; on a Mac,
- *   src/provider/secure-enclave/umbra-se-helper.swift keeps a Secure Enclave key that never leaves the
- *   chip (its README documents build and use). Protocol, one JSON object per line on stdin/stdout:
- *     -> {"id": n, "op": "public_key"}                 <- {"id": n, "public_key": "<base64, 65 bytes>"}
- *     -> {"id": n, "op": "sign", "message": "<base64>"} <- {"id": n, "signature": "<base64 DER>"}
- *     <- {"id": n, "error": "<text>"}                   for a request the helper refuses
- *   The signature is ECDSA P-256 over SHA-256(message), DER; the helper hashes.
- *
  * Evidence and challenge answers are the exact bytes of attestation/'s builders, signed by whichever
- * implementation holds the key.
+ * implementation holds the key:
+ * - software: a P-256 key in memory (attestation/'s SoftwareIdentity). Linux, development and tests.
+ * - helper: a small process that holds the key elsewhere and signs on request (`helperIdentity`); on a
+ *   Mac, src/provider/secure-enclave/umbra-se-helper.swift keeps a Secure Enclave key that never leaves
+ *   the chip (its README documents build and use).
  */
 import { type Subprocess, spawn } from "bun";
 import {
@@ -73,6 +66,11 @@ const HELPER_TIMEOUT_MS = 10_000;
 /**
  * Starts a signing helper (`command` is argv) and checks it: it must name a valid P-256 key and sign a
  * probe that verifies under it. Rejects with IdentityError otherwise (the helper is stopped).
+ * Protocol, one JSON object per line on stdin/stdout:
+ *   -> {"id": n, "op": "public_key"}                 <- {"id": n, "public_key": "<base64, 65 bytes>"}
+ *   -> {"id": n, "op": "sign", "message": "<base64>"} <- {"id": n, "signature": "<base64 DER>"}
+ *   <- {"id": n, "error": "<text>"}                   for a request the helper refuses
+ * The signature is ECDSA P-256 over SHA-256(message), DER; the helper hashes.
  */
 export async function helperIdentity(command: readonly string[], timeoutMs = HELPER_TIMEOUT_MS): Promise<ProviderIdentity> {
   const helper = new HelperProcess(command, timeoutMs);

@@ -1,17 +1,13 @@
 /**
  * `umbra-provider login`: links this machine to an account and stores the provider device token.
  *
- * Interactive: the OAuth 2.0 device authorization grant (RFC 8628) against the coordinator
- * (docs/api.md, "Provider device login"): the tool asks for a code, sending this machine's name, shows
- * it with the URL where the account holder checks the machine's name and approves it (with their JWT,
- * or an API key allowed to link machines), and polls at the interval the coordinator sets (slower
- * after `slow_down`) until it is approved, denied or expired. The approver may give the token a
- * lifetime: the answer's `expires_in` (seconds), which the tool reports. Unattended: `--token T` stores a
- * device token made elsewhere (admin API or CLI) once the coordinator confirms it.
- *
- * The token is written with mode 0600 to credentials.json in the tool's folder (src/provider/home.ts),
- * with the coordinator it belongs to; `start` and `status` use it from there. It is never printed.
- *
+ * Interactive: the OAuth 2.0 device authorization grant (RFC 8628; docs/api.md, "Provider device
+ * login"): the tool asks for a code, sending this machine's name, shows it with the approval URL, and
+ * polls at the interval the coordinator sets (slower after `slow_down`) until the account holder
+ * approves, denies or lets it expire; an approval's `expires_in` (the token's lifetime) is reported.
+ * Unattended: `--token T` stores a device token made elsewhere (admin API or CLI) once the coordinator
+ * confirms it. The token goes, with the coordinator it belongs to, to credentials.json (mode 0600) in
+ * the tool's folder (src/provider/home.ts), where `start` and `status` read it; it is never printed.
  * Exit codes: 0 linked; 1 denied, expired, refused or unreachable; 2 bad usage.
  */
 import { hostname } from "node:os";

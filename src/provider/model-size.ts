@@ -2,16 +2,7 @@
  * A model's weight size, estimated from its id (for `doctor`'s memory and disk checks). An estimate,
  * not a measurement: weights = parameters x bits per weight / 8; unknown when the id names no size.
  *
- * Parameters: the first size token standing alone between separators (start or end of the id, or any
- * character that is not a letter, digit or '.'): `8b`, `70B`, `0.5b`, `135m`, and mixtures `8x7b`
- * (8 x 7 billion: an upper bound, experts share some layers). A token glued to a letter does not count,
- * so the active-parameter part of `30b-a3b` and a `4bit` are not read as sizes.
- * Bits per weight, first match in this order, else 16 (unquantized half precision):
- *   `fp16` `bf16` `f16` `fp32` `f32` `fp8`  -> the number as written (float formats)
- *   `mxfp4`                                -> 4.25 (one shared 8-bit scale per 32 weights)
- *   `4bit` `8-bit` `3_bit`, `int4` `int8`, GGUF `q4` `q4_0` `q4_k_m` `q8_0` `iq4_xs`
- *                                          -> the number + 0.5 (block-wise scales cost about half a bit)
- *   `awq` `gptq`                           -> 4.5 (4-bit by default)
+ * Parameters: `parameterCount`; bits per weight: `bitsPerWeight`.
  */
 
 export interface ModelSize {
@@ -37,6 +28,12 @@ const QUANTIZATIONS: readonly { readonly pattern: RegExp; readonly bits: (n: num
 ];
 const DEFAULT_BITS = 16;
 
+/**
+ * Parameters: the first size token standing alone between separators (start or end of the id, or any
+ * character that is not a letter, digit or '.'): `8b`, `70B`, `0.5b`, `135m`, and mixtures `8x7b`
+ * (8 x 7 billion: an upper bound, experts share some layers). A token glued to a letter does not count,
+ * so the active-parameter part of `30b-a3b` and a `4bit` are not read as sizes.
+ */
 function parameterCount(id: string): number | undefined {
   const mixture = MIXTURE.exec(id);
   if (mixture) return Number(mixture[1]) * Number(mixture[2]) * SCALE[mixture[3] as "b" | "m"];
@@ -45,6 +42,14 @@ function parameterCount(id: string): number | undefined {
   return undefined;
 }
 
+/**
+ * Bits per weight, first match in this order, else 16 (unquantized half precision):
+ *   `fp16` `bf16` `f16` `fp32` `f32` `fp8`  -> the number as written (float formats)
+ *   `mxfp4`                                -> 4.25 (one shared 8-bit scale per 32 weights)
+ *   `4bit` `8-bit` `3_bit`, `int4` `int8`, GGUF `q4` `q4_0` `q4_k_m` `q8_0` `iq4_xs`
+ *                                          -> the number + 0.5 (block-wise scales cost about half a bit)
+ *   `awq` `gptq`                           -> 4.5 (4-bit by default)
+ */
 function bitsPerWeight(id: string): number {
   for (const { pattern, bits } of QUANTIZATIONS) {
     const match = pattern.exec(id);

@@ -1,29 +1,13 @@
 /**
  * Echo engine: deterministic replies for demos, tests and benchmarks (never routable under the
- * production trust policy).
+ * production trust policy). Identical input gives identical output.
  *
- * Reply, by the first rule that applies (a message's text is its string content, or its text parts
- * joined with ""):
- * 1. The last message is a `tool` message: content "tool result: " + the texts of the `tool` messages
- *    after the last assistant turn, joined with " "; finish_reason "stop" (a tool loop's second turn).
- * 2. The request has `tools`, `tool_choice` is not "none" and the last message is a `user` message: tool
- *    calls, one per tool whose name is a word of that message (in order of appearance; only the first
- *    with `parallel_tool_calls: false`), else the tool `tool_choice` names, else the first tool. Call n
- *    (0, 1, ...) has id `call_<n>_<first 8 hex of SHA-256 of the messages' JSON>` and arguments a JSON
- *    object that validates against the tool's `parameters` (schema-sample.ts, strings = that message's
- *    text), streamed in a few fragments; finish_reason "tool_calls".
- * 3. `response_format` `json_schema`: content = a JSON document valid against its schema (the same
- *    generator); `json_object`: `{"echo": <the last user message's text>}`. Streamed in a few fragments.
- * 4. Otherwise the words of the last message's text. A token is one whitespace-separated word, emitted
- *    with one following space, except the reply's final word.
- * Fragments (rules 1-3) are up to three pieces of about equal length, each its own event after a turn of
- * the event loop (so they leave as separate frames); each fragment, and each word, is one token.
- * At most `max_tokens` tokens are emitted: finish_reason "length" when the budget cut the reply (a cut
- * reply is a prefix of the full reply).
+ * The reply follows the first of four rules that applies (`plan`): a tool result, tool calls, a
+ * structured answer, else the words of the last message. Each word or fragment is one token; at most
+ * `max_tokens` are emitted, and a cut reply (finish_reason "length") is a prefix of the full one.
  * Usage: prompt_tokens = words over all messages (text, tool-call names and arguments) + 4 per message;
  * completion_tokens = tokens emitted.
  * Timing: an optional delay before the first token, then an optional rate; both end at once on abort.
- * Identical input gives identical output.
  */
 import { createHash } from "node:crypto";
 import type { ServedModel, ToolCallDelta } from "../../protocol/frames.ts";
@@ -121,7 +105,24 @@ function chosenTools(body: Obj, text: string, tools: readonly FunctionTool[]): F
 /** One reply step: a text delta or a tool-call fragment; each is one token. */
 type Piece = { readonly content: string } | { readonly call: ToolCallDelta };
 
-/** The reply by rules 1-4 (file header) and its finish_reason when it is not cut. */
+/**
+ * The reply and its finish_reason when it is not cut, by the first rule that applies (a message's text
+ * is its string content, or its text parts joined with ""):
+ * 1. The last message is a `tool` message: content "tool result: " + the texts of the `tool` messages
+ *    after the last assistant turn, joined with " "; finish_reason "stop" (a tool loop's second turn).
+ * 2. The request has `tools`, `tool_choice` is not "none" and the last message is a `user` message: tool
+ *    calls, one per tool whose name is a word of that message (in order of appearance; only the first
+ *    with `parallel_tool_calls: false`), else the tool `tool_choice` names, else the first tool. Call n
+ *    (0, 1, ...) has id `call_<n>_<first 8 hex of SHA-256 of the messages' JSON>` and arguments a JSON
+ *    object that validates against the tool's `parameters` (schema-sample.ts, strings = that message's
+ *    text), streamed in fragments; finish_reason "tool_calls".
+ * 3. `response_format` `json_schema`: content = a JSON document valid against its schema (the same
+ *    generator); `json_object`: `{"echo": <the last user message's text>}`. Streamed in fragments.
+ * 4. Otherwise the words of the last message's text: one whitespace-separated word per token, with one
+ *    following space, except the reply's final word.
+ * Fragments (rules 1-3) are up to three pieces of about equal length, each its own event after a turn of
+ * the event loop (so they leave as separate frames).
+ */
 function plan(body: Obj, messages: readonly unknown[]): { pieces: Piece[]; finish: string; fragmented: boolean } {
   const last = messages[messages.length - 1];
   const role = roleOf(last);

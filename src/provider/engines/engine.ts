@@ -1,6 +1,5 @@
 /**
  * The engine interface: what the provider agent calls to turn one chat request into a stream of deltas.
- *
  * Contract:
  * - `generate` yields zero or more `delta` and `tool_call` events, then exactly one `done` event, then ends.
  * - `tool_call` events come one call after another: index 0, 1, 2, ...; the first event of an index

@@ -1,27 +1,14 @@
 /**
  * OpenAI-compatible engine: serves models from any runtime speaking `POST /v1/chat/completions` with
- * server-sent events (llama.cpp server, Ollama, vLLM, mlx-lm).
+ * server-sent events (llama.cpp server, Ollama, vLLM, mlx-lm). Sampling and pass-through fields go
+ * upstream as-is (`upstreamBody`).
  *
- * Request: `{...body without messages/max_tokens/max_completion_tokens, model: <upstream name>, messages,
- * max_tokens, stream: true, stream_options: {include_usage: true}}`: every sampling and pass-through
- * field (temperature, top_p, stop, seed, penalties, ...) is forwarded as-is.
  * Stream: `data: <chat.completion.chunk JSON>` events until `data: [DONE]` (or the end of the body after
- * a finish_reason). `delta.content` and `delta.reasoning_content` (or `delta.reasoning`) become deltas;
- * `delta.tool_calls` fragments become tool_call events (ToolCalls below); the last `finish_reason` and
- * the `usage` chunk become `done` (a reported `stop` after tool calls is `tool_calls`, as some runtimes,
- * e.g. older Ollama, say `stop`). Without a usage chunk, usage is estimated (prompt: 4 characters per
- * token + 4 per message; completion: one token per delta or tool-call fragment).
- * Tool calls: each runtime fragment `{index, id?, type?, function: {name?, arguments?}}` continues the
- * current call when it has the same `index` (or none) and no new `id`, else opens the next call; calls
- * are renumbered 0, 1, 2, ... in order of appearance (some runtimes send index 0 for every call, others
- * whole calls in one fragment). A call's first fragment must name its function; a missing id is made up
- * (`call_` + 24 random hex). A fragment going back to an earlier call (interleaved calls) is a malformed
- * stream.
- * Errors (closed vocabulary; messages are fixed phrases with the status code, never content):
- *   unreachable -> engine_unavailable; 404 -> model_not_loaded; 400/422 naming the context length ->
- *   context_length_exceeded, other 400/422 -> invalid_request; 429, 503 -> busy; 401, 403 ->
- *   engine_unavailable; other statuses, 5xx, an in-stream error or a malformed stream -> engine_error;
- *   abort -> cancelled (the upstream request is aborted too).
+ * a finish_reason). Content and reasoning deltas become deltas, tool-call fragments tool_call events
+ * (`ToolCalls`), the last finish_reason and the usage chunk `done` (a `stop` after tool calls becomes
+ * `tool_calls`: some runtimes, e.g. older Ollama, say `stop`); without a usage chunk, usage is estimated.
+ * Failures map onto the closed vocabulary (docs/protocol.md, "Error vocabulary"; `statusError`) with
+ * fixed messages, never content; an abort is `cancelled` and aborts the upstream request too.
  */
 
 import { randomBytes } from "node:crypto";
@@ -58,6 +45,11 @@ type Obj = Record<string, unknown>;
 const isObj = (v: unknown): v is Obj => typeof v === "object" && v !== null && !Array.isArray(v);
 const count = (v: unknown): number | undefined => (typeof v === "number" && Number.isInteger(v) && v >= 0 ? v : undefined);
 
+/**
+ * `{...body without messages/max_tokens/max_completion_tokens, model: <upstream name>, messages,
+ * max_tokens, stream: true, stream_options: {include_usage: true}}`: every sampling and pass-through
+ * field (temperature, top_p, stop, seed, penalties, ...) is forwarded as-is.
+ */
 function upstreamBody(name: string, body: EngineRequestBody): Obj {
   const out: Obj = {};
   for (const [k, v] of Object.entries(body)) if (!OWN_FIELDS.has(k)) out[k] = v;
@@ -90,6 +82,13 @@ async function readBounded(response: Response): Promise<string> {
   return text;
 }
 
+/**
+ * An upstream status as a protocol error code: 404 -> model_not_loaded; 400/422 naming the context
+ * length -> context_length_exceeded, other 400/422 -> invalid_request; 429, 503 -> busy; 401, 403 ->
+ * engine_unavailable; any other -> engine_error. (Unreachable -> engine_unavailable, and an in-stream
+ * error or a malformed stream -> engine_error, are decided elsewhere.) Messages are fixed phrases with
+ * the status code, never the body.
+ */
 async function statusError(response: Response): Promise<EngineError> {
   const s = response.status;
   if (s === 404) return new EngineError("model_not_loaded", "upstream answered 404");
@@ -127,6 +126,10 @@ function usageOf(v: unknown): Usage | undefined {
   };
 }
 
+/**
+ * Prompt tokens when the runtime sends no usage chunk: 4 characters per token + 4 per message (the
+ * completion then counts one token per delta or tool-call fragment).
+ */
 function estimatePromptTokens(body: EngineRequestBody): number {
   // Any message shape: string content as it is, other content (text parts, null) and tool calls as JSON.
   const chars = (m: unknown): number => {
@@ -265,7 +268,14 @@ function deltaOf(v: unknown): Delta | undefined {
   return { ...(content !== undefined ? { content } : {}), ...(reasoning !== undefined ? { reasoning_content: reasoning } : {}) };
 }
 
-/** The runtime's tool-call fragments, renumbered into the protocol's order (see the file header). */
+/**
+ * The runtime's tool-call fragments, renumbered into the protocol's order. A fragment `{index, id?, type?,
+ * function: {name?, arguments?}}` continues the current call when it has the same `index` (or none) and
+ * no new `id`, else opens the next call; calls are renumbered 0, 1, 2, ... in order of appearance (some
+ * runtimes send index 0 for every call, others whole calls in one fragment). A call's first fragment
+ * must name its function; a missing id is made up (`call_` + 24 random hex). A fragment going back to an
+ * earlier call (interleaved calls) is a malformed stream.
+ */
 class ToolCalls {
   /** Calls opened so far. */
   count = 0;

@@ -1,16 +1,7 @@
 /**
  * A sample value for a JSON Schema: the echo engine's deterministic tool-call arguments and structured
  * answers (echo.ts). The value validates against the schemas tool definitions and `json_schema`
- * response formats use in practice (draft 2020-12 and draft-07 keywords):
- *   const -> it; enum -> its first value; anyOf / oneOf -> the first branch; allOf -> the branches merged;
- *   $ref -> a local reference ("#", "#/$defs/..", "#/definitions/..") resolved in the root schema;
- *   type (the first non-null one of a list; inferred from properties / items when absent) ->
- *     string: `text` (or a fixed value for the formats date-time, date, time, email, uri, uuid), padded
- *             with "x" to minLength, cut to maxLength;
- *     number / integer: the minimum (exclusiveMinimum + 1), else 1, at most the maximum, a multiple of
- *             multipleOf; boolean: true; null: null;
- *     array: prefixItems, then `items` up to minItems (so [] unless minItems asks for more), at most maxItems;
- *     object: every required property, recursively (properties, else additionalProperties, else text).
+ * response formats use in practice (draft 2020-12 and draft-07 keywords; the rules are on `sample`).
  * `pattern` and `not` are not honoured. Nesting deeper than MAX_SAMPLE_DEPTH gives null. Pure and total:
  * never throws, whatever the schema.
  */
@@ -61,6 +52,18 @@ function typeOf(schema: Obj): string {
   return "string";
 }
 
+/**
+ * The rules, by keyword:
+ *   const -> it; enum -> its first value; anyOf / oneOf -> the first branch; allOf -> the branches merged;
+ *   $ref -> a local reference ("#", "#/$defs/..", "#/definitions/..") resolved in the root schema;
+ *   type (the first non-null one of a list; inferred from properties / items when absent) ->
+ *     string: `text` (or a fixed value for the formats date-time, date, time, email, uri, uuid), padded
+ *             with "x" to minLength, cut to maxLength;
+ *     number / integer: the minimum (exclusiveMinimum + 1), else 1, at most the maximum, a multiple of
+ *             multipleOf; boolean: true; null: null;
+ *     array: prefixItems, then `items` up to minItems (so [] unless minItems asks for more), at most maxItems;
+ *     object: every required property, recursively (properties, else additionalProperties, else text).
+ */
 function sample(schema: unknown, text: string, root: unknown, depth: number): unknown {
   if (depth > MAX_SAMPLE_DEPTH || !isObj(schema)) return depth > MAX_SAMPLE_DEPTH ? null : text;
   if (typeof schema.$ref === "string") return sample(resolve(schema.$ref, root), text, root, depth + 1);
