@@ -28,7 +28,7 @@
  */
 import { sha256 } from "@noble/hashes/sha2.js";
 // Leaf modules, not attestation/cvm/index.ts: the development source (dev-source.ts) and chain checks need
-// @peculiar/x509, whose import costs 15-20 ms of start-up; it is loaded only when the dev source is opened.
+// @peculiar/x509, a large share of start-up (bench/HISTORY.md); it is loaded only when the dev source is opened.
 import type { SnpRoot } from "../../attestation/cvm/amd-roots.ts";
 import { type AttestationDocument, REPORT_DATA_LAYOUT } from "../../attestation/cvm/attestation-document.ts";
 import { createConfigfsTsmSource } from "../../attestation/cvm/configfs-tsm.ts";

@@ -5,8 +5,8 @@
  *
  * Two suites share the framing (ChunkSuite):
  *   PROVIDER_CHUNKS  the provider hop: AES-256-GCM (node:crypto, native), AAD tag "umbra-chunk-v2". One
- *                    open per relayed chunk on the coordinator's hot path: ~0.7 us against ~8.7 us for
- *                    the pure-JS ChaCha20-Poly1305 it replaced (bench/README.md, stream relay).
+ *                    open per relayed chunk on the coordinator's hot path, far cheaper than the pure-JS
+ *                    ChaCha20-Poly1305 it replaced (figures: bench/HISTORY.md, stream relay).
  *   CONSUMER_CHUNKS  the consumer sealed transport (consumer-seal.ts, docs/api.md): ChaCha20-Poly1305
  *                    (@noble/ciphers), AAD tag "umbra-chunk-v1", unchanged for clients.
  *

@@ -32,12 +32,12 @@
  * - "native" (default): node:crypto X25519 (BoringSSL in Bun) and HKDF-SHA256 plugged into the library's
  *   extension points (Dhkem base class with DhkemPrimitives, HkdfSha256 subclass; hpke-native.ts); synchronous.
  * - "webcrypto": @hpke/core's DhkemX25519HkdfSha256 and HkdfSha256, through the runtime's WebCrypto: a seal
- *   makes about 20 async WebCrypto calls, each a round trip through Bun's thread pool (50-70 us each).
+ *   makes about 20 async WebCrypto calls, each a round trip through Bun's thread pool.
  * - "noble": @hpke/dhkem-x25519, pure-JS X25519 and HKDF.
- * Measured with bench/crypto.ts on the shared 2-core machine (bench/README.md, two runs): seal of a 4 KB request
- * 122-131 us native against 783-816 us webcrypto (6.2-6.4x), open 132-137 us against 786-851 us (5.7-6.4x). The
- * KEM is the only public-key work of sealing (once per request here; once per connection with session keys,
- * session.ts), so the fastest suite is the default; the other two stay for comparison and cross-checks.
+ * Measured with bench/crypto.ts, "native" seals and opens several times faster than "webcrypto" (figures:
+ * bench/HISTORY.md, per-request crypto). The KEM is the only public-key work of sealing (once per request
+ * here; once per connection with session keys, session.ts), so the fastest suite is the default; the other
+ * two stay for comparison and cross-checks.
  */
 import { Chacha20Poly1305 } from "@hpke/chacha20poly1305";
 import { CipherSuite, DhkemX25519HkdfSha256, HkdfSha256 } from "@hpke/core";

@@ -3,8 +3,8 @@
  * (docs/protocol.md, "Session keys"). The provider's X25519 key is already fresh per connection and bound to
  * its identity by the evidence, so an HPKE context to it per connection protects requests as one per
  * request did; what changes is the cost: the per-request X25519 key generation and Diffie-Hellman on the
- * coordinator and the Diffie-Hellman and key import on the provider (~120-140 us of CPU on each side)
- * become an HMAC, an HKDF and one native AES-256-GCM call (~6 us).
+ * coordinator and the Diffie-Hellman and key import on the provider become an HMAC, an HKDF and one
+ * native AES-256-GCM call, a small fraction of the CPU on each side (figures: bench/HISTORY.md).
  *
  * Steps (coordinator at welcome, openSenderSession; provider on welcome, openRecipientSession):
  *   1. info    = sessionInfo({protocolVersion, providerId})           (canonical bytes, below)
