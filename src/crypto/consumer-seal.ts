@@ -57,7 +57,7 @@ import {
 } from "./chunks.ts";
 import { fromBase64url, toBase64url } from "./encoding.ts";
 import { InvalidInputError, MalformedChunkError } from "./errors.ts";
-import { AEAD_TAG_BYTES, hpkeOpen, hpkeSeal, type KemOptions, RESPONSE_KEY_BYTES, X25519_KEY_BYTES } from "./seal.ts";
+import { AEAD_TAG_BYTES, type HpkeOptions, hpkeOpen, hpkeSeal, RESPONSE_KEY_BYTES, X25519_KEY_BYTES } from "./seal.ts";
 
 export const SEALED_CONTENT_TYPE = "application/vnd.umbra.sealed+json";
 export const SEALED_VERSION = 2;
@@ -152,7 +152,7 @@ export async function sealConsumerRequest(
   coordinatorKey: Uint8Array,
   body: Uint8Array,
   binding: ConsumerBinding,
-  options: KemOptions = {},
+  options: HpkeOptions = {},
 ): Promise<{ envelope: SealedEnvelope; answers: ConsumerAnswers }> {
   const sealed = await hpkeSeal(coordinatorKey, body, consumerInfo(binding), options);
   return {
@@ -226,7 +226,7 @@ export async function openConsumerRequest(
   enc: Uint8Array,
   ciphertext: Uint8Array,
   binding: ConsumerBinding,
-  options: KemOptions = {},
+  options: HpkeOptions = {},
 ): Promise<{ plaintext: Uint8Array; sealer: ConsumerResponseSealer }> {
   const opened = await hpkeOpen(sealingPrivateKey, enc, ciphertext, consumerInfo(binding), options);
   return { plaintext: opened.plaintext, sealer: new ConsumerResponseSealer(opened.responseKey) };

@@ -26,7 +26,7 @@
  */
 import { CanonicalBytes } from "./canonical.ts";
 import { fromBase64url, toBase64url } from "./encoding.ts";
-import { AEAD_TAG_BYTES, hpkeOpen, hpkeSeal, type KemOptions, X25519_KEY_BYTES } from "./seal.ts";
+import { AEAD_TAG_BYTES, type HpkeOptions, hpkeOpen, hpkeSeal, X25519_KEY_BYTES } from "./seal.ts";
 
 export const PROVISION_INFO_TAG = "umbra-provision-v1";
 export const PROVISION_VERSION = 1;
@@ -76,7 +76,7 @@ export async function sealProvisioning(
   sealingPublicKey: Uint8Array,
   secrets: Uint8Array,
   binding: ProvisionBinding,
-  options: KemOptions = {},
+  options: HpkeOptions = {},
 ): Promise<ProvisionEnvelope> {
   const sealed = await hpkeSeal(sealingPublicKey, secrets, provisionInfo(binding), options);
   return {
@@ -122,7 +122,7 @@ export async function openProvisioning(
   enc: Uint8Array,
   ciphertext: Uint8Array,
   binding: ProvisionBinding,
-  options: KemOptions = {},
+  options: HpkeOptions = {},
 ): Promise<Uint8Array> {
   return (await hpkeOpen(sealingPrivateKey, enc, ciphertext, provisionInfo(binding), options)).plaintext;
 }

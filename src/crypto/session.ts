@@ -43,7 +43,7 @@ import { CanonicalBytes } from "./canonical.ts";
 import { InvalidInputError, InvalidKeyError, RequestOpenError } from "./errors.ts";
 import {
   AEAD_TAG_BYTES,
-  type KemOptions,
+  type HpkeOptions,
   MAX_REQUEST_ID_BYTES,
   RESPONSE_KEY_BYTES,
   type RequestBinding,
@@ -230,7 +230,7 @@ export class SessionOpener extends SessionHalf {
 export async function openSenderSession(
   recipientPublicKey: Uint8Array,
   binding: SessionBinding,
-  options: KemOptions = {},
+  options: HpkeOptions = {},
 ): Promise<{ readonly enc: Uint8Array; readonly sealer: SessionSealer }> {
   const ctx = await senderContext(recipientPublicKey, sessionInfo(binding), options);
   const secret = new Uint8Array(await ctx.export(EXPORT_CONTEXT, SESSION_SECRET_BYTES));
@@ -249,7 +249,7 @@ export async function openRecipientSession(
   recipientPrivateKey: Uint8Array,
   enc: Uint8Array,
   binding: SessionBinding,
-  options: KemOptions = {},
+  options: HpkeOptions = {},
 ): Promise<SessionOpener> {
   const ctx = await recipientContext(recipientPrivateKey, enc, sessionInfo(binding), options);
   const secret = new Uint8Array(await ctx.export(EXPORT_CONTEXT, SESSION_SECRET_BYTES));
