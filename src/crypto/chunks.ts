@@ -60,14 +60,14 @@ export interface ChunkSuite {
 }
 
 /** The provider hop (the default). */
-export const PROVIDER_CHUNKS: ChunkSuite = Object.freeze({ tag: "umbra-chunk-v2", aead: "aes-256-gcm" });
+const PROVIDER_CHUNKS: ChunkSuite = Object.freeze({ tag: "umbra-chunk-v2", aead: "aes-256-gcm" });
 /** The consumer sealed transport. */
 export const CONSUMER_CHUNKS: ChunkSuite = Object.freeze({ tag: "umbra-chunk-v1", aead: "chacha20-poly1305" });
-export const CHUNK_NONCE_BYTES = 12;
+const CHUNK_NONCE_BYTES = 12;
 /** Largest chunk plaintext: 256 KiB (its base64url ciphertext stays well under the 1 MiB frame limit). */
 export const MAX_CHUNK_PLAINTEXT_BYTES = 256 * 1024;
 export const MAX_CHUNK_CIPHERTEXT_BYTES = MAX_CHUNK_PLAINTEXT_BYTES + AEAD_TAG_BYTES;
-export const MAX_CHUNK_SEQ = Number.MAX_SAFE_INTEGER;
+const MAX_CHUNK_SEQ = Number.MAX_SAFE_INTEGER;
 
 /** The stream a chunk belongs to: the response key of one attempt and the ids it binds. */
 export interface ChunkBinding {

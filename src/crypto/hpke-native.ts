@@ -178,7 +178,7 @@ function base64urlBytes(value: unknown, what: string): Uint8Array {
 }
 
 /** X25519 on node:crypto, as the DhkemPrimitives (`_prim`) of @hpke/common's Dhkem. */
-export class NativeX25519Primitives implements DhkemPrimitives {
+class NativeX25519Primitives implements DhkemPrimitives {
   constructor(private readonly hkdf: NativeHkdfSha256) {}
 
   async serializePublicKey(key: CryptoKey): Promise<ArrayBuffer> {

@@ -29,10 +29,10 @@ import { fromBase64url, toBase64url } from "./encoding.ts";
 import { AEAD_TAG_BYTES, type HpkeOptions, hpkeOpen, hpkeSeal, X25519_KEY_BYTES } from "./seal.ts";
 
 export const PROVISION_INFO_TAG = "umbra-provision-v1";
-export const PROVISION_VERSION = 1;
+const PROVISION_VERSION = 1;
 export const PROVISION_NONCE_BYTES = 32;
-export const MEASUREMENT_BYTES = 48;
-export const REPORT_DATA_BYTES = 64;
+const MEASUREMENT_BYTES = 48;
+const REPORT_DATA_BYTES = 64;
 
 /** What a provisioning message's `info` binds: both sides must use the same three values. */
 export interface ProvisionBinding {

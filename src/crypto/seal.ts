@@ -43,9 +43,9 @@ import { CanonicalBytes } from "./canonical.ts";
 import { InvalidInputError, InvalidKeyError, RequestOpenError } from "./errors.ts";
 import { NativeDhkemX25519HkdfSha256, NativeHkdfSha256 } from "./hpke-native.ts";
 
-export const REQUEST_INFO_TAG = "umbra-request-v1";
+const REQUEST_INFO_TAG = "umbra-request-v1";
 /** HPKE exporter context of the response key (UTF-8). */
-export const RESPONSE_EXPORT_CONTEXT = "umbra response";
+const RESPONSE_EXPORT_CONTEXT = "umbra response";
 export const RESPONSE_KEY_BYTES = 32;
 export const X25519_KEY_BYTES = 32;
 /** ChaCha20-Poly1305 tag length: every ciphertext is at least this long. */

@@ -51,18 +51,18 @@ import {
   senderContext,
 } from "./seal.ts";
 
-export const SESSION_INFO_TAG = "umbra-session-v1";
-export const SESSION_REQUEST_TAG = "umbra-session-request-v1";
-export const SESSION_RATCHET_TAG = "umbra-session-ratchet-v1";
+const SESSION_INFO_TAG = "umbra-session-v1";
+const SESSION_REQUEST_TAG = "umbra-session-request-v1";
+const SESSION_RATCHET_TAG = "umbra-session-ratchet-v1";
 /** Most chain steps an opener takes for one request (the gap after the last request it opened). */
 export const MAX_RATCHET_STEPS = 65_536;
 /** HPKE exporter context of the session secret (UTF-8). */
-export const SESSION_EXPORT_CONTEXT = "umbra session";
-export const SESSION_SECRET_BYTES = 32;
+const SESSION_EXPORT_CONTEXT = "umbra session";
+const SESSION_SECRET_BYTES = 32;
 /** Largest provider id the session info carries, in UTF-8 bytes. */
-export const MAX_PROVIDER_ID_BYTES = 512;
+const MAX_PROVIDER_ID_BYTES = 512;
 /** Highest request counter: the sender refuses to seal beyond it (the connection must be renewed). */
-export const MAX_SESSION_COUNTER = Number.MAX_SAFE_INTEGER;
+const MAX_SESSION_COUNTER = Number.MAX_SAFE_INTEGER;
 
 const EXPORT_CONTEXT = new TextEncoder().encode(SESSION_EXPORT_CONTEXT);
 const ZERO_NONCE = Buffer.alloc(12);
