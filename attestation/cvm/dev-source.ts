@@ -16,8 +16,8 @@ import { createDevChain, type DevChain, signSnpReport } from "./dev-chain.ts";
 import { type CoordinatorEvidence, checkReportDataLength, type EvidenceSource } from "./evidence-source.ts";
 import { encodeSnpReport, SNP_SIGNATURE_ALGO_ECDSA_P384_SHA384, type SnpReportBody } from "./snp-report.ts";
 
-export const DEV_DEFAULT_POLICY = 0x30000n;
-export const DEV_DEFAULT_PLATFORM_INFO = 0x1n;
+const DEV_DEFAULT_POLICY = 0x30000n;
+const DEV_DEFAULT_PLATFORM_INFO = 0x1n;
 
 export interface DevSource extends EvidenceSource {
   readonly platform: "dev";

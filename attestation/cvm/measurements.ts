@@ -153,7 +153,7 @@ export function parseMeasurementsFile(json: unknown): MeasurementsFile {
 }
 
 /** The launch measurement of one shape, 48 bytes. Throws SnpMeasureError (snp-measure.ts). */
-export function measureShape(image: ImageInputs, shape: VmShape, firmwareDigest?: Uint8Array): Uint8Array {
+function measureShape(image: ImageInputs, shape: VmShape, firmwareDigest?: Uint8Array): Uint8Array {
   const boot: DirectBoot = { kernel: image.kernel, initrd: image.initrd, cmdline: image.cmdline };
   return measureSnpLaunch({
     firmware: image.firmware,
@@ -230,7 +230,7 @@ export function loadExpectedImage(path: string, shape?: string): ExpectedImage {
 }
 
 /** The expectations of a measurements.json, optionally narrowed to one shape (the caller checks the name exists). */
-export function expectedFromMeasurements(file: MeasurementsFile, shape?: string): ExpectedImage {
+function expectedFromMeasurements(file: MeasurementsFile, shape?: string): ExpectedImage {
   const shapes = file.shapes.filter((s) => shape === undefined || s.name === shape);
   return { shapes: shapes.map((s) => ({ name: s.name, measurement: s.measurement })), policy: BigInt(file.policy) };
 }

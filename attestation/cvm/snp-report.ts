@@ -52,18 +52,15 @@ export const SNP_REPORT_SIZE = 0x4a0;
 /** Length of the signed prefix: bytes 0x000..0x29F. */
 export const SNP_SIGNED_LENGTH = 0x2a0;
 export const SNP_SIGNATURE_ALGO_ECDSA_P384_SHA384 = 1;
-export const SNP_SUPPORTED_VERSIONS: readonly number[] = [2, 3];
+const SNP_SUPPORTED_VERSIONS: readonly number[] = [2, 3];
 
 export const SNP_POLICY_SMT = 1n << 16n;
-export const SNP_POLICY_RESERVED_1 = 1n << 17n;
 export const SNP_POLICY_MIGRATE_MA = 1n << 18n;
 export const SNP_POLICY_DEBUG = 1n << 19n;
-export const SNP_POLICY_SINGLE_SOCKET = 1n << 20n;
+const SNP_POLICY_SINGLE_SOCKET = 1n << 20n;
 export const SNP_PLATFORM_INFO_SMT_EN = 1n << 0n;
-export const SNP_PLATFORM_INFO_TSME_EN = 1n << 1n;
 
 export const SNP_SIGNING_KEY_VCEK = 0;
-export const SNP_SIGNING_KEY_VLEK = 1;
 
 const OFF = {
   version: 0x000,
@@ -322,9 +319,6 @@ export function withSnpSignature(report: Uint8Array, r: Uint8Array, s: Uint8Arra
   }
   return out;
 }
-
-/** Byte offsets of the signature fields, for tests that tamper with them. */
-export const SNP_SIGNATURE_OFFSETS = { r: OFF.signatureR, s: OFF.signatureS } as const;
 
 const hex = (b: Uint8Array) => Buffer.from(b).toString("hex");
 

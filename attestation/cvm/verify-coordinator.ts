@@ -33,7 +33,7 @@ import type { ExpectedImage } from "./measurements.ts";
 import { parseSnpReport, SNP_POLICY_SMT, type SnpReport } from "./snp-report.ts";
 import { createSnpVerifier } from "./snp-verify.ts";
 
-export const COORDINATOR_CHECKS = ["document", "signature_chain", "policy", "measurement", "tls_key", "sealing_key"] as const;
+const COORDINATOR_CHECKS = ["document", "signature_chain", "policy", "measurement", "tls_key", "sealing_key"] as const;
 export type CoordinatorCheck = (typeof COORDINATOR_CHECKS)[number];
 
 export interface CheckOutcome {

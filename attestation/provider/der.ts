@@ -9,12 +9,10 @@
  */
 import { type AttestationCheck, AttestationError } from "./errors.ts";
 
-export const TAG_INTEGER = 0x02;
-export const TAG_OCTET_STRING = 0x04;
+const TAG_INTEGER = 0x02;
 export const TAG_UTF8_STRING = 0x0c;
 export const TAG_PRINTABLE_STRING = 0x13;
 export const TAG_IA5_STRING = 0x16;
-export const TAG_SEQUENCE = 0x30;
 
 export interface Tlv {
   readonly tag: number;
@@ -24,7 +22,7 @@ export interface Tlv {
 }
 
 /** Reads one element at `offset`. */
-export function readTlv(bytes: Uint8Array, offset: number, check: AttestationCheck, what: string): Tlv {
+function readTlv(bytes: Uint8Array, offset: number, check: AttestationCheck, what: string): Tlv {
   const fail = (why: string): never => {
     throw new AttestationError(check, `${what}: ${why}`);
   };

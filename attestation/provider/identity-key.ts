@@ -77,8 +77,8 @@ const keyObjects = new WeakMap<IdentityKey, KeyObject>();
 
 /**
  * The runtime's key object for an identity key, made once per parsed key. Verification goes through
- * node:crypto (BoringSSL in Bun: strict DER, either half of s) at about 55 us, against about 1 ms for the
- * pure-JS verifier on the same machine (bench/crypto.ts): the coordinator verifies one receipt per request.
+ * node:crypto (BoringSSL in Bun: strict DER, either half of s), many times faster than the pure-JS
+ * verifier (figures: bench/HISTORY.md): the coordinator verifies one receipt per request.
  */
 function keyObject(key: IdentityKey): KeyObject {
   let object = keyObjects.get(key);

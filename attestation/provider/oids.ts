@@ -112,7 +112,7 @@ export function checkAppleDeviceClaims(claims: AppleDeviceClaims, identityKey: I
 const STRING_TAGS: ReadonlySet<number> = new Set([TAG_UTF8_STRING, TAG_PRINTABLE_STRING, TAG_IA5_STRING]);
 
 /** Reads a bare or DER-wrapped printable ASCII string extension value. */
-export function decodeAppleString(value: Uint8Array, check: AttestationCheck, what: string): string {
+function decodeAppleString(value: Uint8Array, check: AttestationCheck, what: string): string {
   let text = value;
   if (value.length > 0 && STRING_TAGS.has(value[0]!)) text = readWhole(value, check, what).value;
   if (text.length === 0 || text.length > MAX_STRING_BYTES) throw new AttestationError(check, `${what} is empty or too long`);

@@ -35,7 +35,7 @@ export const EVIDENCE_KIND = "umbra.secure-enclave-evidence";
 export const EVIDENCE_VERSION = 1;
 /** Largest accepted evidence timestamp distance from the verifier's clock, either direction. */
 export const MAX_EVIDENCE_SKEW_MS = 120_000;
-export const MAX_PAYLOAD_BYTES = 16 * 1024;
+const MAX_PAYLOAD_BYTES = 16 * 1024;
 /** Most certificates accepted in `mda_chain` (Apple sends a leaf and one intermediate). */
 export const MAX_CHAIN_CERTIFICATES = 4;
 const MAX_CERTIFICATE_BYTES = 16 * 1024;

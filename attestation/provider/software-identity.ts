@@ -34,9 +34,9 @@ export class SoftwareIdentity {
   }
 
   /**
-   * DER ECDSA P-256 signature over SHA-256(message), low-S. Signed through node:crypto (~18 us; noble's
-   * pure-JS signing took ~260-370 us, once per answer on a development provider), then normalized to
-   * low-S, as noble produced before: verifiers that insist on low-S accept it.
+   * DER ECDSA P-256 signature over SHA-256(message), low-S. Signed through node:crypto (once per answer on
+   * a development provider, many times faster than noble's pure-JS signing; bench/HISTORY.md), then
+   * normalized to low-S, as noble produced before: verifiers that insist on low-S accept it.
    */
   sign(message: Uint8Array): Uint8Array {
     this.keyObject ??= createPrivateKey({ key: this.jwk(), format: "jwk" });

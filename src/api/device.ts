@@ -23,7 +23,7 @@ import { type JsonObject, objectBody, optionalInt, optionalString, requiredStrin
 import { type BodyLimits, parseJson, readBody } from "./body.ts";
 
 export const CLIENT_ID = "umbra-provider";
-export const DEVICE_GRANT_TYPE = "urn:ietf:params:oauth:grant-type:device_code";
+const DEVICE_GRANT_TYPE = "urn:ietf:params:oauth:grant-type:device_code";
 /** Every body here is a few fields. */
 const BODY_LIMIT = 8 * 1024;
 const NO_STORE = { "cache-control": "no-store", pragma: "no-cache" } as const;

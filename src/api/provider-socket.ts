@@ -18,7 +18,7 @@ import { errorResponse } from "./errors.ts";
 
 export const PROVIDER_CONNECT_PATH = "/v1/provider/connect";
 /** Retry-After of a connection refused for the session limit: sessions are long-lived. */
-export const SESSION_LIMIT_RETRY_SECONDS = 30;
+const SESSION_LIMIT_RETRY_SECONDS = 30;
 
 export interface SocketData {
   readonly identity: SessionIdentity;

@@ -28,7 +28,7 @@
  */
 import { sha256 } from "@noble/hashes/sha2.js";
 // Leaf modules, not attestation/cvm/index.ts: the development source (dev-source.ts) and chain checks need
-// @peculiar/x509, whose import costs 15-20 ms of start-up; it is loaded only when the dev source is opened.
+// @peculiar/x509, a large share of start-up (bench/HISTORY.md); it is loaded only when the dev source is opened.
 import type { SnpRoot } from "../../attestation/cvm/amd-roots.ts";
 import { type AttestationDocument, REPORT_DATA_LAYOUT } from "../../attestation/cvm/attestation-document.ts";
 import { createConfigfsTsmSource } from "../../attestation/cvm/configfs-tsm.ts";
@@ -96,7 +96,7 @@ export interface CoordinatorAttestationOptions {
 /** Evidence older than this is asked again on the next request. */
 export const MAX_AGE_MS = 60 * 60_000;
 /** After a failure with no document to fall back on, the platform is asked again after this long. */
-export const RETRY_MS = 60_000;
+const RETRY_MS = 60_000;
 
 const NOT_AVAILABLE = "coordinator attestation is not available on this host";
 
@@ -104,7 +104,7 @@ const NOT_AVAILABLE = "coordinator attestation is not available on this host";
  * The 64 bytes: SHA-256 of the TLS SubjectPublicKeyInfo (or 32 zero bytes without one) || SHA-256 of the
  * raw sealing public key. Throws CvmAttestationError report_data for an empty key.
  */
-export function coordinatorReportData(tlsPublicKeySpki: Uint8Array | null, sealingPublicKey: Uint8Array): Uint8Array {
+function coordinatorReportData(tlsPublicKeySpki: Uint8Array | null, sealingPublicKey: Uint8Array): Uint8Array {
   if (tlsPublicKeySpki !== null) return buildReportData({ tlsPublicKeySpki, sealingPublicKey });
   if (sealingPublicKey.length === 0) throw new CvmAttestationError("report_data", "the sealing public key is empty");
   const out = new Uint8Array(REPORT_DATA_LENGTH);

@@ -28,16 +28,14 @@ import { Errors } from "../errors/api-error.ts";
 import type { Logger } from "../observability/logger.ts";
 import type { CoordinatorAttestation, Mode } from "./coordinator-attestation.ts";
 
-/** `await`: the secrets come after start through POST /v1/provision (src/attestation/provisioning.ts). */
-export type ProvisioningMode = "off" | "await";
 export type ProvisioningState = "off" | "awaiting" | "provisioned";
 
 /** How long an issued nonce may be used. */
-export const NONCE_TTL_MS = 10 * 60_000;
+const NONCE_TTL_MS = 10 * 60_000;
 /** Nonces outstanding at once. */
-export const MAX_NONCES = 32;
+const MAX_NONCES = 32;
 /** Paths served while awaiting provisioning; everything else answers 503. */
-export const OPEN_WHILE_AWAITING: readonly string[] = ["/healthz", "/v1/attestation", "/v1/provision"];
+const OPEN_WHILE_AWAITING: readonly string[] = ["/healthz", "/v1/attestation", "/v1/provision"];
 const MAX_SECRET_CHARS = 4096;
 const PRODUCTION_MIN_ADMIN_TOKEN = 32;
 

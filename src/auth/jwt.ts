@@ -18,7 +18,7 @@ export interface JwtConfig {
 
 export type JwtVerifier = (token: string) => Promise<string>;
 
-export class JwtRejected extends Error {
+class JwtRejected extends Error {
   override readonly name = "JwtRejected";
 }
 

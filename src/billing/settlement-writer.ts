@@ -26,7 +26,7 @@ export interface Timers {
   clearTimeout(handle: TimerHandle): void;
 }
 
-export const realTimers: Timers = {
+const realTimers: Timers = {
   now: () => performance.now(),
   setTimeout: (callback, ms, options) => {
     const timer = setTimeout(callback, ms);

@@ -32,7 +32,7 @@ export const OUTPUT_ALLOWANCE_TOKENS = 32;
  */
 export const TOOL_CALL_ALLOWANCE_TOKENS = 32;
 /** Forwarded fields that never make the runtime generate text it does not return. */
-export const VISIBLE_OUTPUT_FIELDS: ReadonlySet<string> = new Set([
+const VISIBLE_OUTPUT_FIELDS: ReadonlySet<string> = new Set([
   "temperature",
   "top_p",
   "top_k",

@@ -15,9 +15,9 @@ import type { Config } from "./config.ts";
 
 export const CONFIG_DIGEST_TAG = "umbra-config-v1";
 /** Config fields that are secrets: provisioned, never bound. */
-export const SECRET_FIELDS: readonly string[] = ["adminToken"];
+const SECRET_FIELDS: readonly string[] = ["adminToken"];
 /** The binding's own settings. */
-export const BINDING_FIELDS: readonly string[] = ["configBinding", "configDigest"];
+const BINDING_FIELDS: readonly string[] = ["configBinding", "configDigest"];
 
 const MAX_VALUE_BYTES = 1 << 20;
 const UTF8 = new TextEncoder();

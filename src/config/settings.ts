@@ -132,7 +132,7 @@ export function enumSetting<T extends string>(
 }
 
 /** A whole number within min..max. */
-export function intSetting(s: Pick<SettingBase, "flag">, value: string | undefined, fallback: number, min: number, max: number): number {
+function intSetting(s: Pick<SettingBase, "flag">, value: string | undefined, fallback: number, min: number, max: number): number {
   if (value === undefined) return fallback;
   if (!/^\d+$/.test(value)) throw new ConfigError(`--${s.flag}: '${value}' is not a whole number`);
   const n = Number(value);

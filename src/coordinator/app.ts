@@ -32,7 +32,7 @@ export interface Clock {
   now(): number;
 }
 
-export const systemClock: Clock = { now: () => Date.now() };
+const systemClock: Clock = { now: () => Date.now() };
 
 export interface AppDeps {
   readonly config: Config;

@@ -17,7 +17,7 @@ import { type ImageInputs, measureShapes, parseShapesFile } from "../../attestat
 import { isSnpCpuModel, measureSnpLaunch, SNP_CPU_SIGNATURES, SnpMeasureError } from "../../attestation/cvm/snp-measure.ts";
 import { UsageError } from "../admin/admin-cli.ts";
 
-export const MEASURE_USAGE = `usage:
+const MEASURE_USAGE = `usage:
   umbra-coordinator measure --firmware F --kernel K [--initrd I] [--cmdline TEXT|@FILE]
                             --vcpus N --cpu MODEL --guest-features HEX [--json]
   umbra-coordinator measure --firmware F --kernel K [--initrd I] [--cmdline TEXT|@FILE] --shapes FILE [--out FILE]
@@ -50,7 +50,7 @@ function readFile(path: string, what: string): Uint8Array {
 }
 
 /** The -append text: TEXT, or @FILE's content without trailing newlines. */
-export function readCmdline(value: string | undefined): string {
+function readCmdline(value: string | undefined): string {
   if (value === undefined) return "";
   if (!value.startsWith("@")) return value;
   return Buffer.from(readFile(value.slice(1), "cmdline"))
@@ -64,7 +64,7 @@ function parseHex(value: string | undefined, flag: string): bigint {
 }
 
 /** Strict flag parsing without positionals; a bad flag is a UsageError carrying `usage`. */
-export function parseCommandFlags<O extends NonNullable<ParseArgsConfig["options"]>>(argv: readonly string[], options: O, usage: string) {
+function parseCommandFlags<O extends NonNullable<ParseArgsConfig["options"]>>(argv: readonly string[], options: O, usage: string) {
   try {
     return parseArgs({ args: [...argv], options, strict: true, allowPositionals: false }).values;
   } catch (e) {

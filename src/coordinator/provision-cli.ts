@@ -16,7 +16,7 @@ import type { FetchedDocument } from "../../attestation/cvm/verify-coordinator.t
 import type { ProvisionEnvelope } from "../crypto/provision-seal.ts";
 import { sealProvisioning } from "../crypto/provision-seal.ts";
 
-export class ProvisionRefused extends Error {
+class ProvisionRefused extends Error {
   override readonly name = "ProvisionRefused";
 }
 
@@ -47,7 +47,7 @@ export function expectMeasurement(measurement: Uint8Array): ExpectedImage {
  * checks (attestation/cvm/verify-coordinator.ts, the code of `verify-attestation`). Development evidence
  * passes the chain only with `allowDevelopmentEvidence`. Throws ProvisionRefused naming the failed check.
  */
-export async function verifyTarget(
+async function verifyTarget(
   baseUrl: string,
   options: Pick<ProvisionOptions, "expected" | "tlsPublicKeySpki" | "allowDevelopmentEvidence" | "fetch">,
 ): Promise<VerifiedTarget> {
@@ -155,7 +155,7 @@ export async function provisionCoordinator(
   };
 }
 
-export const PROVISION_USAGE =
+const PROVISION_USAGE =
   "usage: umbra-coordinator provision URL (--image measurements.json [--shape NAME] | --expected-measurement HEX) --admin-token-file FILE [--tls-public-key FILE] [--allow-development-evidence]";
 
 /** The `provision` verb. Returns the exit status. */

@@ -17,7 +17,7 @@ import { verifyCoordinatorAttestation } from "../../attestation/cvm/verify-coord
 import { UsageError } from "../admin/admin-cli.ts";
 import type { CommandIo } from "./measure-command.ts";
 
-export const VERIFY_USAGE =
+const VERIFY_USAGE =
   "usage: umbra-coordinator verify-attestation URL --image measurements.json [--shape NAME] [--json] [--tls-public-key FILE] [--development]";
 
 const OPTIONS = {

@@ -135,7 +135,7 @@ export function checkedInteger(field: string, value: number, max: number): numbe
 }
 
 /** Writes `value` (an integer in [0, 2^32 - 1]) big-endian at `offset`. */
-export function writeU32(out: Uint8Array, offset: number, value: number): void {
+function writeU32(out: Uint8Array, offset: number, value: number): void {
   out[offset] = value >>> 24;
   out[offset + 1] = (value >>> 16) & 0xff;
   out[offset + 2] = (value >>> 8) & 0xff;

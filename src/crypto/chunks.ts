@@ -5,8 +5,8 @@
  *
  * Two suites share the framing (ChunkSuite):
  *   PROVIDER_CHUNKS  the provider hop: AES-256-GCM (node:crypto, native), AAD tag "umbra-chunk-v2". One
- *                    open per relayed chunk on the coordinator's hot path: ~0.7 us against ~8.7 us for
- *                    the pure-JS ChaCha20-Poly1305 it replaced (bench/README.md, stream relay).
+ *                    open per relayed chunk on the coordinator's hot path, far cheaper than the pure-JS
+ *                    ChaCha20-Poly1305 it replaced (figures: bench/HISTORY.md, stream relay).
  *   CONSUMER_CHUNKS  the consumer sealed transport (consumer-seal.ts, docs/api.md): ChaCha20-Poly1305
  *                    (@noble/ciphers), AAD tag "umbra-chunk-v1", unchanged for clients.
  *
@@ -60,14 +60,14 @@ export interface ChunkSuite {
 }
 
 /** The provider hop (the default). */
-export const PROVIDER_CHUNKS: ChunkSuite = Object.freeze({ tag: "umbra-chunk-v2", aead: "aes-256-gcm" });
+const PROVIDER_CHUNKS: ChunkSuite = Object.freeze({ tag: "umbra-chunk-v2", aead: "aes-256-gcm" });
 /** The consumer sealed transport. */
 export const CONSUMER_CHUNKS: ChunkSuite = Object.freeze({ tag: "umbra-chunk-v1", aead: "chacha20-poly1305" });
-export const CHUNK_NONCE_BYTES = 12;
+const CHUNK_NONCE_BYTES = 12;
 /** Largest chunk plaintext: 256 KiB (its base64url ciphertext stays well under the 1 MiB frame limit). */
 export const MAX_CHUNK_PLAINTEXT_BYTES = 256 * 1024;
 export const MAX_CHUNK_CIPHERTEXT_BYTES = MAX_CHUNK_PLAINTEXT_BYTES + AEAD_TAG_BYTES;
-export const MAX_CHUNK_SEQ = Number.MAX_SAFE_INTEGER;
+const MAX_CHUNK_SEQ = Number.MAX_SAFE_INTEGER;
 
 /** The stream a chunk belongs to: the response key of one attempt and the ids it binds. */
 export interface ChunkBinding {

@@ -57,19 +57,19 @@ import {
 } from "./chunks.ts";
 import { fromBase64url, toBase64url } from "./encoding.ts";
 import { InvalidInputError, MalformedChunkError } from "./errors.ts";
-import { AEAD_TAG_BYTES, hpkeOpen, hpkeSeal, type KemOptions, RESPONSE_KEY_BYTES, X25519_KEY_BYTES } from "./seal.ts";
+import { AEAD_TAG_BYTES, type HpkeOptions, hpkeOpen, hpkeSeal, RESPONSE_KEY_BYTES, X25519_KEY_BYTES } from "./seal.ts";
 
 export const SEALED_CONTENT_TYPE = "application/vnd.umbra.sealed+json";
-export const SEALED_VERSION = 2;
+const SEALED_VERSION = 2;
 /** The envelope version that is refused by name (no credential or time binding). */
-export const RETIRED_SEALED_VERSION = 1;
-export const CONSUMER_INFO_TAG = "umbra-consumer-v2";
-export const CONSUMER_RESPONSE_TAG = "umbra-consumer-response-v2";
+const RETIRED_SEALED_VERSION = 1;
+const CONSUMER_INFO_TAG = "umbra-consumer-v2";
+const CONSUMER_RESPONSE_TAG = "umbra-consumer-response-v2";
 /** The response header that carries an answer's response_nonce (base64url, 32 bytes). */
 export const RESPONSE_NONCE_HEADER = "x-umbra-response-nonce";
-export const RESPONSE_NONCE_BYTES = 32;
+const RESPONSE_NONCE_BYTES = 32;
 /** The request id the response frames bind (chunks.ts AAD); fixed, since the key is per answer. */
-export const CONSUMER_STREAM_ID = "consumer";
+const CONSUMER_STREAM_ID = "consumer";
 const MAX_PATH_BYTES = 256;
 const DIGEST_BYTES = 32;
 
@@ -152,7 +152,7 @@ export async function sealConsumerRequest(
   coordinatorKey: Uint8Array,
   body: Uint8Array,
   binding: ConsumerBinding,
-  options: KemOptions = {},
+  options: HpkeOptions = {},
 ): Promise<{ envelope: SealedEnvelope; answers: ConsumerAnswers }> {
   const sealed = await hpkeSeal(coordinatorKey, body, consumerInfo(binding), options);
   return {
@@ -226,7 +226,7 @@ export async function openConsumerRequest(
   enc: Uint8Array,
   ciphertext: Uint8Array,
   binding: ConsumerBinding,
-  options: KemOptions = {},
+  options: HpkeOptions = {},
 ): Promise<{ plaintext: Uint8Array; sealer: ConsumerResponseSealer }> {
   const opened = await hpkeOpen(sealingPrivateKey, enc, ciphertext, consumerInfo(binding), options);
   return { plaintext: opened.plaintext, sealer: new ConsumerResponseSealer(opened.responseKey) };
@@ -281,7 +281,7 @@ export class ConsumerResponseSealer {
 }
 
 /** Consumer side: the secret of one sealed request, from which each answer's opener is made. */
-export class ConsumerAnswers {
+class ConsumerAnswers {
   constructor(private readonly exported: Uint8Array) {}
 
   /**
@@ -295,7 +295,7 @@ export class ConsumerAnswers {
 }
 
 /** Consumer side: opens one answer to a sealed request. */
-export class ConsumerResponseOpener {
+class ConsumerResponseOpener {
   private readonly opener: ChunkOpener;
 
   /** @param responseKey the answer's key (consumerResponseKey), not the exported secret. */

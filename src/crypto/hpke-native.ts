@@ -1,7 +1,7 @@
 /**
  * Synchronous node:crypto primitives for @hpke/core's DHKEM(X25519, HKDF-SHA256) and HKDF-SHA256, so that
  * seal.ts's "native" suite runs the library's own RFC 9180 key schedule, Encap/Decap and context logic
- * without an async WebCrypto round trip (50-70 us each in Bun 1.4.5) per primitive call.
+ * without an async WebCrypto round trip (a thread-pool hop; bench/HISTORY.md) per primitive call.
  *
  * What plugs in where (the library's extension points; nothing of HPKE itself is implemented here):
  *   NativeHkdfSha256           extends @hpke/core HkdfSha256 (KdfInterface, @hpke/common): only the three
@@ -178,7 +178,7 @@ function base64urlBytes(value: unknown, what: string): Uint8Array {
 }
 
 /** X25519 on node:crypto, as the DhkemPrimitives (`_prim`) of @hpke/common's Dhkem. */
-export class NativeX25519Primitives implements DhkemPrimitives {
+class NativeX25519Primitives implements DhkemPrimitives {
   constructor(private readonly hkdf: NativeHkdfSha256) {}
 
   async serializePublicKey(key: CryptoKey): Promise<ArrayBuffer> {

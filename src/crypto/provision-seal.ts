@@ -26,13 +26,13 @@
  */
 import { CanonicalBytes } from "./canonical.ts";
 import { fromBase64url, toBase64url } from "./encoding.ts";
-import { AEAD_TAG_BYTES, hpkeOpen, hpkeSeal, type KemOptions, X25519_KEY_BYTES } from "./seal.ts";
+import { AEAD_TAG_BYTES, type HpkeOptions, hpkeOpen, hpkeSeal, X25519_KEY_BYTES } from "./seal.ts";
 
 export const PROVISION_INFO_TAG = "umbra-provision-v1";
-export const PROVISION_VERSION = 1;
+const PROVISION_VERSION = 1;
 export const PROVISION_NONCE_BYTES = 32;
-export const MEASUREMENT_BYTES = 48;
-export const REPORT_DATA_BYTES = 64;
+const MEASUREMENT_BYTES = 48;
+const REPORT_DATA_BYTES = 64;
 
 /** What a provisioning message's `info` binds: both sides must use the same three values. */
 export interface ProvisionBinding {
@@ -76,7 +76,7 @@ export async function sealProvisioning(
   sealingPublicKey: Uint8Array,
   secrets: Uint8Array,
   binding: ProvisionBinding,
-  options: KemOptions = {},
+  options: HpkeOptions = {},
 ): Promise<ProvisionEnvelope> {
   const sealed = await hpkeSeal(sealingPublicKey, secrets, provisionInfo(binding), options);
   return {
@@ -122,7 +122,7 @@ export async function openProvisioning(
   enc: Uint8Array,
   ciphertext: Uint8Array,
   binding: ProvisionBinding,
-  options: KemOptions = {},
+  options: HpkeOptions = {},
 ): Promise<Uint8Array> {
   return (await hpkeOpen(sealingPrivateKey, enc, ciphertext, provisionInfo(binding), options)).plaintext;
 }

@@ -41,16 +41,16 @@ import { CanonicalBytes } from "./canonical.ts";
 import { InvalidInputError } from "./errors.ts";
 import { MAX_REQUEST_ID_BYTES } from "./seal.ts";
 
-export const RECEIPT_TAG = "umbra-receipt-v2";
+const RECEIPT_TAG = "umbra-receipt-v2";
 /** The receipt version named in response metadata; it changes with the tag. */
 export const RECEIPT_VERSION = 2;
-export const RESPONSE_TAG = "umbra-response-v2";
-export const SHA256_BYTES = 32;
-export const MAX_MODEL_BUILD_BYTES = 512;
+const RESPONSE_TAG = "umbra-response-v2";
+const SHA256_BYTES = 32;
+const MAX_MODEL_BUILD_BYTES = 512;
 /** Longest tool-call id or name in the response bytes, in UTF-8 bytes. */
-export const MAX_TOOL_FIELD_BYTES = 4096;
+const MAX_TOOL_FIELD_BYTES = 4096;
 /** Most tool calls the response bytes hold. */
-export const MAX_RESPONSE_TOOL_CALLS = 1024;
+const MAX_RESPONSE_TOOL_CALLS = 1024;
 
 const UTF8 = new TextEncoder();
 

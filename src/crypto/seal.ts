@@ -23,42 +23,35 @@
  * Invariants:
  * - requestId: well-formed Unicode, 1..MAX_REQUEST_ID_BYTES UTF-8 bytes; protocolVersion and attempt: u32.
  * - A fresh ephemeral key per call, so (responseKey, chunk nonce) pairs never repeat across attempts.
- * - Low-order recipient keys (all-zero shared secret, RFC 9180 section 7.1.4) are refused by all three suites.
+ * - Low-order recipient keys (all-zero shared secret, RFC 9180 section 7.1.4) are refused by every suite.
  * - Any open failure (tampered enc or ciphertext, wrong recipient key, different binding) is one error,
  *   RequestOpenError: the AEAD cannot tell them apart, and the caller must not either.
  *
- * Suites (KemImplementation), all three @hpke/core's CipherSuite with its key schedule, Encap/Decap and context
- * logic, @hpke/chacha20poly1305 as the AEAD, and identical bytes (RFC 9180 A.2.1 and request.json pass with each):
- * - "native" (default): node:crypto X25519 (BoringSSL in Bun) and HKDF-SHA256 plugged into the library's
- *   extension points (Dhkem base class with DhkemPrimitives, HkdfSha256 subclass; hpke-native.ts); synchronous.
- * - "webcrypto": @hpke/core's DhkemX25519HkdfSha256 and HkdfSha256, through the runtime's WebCrypto: a seal
- *   makes about 20 async WebCrypto calls, each a round trip through Bun's thread pool (50-70 us each).
- * - "noble": @hpke/dhkem-x25519, pure-JS X25519 and HKDF.
- * Measured with bench/crypto.ts on the shared 2-core machine (bench/README.md, two runs): seal of a 4 KB request
- * 122-131 us native against 783-816 us webcrypto (6.2-6.4x), open 132-137 us against 786-851 us (5.7-6.4x). The
- * KEM is the only public-key work of sealing (once per request here; once per connection with session keys,
- * session.ts), so the fastest suite is the default; the other two stay for comparison and cross-checks.
+ * Suite: @hpke/core's CipherSuite with its key schedule, Encap/Decap and context logic, @hpke/chacha20poly1305
+ * as the AEAD, and node:crypto X25519 (BoringSSL in Bun) and HKDF-SHA256 plugged into the library's extension
+ * points (Dhkem base class with DhkemPrimitives, HkdfSha256 subclass; hpke-native.ts): synchronous, where
+ * @hpke/core's own WebCrypto suite makes about 20 async calls per seal, each a round trip through Bun's
+ * thread pool, and so seals and opens several times slower (bench/crypto.ts; figures: bench/HISTORY.md,
+ * per-request crypto). HpkeOptions.suite takes another CipherSuite of the same algorithms: the WebCrypto
+ * and pure-JS (noble) suites live in test/support/hpke-suites.ts, outside the production import graph, for
+ * the RFC 9180 vectors, byte-for-byte cross-checks and the benchmark.
  */
 import { Chacha20Poly1305 } from "@hpke/chacha20poly1305";
-import { CipherSuite, DhkemX25519HkdfSha256, HkdfSha256 } from "@hpke/core";
-import { DhkemX25519HkdfSha256 as NobleDhkemX25519HkdfSha256, HkdfSha256 as NobleHkdfSha256 } from "@hpke/dhkem-x25519";
+import { CipherSuite } from "@hpke/core";
 import { x25519 } from "@noble/curves/ed25519.js";
 import { CanonicalBytes } from "./canonical.ts";
 import { InvalidInputError, InvalidKeyError, RequestOpenError } from "./errors.ts";
 import { NativeDhkemX25519HkdfSha256, NativeHkdfSha256 } from "./hpke-native.ts";
 
-export const REQUEST_INFO_TAG = "umbra-request-v1";
+const REQUEST_INFO_TAG = "umbra-request-v1";
 /** HPKE exporter context of the response key (UTF-8). */
-export const RESPONSE_EXPORT_CONTEXT = "umbra response";
+const RESPONSE_EXPORT_CONTEXT = "umbra response";
 export const RESPONSE_KEY_BYTES = 32;
 export const X25519_KEY_BYTES = 32;
 /** ChaCha20-Poly1305 tag length: every ciphertext is at least this long. */
 export const AEAD_TAG_BYTES = 16;
 /** Upper bound on the UTF-8 length of a request id (the protocol allows 128 characters: at most 512 bytes). */
 export const MAX_REQUEST_ID_BYTES = 512;
-
-export type KemImplementation = "native" | "webcrypto" | "noble";
-export const DEFAULT_KEM: KemImplementation = "native";
 
 /** What `info` binds: both sides must pass the same three values. */
 export interface RequestBinding {
@@ -85,28 +78,26 @@ export interface X25519KeyPair {
   readonly privateKey: Uint8Array;
 }
 
-export interface KemOptions {
-  readonly kem?: KemImplementation;
+export interface HpkeOptions {
+  /** The HPKE suite; HPKE_SUITE (native) when absent. Same algorithms, same bytes (tests and bench only). */
+  readonly suite?: CipherSuite;
 }
 
 const EXPORT_CONTEXT = new TextEncoder().encode(RESPONSE_EXPORT_CONTEXT);
 const EMPTY = new Uint8Array(0);
 
-/** Stateless suite descriptions, one per KEM implementation (same algorithms, same bytes). */
-const SUITES: Readonly<Record<KemImplementation, CipherSuite>> = {
-  native: new CipherSuite({ kem: new NativeDhkemX25519HkdfSha256(), kdf: new NativeHkdfSha256(), aead: new Chacha20Poly1305() }),
-  webcrypto: new CipherSuite({ kem: new DhkemX25519HkdfSha256(), kdf: new HkdfSha256(), aead: new Chacha20Poly1305() }),
-  noble: new CipherSuite({ kem: new NobleDhkemX25519HkdfSha256(), kdf: new NobleHkdfSha256(), aead: new Chacha20Poly1305() }),
-};
+/** The production suite (stateless): node:crypto KEM and KDF under @hpke/core, see the file header. */
+export const HPKE_SUITE = new CipherSuite({
+  kem: new NativeDhkemX25519HkdfSha256(),
+  kdf: new NativeHkdfSha256(),
+  aead: new Chacha20Poly1305(),
+});
 
-/**
- * The HPKE suite of an implementation. For tests (RFC 9180 vectors) and benchmarks; application code
- * calls sealRequest / openRequest.
- * @throws InvalidInputError for an unknown implementation name.
- */
-export function hpkeSuite(kem: KemImplementation = DEFAULT_KEM): CipherSuite {
-  if (!Object.hasOwn(SUITES, kem)) throw new InvalidInputError("unknown KEM implementation");
-  return SUITES[kem];
+/** @throws InvalidInputError when `options.suite` is given and is not a CipherSuite. */
+function suiteOf(options: HpkeOptions): CipherSuite {
+  if (options.suite === undefined) return HPKE_SUITE;
+  if (!(options.suite instanceof CipherSuite)) throw new InvalidInputError("suite must be an HPKE CipherSuite");
+  return options.suite;
 }
 
 /**
@@ -130,7 +121,7 @@ export async function sealRequest(
   recipientPublicKey: Uint8Array,
   plaintext: Uint8Array,
   binding: RequestBinding,
-  options: KemOptions = {},
+  options: HpkeOptions = {},
 ): Promise<SealedRequest> {
   return hpkeSeal(recipientPublicKey, plaintext, requestInfo(binding), options);
 }
@@ -145,7 +136,7 @@ export async function hpkeSeal(
   recipientPublicKey: Uint8Array,
   plaintext: Uint8Array,
   info: Uint8Array<ArrayBuffer>,
-  options: KemOptions = {},
+  options: HpkeOptions = {},
 ): Promise<SealedRequest> {
   if (!(plaintext instanceof Uint8Array)) throw new InvalidInputError("plaintext must be bytes");
   const ctx = await senderContext(recipientPublicKey, info, options);
@@ -168,7 +159,7 @@ export async function openRequest(
   enc: Uint8Array,
   ciphertext: Uint8Array,
   binding: RequestBinding,
-  options: KemOptions = {},
+  options: HpkeOptions = {},
 ): Promise<OpenedRequest> {
   return hpkeOpen(recipientPrivateKey, enc, ciphertext, requestInfo(binding), options);
 }
@@ -182,7 +173,7 @@ export async function hpkeOpen(
   enc: Uint8Array,
   ciphertext: Uint8Array,
   info: Uint8Array<ArrayBuffer>,
-  options: KemOptions = {},
+  options: HpkeOptions = {},
 ): Promise<OpenedRequest> {
   checkKey(recipientPrivateKey, "recipient private key");
   if (!(ciphertext instanceof Uint8Array) || ciphertext.byteLength < AEAD_TAG_BYTES) {
@@ -209,10 +200,10 @@ export type HpkeRecipientContext = Awaited<ReturnType<CipherSuite["createRecipie
 export async function senderContext(
   recipientPublicKey: Uint8Array,
   info: Uint8Array<ArrayBuffer>,
-  options: KemOptions = {},
+  options: HpkeOptions = {},
 ): Promise<HpkeSenderContext> {
   checkKey(recipientPublicKey, "recipient public key");
-  const suite = hpkeSuite(options.kem);
+  const suite = suiteOf(options);
   let pkR: CryptoKey;
   try {
     pkR = await suite.kem.deserializePublicKey(recipientPublicKey);
@@ -237,13 +228,13 @@ export async function recipientContext(
   recipientPrivateKey: Uint8Array,
   enc: Uint8Array,
   info: Uint8Array<ArrayBuffer>,
-  options: KemOptions = {},
+  options: HpkeOptions = {},
 ): Promise<HpkeRecipientContext> {
   checkKey(recipientPrivateKey, "recipient private key");
   if (!(enc instanceof Uint8Array) || enc.byteLength !== X25519_KEY_BYTES) {
     throw new InvalidInputError(`enc must be ${X25519_KEY_BYTES} bytes`);
   }
-  const suite = hpkeSuite(options.kem);
+  const suite = suiteOf(options);
   let skR: CryptoKey;
   try {
     skR = await suite.kem.deserializePrivateKey(recipientPrivateKey);
@@ -261,8 +252,8 @@ export async function recipientContext(
  * A fresh X25519 key pair in raw form (32-byte public and private keys), from the runtime's CSPRNG.
  * @throws InvalidKeyError if the runtime cannot generate X25519 keys.
  */
-export async function generateX25519KeyPair(options: KemOptions = {}): Promise<X25519KeyPair> {
-  const suite = hpkeSuite(options.kem);
+export async function generateX25519KeyPair(options: HpkeOptions = {}): Promise<X25519KeyPair> {
+  const suite = suiteOf(options);
   try {
     const pair = await suite.kem.generateKeyPair();
     const publicKey = new Uint8Array(await suite.kem.serializePublicKey(pair.publicKey));

@@ -3,8 +3,8 @@
  * (docs/protocol.md, "Session keys"). The provider's X25519 key is already fresh per connection and bound to
  * its identity by the evidence, so an HPKE context to it per connection protects requests as one per
  * request did; what changes is the cost: the per-request X25519 key generation and Diffie-Hellman on the
- * coordinator and the Diffie-Hellman and key import on the provider (~120-140 us of CPU on each side)
- * become an HMAC, an HKDF and one native AES-256-GCM call (~6 us).
+ * coordinator and the Diffie-Hellman and key import on the provider become an HMAC, an HKDF and one
+ * native AES-256-GCM call, a small fraction of the CPU on each side (figures: bench/HISTORY.md).
  *
  * Steps (coordinator at welcome, openSenderSession; provider on welcome, openRecipientSession):
  *   1. info    = sessionInfo({protocolVersion, providerId})           (canonical bytes, below)
@@ -43,7 +43,7 @@ import { CanonicalBytes } from "./canonical.ts";
 import { InvalidInputError, InvalidKeyError, RequestOpenError } from "./errors.ts";
 import {
   AEAD_TAG_BYTES,
-  type KemOptions,
+  type HpkeOptions,
   MAX_REQUEST_ID_BYTES,
   RESPONSE_KEY_BYTES,
   type RequestBinding,
@@ -51,18 +51,18 @@ import {
   senderContext,
 } from "./seal.ts";
 
-export const SESSION_INFO_TAG = "umbra-session-v1";
-export const SESSION_REQUEST_TAG = "umbra-session-request-v1";
-export const SESSION_RATCHET_TAG = "umbra-session-ratchet-v1";
+const SESSION_INFO_TAG = "umbra-session-v1";
+const SESSION_REQUEST_TAG = "umbra-session-request-v1";
+const SESSION_RATCHET_TAG = "umbra-session-ratchet-v1";
 /** Most chain steps an opener takes for one request (the gap after the last request it opened). */
 export const MAX_RATCHET_STEPS = 65_536;
 /** HPKE exporter context of the session secret (UTF-8). */
-export const SESSION_EXPORT_CONTEXT = "umbra session";
-export const SESSION_SECRET_BYTES = 32;
+const SESSION_EXPORT_CONTEXT = "umbra session";
+const SESSION_SECRET_BYTES = 32;
 /** Largest provider id the session info carries, in UTF-8 bytes. */
-export const MAX_PROVIDER_ID_BYTES = 512;
+const MAX_PROVIDER_ID_BYTES = 512;
 /** Highest request counter: the sender refuses to seal beyond it (the connection must be renewed). */
-export const MAX_SESSION_COUNTER = Number.MAX_SAFE_INTEGER;
+const MAX_SESSION_COUNTER = Number.MAX_SAFE_INTEGER;
 
 const EXPORT_CONTEXT = new TextEncoder().encode(SESSION_EXPORT_CONTEXT);
 const ZERO_NONCE = Buffer.alloc(12);
@@ -230,7 +230,7 @@ export class SessionOpener extends SessionHalf {
 export async function openSenderSession(
   recipientPublicKey: Uint8Array,
   binding: SessionBinding,
-  options: KemOptions = {},
+  options: HpkeOptions = {},
 ): Promise<{ readonly enc: Uint8Array; readonly sealer: SessionSealer }> {
   const ctx = await senderContext(recipientPublicKey, sessionInfo(binding), options);
   const secret = new Uint8Array(await ctx.export(EXPORT_CONTEXT, SESSION_SECRET_BYTES));
@@ -249,7 +249,7 @@ export async function openRecipientSession(
   recipientPrivateKey: Uint8Array,
   enc: Uint8Array,
   binding: SessionBinding,
-  options: KemOptions = {},
+  options: HpkeOptions = {},
 ): Promise<SessionOpener> {
   const ctx = await recipientContext(recipientPrivateKey, enc, sessionInfo(binding), options);
   const secret = new Uint8Array(await ctx.export(EXPORT_CONTEXT, SESSION_SECRET_BYTES));

@@ -47,7 +47,7 @@ export interface VerifiedReceipt {
  * consumer never comes near it (the response is pulled as fast as its socket drains); 1 Mi characters is
  * minutes of any model's output on top of what the socket buffers already hold.
  */
-export const MAX_BACKLOG_CHARS = 1024 * 1024;
+const MAX_BACKLOG_CHARS = 1024 * 1024;
 /** The `lost` reason of an attempt whose consumer fell MAX_BACKLOG_CHARS behind. */
 export const SLOW_CONSUMER = "consumer not reading";
 
@@ -61,12 +61,12 @@ export function outputCharLimit(maxTokens: number): number {
 }
 
 /** Characters of text in a delta. */
-export function deltaChars(delta: Delta): number {
+function deltaChars(delta: Delta): number {
   return (delta.content?.length ?? 0) + (delta.reasoning_content?.length ?? 0);
 }
 
 /** Characters of a tool-call fragment (id, name and arguments). */
-export function toolCallChars(call: ToolCallDelta): number {
+function toolCallChars(call: ToolCallDelta): number {
   return (call.id?.length ?? 0) + (call.name?.length ?? 0) + (call.arguments?.length ?? 0);
 }
 

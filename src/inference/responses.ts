@@ -57,7 +57,7 @@ export function usageJson(u: Usage) {
 }
 
 /** A verified provider receipt as the consumer sees it (docs/security.md shows how to check it). */
-export function receiptJson(receipt: VerifiedReceipt | undefined) {
+function receiptJson(receipt: VerifiedReceipt | undefined) {
   if (!receipt) return {};
   return {
     se_signature: receipt.signature,

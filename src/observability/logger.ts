@@ -8,7 +8,7 @@
 export const LOG_LEVELS = ["error", "warn", "info", "debug"] as const;
 export type LogLevel = (typeof LOG_LEVELS)[number];
 
-export const ALLOWED_FIELDS = new Set([
+const ALLOWED_FIELDS = new Set([
   "account_id",
   "attempt",
   "build_id",

@@ -348,7 +348,7 @@ export class Attempts {
 }
 
 /** Splits a delta whose text would make an oversized frame; drops an empty one. */
-export function splitDelta(delta: Delta): Delta[] {
+function splitDelta(delta: Delta): Delta[] {
   const content = delta.content ?? "";
   const reasoning = delta.reasoning_content ?? "";
   if (content === "" && reasoning === "") return [];
@@ -360,7 +360,7 @@ export function splitDelta(delta: Delta): Delta[] {
 }
 
 /** Splits a tool-call fragment whose arguments would make an oversized frame (id and name stay on the first). */
-export function splitToolCall(call: ToolCallDelta): ToolCallDelta[] {
+function splitToolCall(call: ToolCallDelta): ToolCallDelta[] {
   const args = call.arguments ?? "";
   if (args.length <= MAX_CHUNK_CHARS) return [call];
   return splitText(args).map((part, i): ToolCallDelta => (i === 0 ? { ...call, arguments: part } : { index: call.index, arguments: part }));

@@ -30,9 +30,7 @@ import { type EngineName, PROVIDER_SETTINGS, type SettingName } from "./provider
 import { Schedule } from "./schedule.ts";
 
 export {
-  ENGINE_NAMES,
   type EngineName,
-  PROVIDER_OPTIONS,
   PROVIDER_SETTINGS,
   parseProviderFlags,
   type SettingName,

@@ -26,7 +26,7 @@ import { CoordinatorRefused, type PinnedTls, pinCoordinator, pinnedFetch } from 
 import { type ProviderHome, providerHome, readCredentials, writeCredentials } from "./home.ts";
 import { fetchProviderMe, type MeAnswer } from "./provider-me.ts";
 
-export const LOGIN_USAGE = `usage: umbra-provider login [--coordinator URL] [--machine-name NAME]
+const LOGIN_USAGE = `usage: umbra-provider login [--coordinator URL] [--machine-name NAME]
        umbra-provider login [--coordinator URL] --token TOKEN
 
   --coordinator URL     the coordinator (https://; http:// on loopback only); default: UMBRA_PROVIDER_COORDINATOR,
@@ -102,7 +102,7 @@ function problem(body: Record<string, unknown>, status: number): string {
 }
 
 /** Asks the coordinator who this token belongs to; the account id, or a LoginError. */
-export async function confirmToken(base: string, token: string, tls?: PinnedTls): Promise<{ accountId: string }> {
+async function confirmToken(base: string, token: string, tls?: PinnedTls): Promise<{ accountId: string }> {
   let answer: MeAnswer;
   try {
     answer = await fetchProviderMe(base, token, {

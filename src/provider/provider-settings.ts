@@ -10,7 +10,7 @@ import { LOG_LEVELS } from "../observability/logger.ts";
 import { MAX_CONCURRENCY } from "../protocol/frames.ts";
 
 export type EngineName = "echo" | "openai";
-export const ENGINE_NAMES: readonly EngineName[] = ["echo", "openai"];
+const ENGINE_NAMES: readonly EngineName[] = ["echo", "openai"];
 
 const DAY_MS = 86_400_000;
 
@@ -128,7 +128,7 @@ export const PROVIDER_SETTINGS = {
 export type SettingName = keyof typeof PROVIDER_SETTINGS;
 
 /** parseArgs option descriptors for `umbra-provider start`. */
-export const PROVIDER_OPTIONS: Options = optionsOf(PROVIDER_SETTINGS);
+const PROVIDER_OPTIONS: Options = optionsOf(PROVIDER_SETTINGS);
 
 /** Parses `start` argv; unknown flags and positionals are an error (ConfigError naming the flag). */
 export function parseProviderFlags(argv: readonly string[], extra: Options = {}): FlagValues {

@@ -33,7 +33,7 @@ import { ProviderRuntime, statusLine } from "./provider-runtime.ts";
 import { AlreadyRunning, type RuntimeState, readState, releasePidFile, runningPid, takePidFile } from "./runtime.ts";
 import { Schedule } from "./schedule.ts";
 
-export const START_USAGE = `usage: umbra-provider start [--coordinator URL] [--token TOKEN] --engine echo|openai [--upstream URL]
+const START_USAGE = `usage: umbra-provider start [--coordinator URL] [--token TOKEN] --engine echo|openai [--upstream URL]
                             --model BUILD[=UPSTREAM_NAME] [--model ...] [options]
 
   --detach                     run in the background (pid and log files in the tool's folder)
@@ -66,7 +66,7 @@ function createEngine(config: ProviderConfig): Engine {
 }
 
 /** Reads the settings of `start` from every source. */
-export function startConfig(flags: Record<string, unknown>, env: Env, home: ProviderHome): ProviderConfig {
+function startConfig(flags: Record<string, unknown>, env: Env, home: ProviderHome): ProviderConfig {
   const configPath = typeof flags.config === "string" ? flags.config : home.configFile;
   const file = readConfigFile(configPath, typeof flags.config === "string");
   const stored = readCredentials(home);

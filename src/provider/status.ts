@@ -18,12 +18,12 @@ import { providerHome, readCredentials } from "./home.ts";
 import { type AccountView, fetchProviderMe } from "./provider-me.ts";
 import { describeState, isAlive, type RuntimeState, readPid, readState } from "./runtime.ts";
 
-export const STATUS_USAGE = `usage: umbra-provider status [--json]
+const STATUS_USAGE = `usage: umbra-provider status [--json]
 
 Shows the local provider's state (running or not) and the account's earnings from the coordinator.
 Exit status: 0 running, 3 not running.`;
 
-export const STOP_USAGE = `usage: umbra-provider stop [--now] [--timeout SECONDS]
+const STOP_USAGE = `usage: umbra-provider stop [--now] [--timeout SECONDS]
 
 Drains the running provider (active requests finish, then it exits) and waits for it (default 150 s).
 --now stops it at once instead (active requests fail over to other providers).`;
@@ -85,7 +85,7 @@ async function accountView(
   }
 }
 
-export async function statusReport(env: Env): Promise<StatusReport> {
+async function statusReport(env: Env): Promise<StatusReport> {
   const home = providerHome(env);
   const pid = readPid(home);
   const running = pid !== undefined && isAlive(pid);
@@ -121,13 +121,13 @@ export async function statusReport(env: Env): Promise<StatusReport> {
 const time = (ms: number) => new Date(ms).toLocaleString();
 
 /** Micro-USD as dollars, exactly (integer arithmetic). */
-export function dollars(micro: number): string {
+function dollars(micro: number): string {
   const sign = micro < 0 ? "-" : "";
   const abs = Math.abs(Math.trunc(micro));
   return `${sign}$${Math.floor(abs / 1_000_000)}.${String(abs % 1_000_000).padStart(6, "0")}`;
 }
 
-export function formatStatus(r: StatusReport): string {
+function formatStatus(r: StatusReport): string {
   const lines: string[] = [];
   const s = r.state;
   if (r.running) {

@@ -31,7 +31,7 @@ export const balances = sqliteTable(
 /**
  * Append-only. `amount` is signed: credits, earnings and fees positive, charges negative. Ids are the
  * rowid without AUTOINCREMENT: rows are never deleted, so each new id is still the largest yet, and no
- * `sqlite_sequence` page is written by every settlement commit (bench/README.md).
+ * `sqlite_sequence` page is written by every settlement commit (bench/HISTORY.md).
  */
 export const ledgerEntries = sqliteTable(
   "ledger_entries",

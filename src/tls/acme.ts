@@ -15,11 +15,11 @@ import { AcmeError } from "./acme-error.ts";
 import type { AcmeConfig } from "./tls-config.ts";
 import type { TlsCertificate, TlsKey } from "./tls-key.ts";
 
-export const CHALLENGE_PREFIX = "/.well-known/acme-challenge/";
+const CHALLENGE_PREFIX = "/.well-known/acme-challenge/";
 /** Renew once this share of a certificate's lifetime has passed. */
 export const RENEW_AT = 2 / 3;
-export const RETRY_FIRST_MS = 5 * 60_000;
-export const RETRY_MAX_MS = 2 * 3_600_000;
+const RETRY_FIRST_MS = 5 * 60_000;
+const RETRY_MAX_MS = 2 * 3_600_000;
 /** setTimeout's largest delay is 2^31-1 ms (24.8 days); longer waits are taken in steps of this. */
 const MAX_TIMER_MS = 20 * 86_400_000;
 
@@ -52,7 +52,7 @@ export interface AcmeCertificates {
 }
 
 /** The chain's leaf validity in Unix milliseconds. Throws AcmeError for a chain that does not parse. */
-export function certificateValidity(certPem: string): { notBefore: number; notAfter: number } {
+function certificateValidity(certPem: string): { notBefore: number; notAfter: number } {
   try {
     const leaf = new X509Certificate(certPem);
     return { notBefore: Date.parse(leaf.validFrom), notAfter: Date.parse(leaf.validTo) };

@@ -32,7 +32,7 @@ export interface TlsKey {
 
 const ALGORITHM = { name: "ECDSA", namedCurve: "P-256" } as const;
 /** Lifetime of the self-signed certificate; a restart makes a new key and certificate anyway. */
-export const SELF_SIGNED_DAYS = 397;
+const SELF_SIGNED_DAYS = 397;
 const DAY_MS = 86_400_000;
 
 function pem(label: string, der: ArrayBuffer | Uint8Array): string {

@@ -8,20 +8,7 @@ import { type Need, type Settings, type Status, TRUST_LEVELS, type TrustLevel } 
 import { disk, macos, memory, platform, secureBoot, secureEnclave, sip } from "./machine-checks.ts";
 import { clock, coordinator, engine, pinOf, reachCoordinator } from "./service-checks.ts";
 
-export const CHECKS = [
-  platform,
-  macos,
-  sip,
-  secureBoot,
-  secureEnclave,
-  memory,
-  disk,
-  engine,
-  coordinator,
-  clock,
-  deviceToken,
-  catalog,
-] as const;
+const CHECKS = [platform, macos, sip, secureBoot, secureEnclave, memory, disk, engine, coordinator, clock, deviceToken, catalog] as const;
 
 export type CheckId = (typeof CHECKS)[number]["id"];
 

@@ -24,7 +24,7 @@ export interface EchoOptions {
 }
 
 /** Per-message overhead in the echo engine's prompt token count. */
-export const ECHO_MESSAGE_OVERHEAD = 4;
+const ECHO_MESSAGE_OVERHEAD = 4;
 /** With no rate, the engine still yields to the event loop this often so a cancel gets through. */
 const YIELD_EVERY = 64;
 /** Most fragments a tool call's arguments or a structured answer is streamed in. */

@@ -10,7 +10,7 @@ type Obj = Record<string, unknown>;
 const isObj = (v: unknown): v is Obj => typeof v === "object" && v !== null && !Array.isArray(v);
 
 /** Deepest schema nesting (and $ref chain) followed. */
-export const MAX_SAMPLE_DEPTH = 32;
+const MAX_SAMPLE_DEPTH = 32;
 
 const FORMATS: Readonly<Record<string, string>> = {
   "date-time": "1970-01-01T00:00:00Z",

@@ -44,7 +44,7 @@ export function sqliteMoney(
 
   // Every statement of the settlement path is bun:sqlite's own prepared statement on the same
   // connection, without Drizzle's per-call placeholder mapping and result shaping: at hundreds of
-  // commits per second that overhead was a large share of a commit's fixed cost (bench/README.md).
+  // commits per second that overhead was a large share of a commit's fixed cost (bench/HISTORY.md).
   const balanceOf = client.prepare<{ balance: number }, [string]>("SELECT balance_micro_usd AS balance FROM balances WHERE account_id = ?");
   const spentOf = client.prepare<{ spent: number }, [string]>("SELECT spent_micro_usd AS spent FROM api_keys WHERE id = ?");
   const setBalance = client.prepare<unknown, [number, number, string]>(

@@ -5,6 +5,8 @@
  * - A folder imports only the folders MAY_IMPORT lists for it: coordinator -> api -> domains -> the
  *   leaves (crypto, store, protocol ...); config/ sits above the domains (it imports their types) and no
  *   domain imports api/ or coordinator/. A new dependency between folders is a deliberate table change.
+ * - The coordinator and provider binaries reach neither test-only HPKE suite (WebCrypto, noble:
+ *   test/support/hpke-suites.ts): production seals with seal.ts's native suite only.
  */
 import { describe, expect, test } from "bun:test";
 import { readdirSync, readFileSync, statSync } from "node:fs";
@@ -152,6 +154,26 @@ function allowed(from: string, to: string): boolean {
   return rule.includes("*") || rule.includes(to);
 }
 
+/** Every file reachable from `entries` (static and dynamic imports). */
+function reachable(graph: ReadonlyMap<string, readonly string[]>, entries: readonly string[]): string[] {
+  const seen = new Set<string>();
+  const visit = (file: string) => {
+    if (seen.has(file)) return;
+    seen.add(file);
+    for (const next of graph.get(file) ?? []) visit(next);
+  };
+  for (const entry of entries) visit(entry);
+  return [...seen].sort();
+}
+
+/** Whether `text` imports a test-only HPKE suite: @hpke/dhkem-x25519 (noble), or @hpke/core's WebCrypto KEM. */
+function importsTestOnlySuite(text: string): boolean {
+  if (/\bfrom\s*["']@hpke\/dhkem-x25519["']/.test(text)) return true;
+  return [...text.matchAll(/\bimport\s*(?:type\s*)?\{([^}]*)\}\s*from\s*["']@hpke\/core["']/g)].some((m) =>
+    /(^|[\s,])DhkemX25519HkdfSha256\b/.test(m[1] ?? ""),
+  );
+}
+
 describe("architecture: imports", () => {
   const files = ROOTS.flatMap(sources).sort();
   const graph = importGraph(files, (file) => readFileSync(join(ROOT, file), "utf8"));
@@ -176,6 +198,19 @@ describe("architecture: imports", () => {
       targets.filter((t) => !allowed(folderOf(file), folderOf(t))).map((t) => `${file} -> ${t}`),
     );
     expect(violations).toEqual([]);
+  });
+
+  test("the coordinator and provider binaries reach no test-only HPKE suite", () => {
+    const files = reachable(graph, ["src/coordinator/main.ts", "src/provider/main.ts"]);
+    expect(files).toContain("src/crypto/seal.ts");
+    expect(files.filter((file) => importsTestOnlySuite(readFileSync(join(ROOT, file), "utf8")))).toEqual([]);
+  });
+
+  test("the suite check finds both test-only suites where they are imported (the check can fail)", () => {
+    expect(importsTestOnlySuite(readFileSync(join(ROOT, "test/support/hpke-suites.ts"), "utf8"))).toBe(true);
+    expect(importsTestOnlySuite('import { DhkemX25519HkdfSha256 } from "@hpke/core";')).toBe(true);
+    expect(importsTestOnlySuite('import { HkdfSha256 } from "@hpke/dhkem-x25519";')).toBe(true);
+    expect(importsTestOnlySuite(readFileSync(join(ROOT, "src/crypto/seal.ts"), "utf8"))).toBe(false);
   });
 
   test("the cycle finder names a cycle (a -> b -> c -> a) and ignores a diamond", () => {

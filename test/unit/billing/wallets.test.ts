@@ -1,9 +1,9 @@
 /**
  * Wallets (src/billing/wallets.ts, with holds.ts and settlement-writer.ts) against a fake MoneyStore the
- * test drives: its settles and balance reads can be held until the test releases them, chosen request
- * ids are refused, every call is recorded in order, and any two store calls in flight at once are
- * counted as an overlap (the writer loop must never let that happen). The writer's clock and timers are
- * manual: a commit gap passes when the test advances the clock.
+ * test drives (test/support/fake-money.ts): its settles and balance reads can be held until the test
+ * releases them, chosen request ids are refused, every call is recorded in order, and any two store
+ * calls in flight at once are counted as an overlap (the writer loop must never let that happen). The
+ * writer's clock and timers are manual: a commit gap passes when the test advances the clock.
  *
  * What is pinned: available = durable - held - pending, to the unit, before, during and after a
  * commit; the key spend cap the same way; holds, releases and settlements; a settlement resolves only
@@ -12,127 +12,24 @@
 import { describe, expect, test } from "bun:test";
 import { type Hold, Wallets } from "../../../src/billing/wallets.ts";
 import { ApiError } from "../../../src/errors/api-error.ts";
-import { type MoneyStore, PLATFORM_ACCOUNT_ID, type Settlement, type SettleResult } from "../../../src/store/types.ts";
+import type { Settlement } from "../../../src/store/types.ts";
+import { FakeMoney } from "../../support/fake-money.ts";
 import { type LogLine, recordingLogger } from "../../support/logs.ts";
 import { manualTimers, turns } from "../../support/manual-timers.ts";
 import { settlementOf } from "../../support/settlements.ts";
 
-/** An in-memory MoneyStore with the contract's semantics, under the test's control. */
-class FakeMoney implements MoneyStore {
-  readonly balances = new Map<string, number>();
-  readonly spent = new Map<string, number>();
-  readonly settled = new Set<string>();
-  /** Request ids of every settle call, in call order. */
-  readonly batches: string[][] = [];
-  /** Every call and its end, in order: "balance A", "settle start r-1,r-2", "settle end" ... */
-  readonly events: string[] = [];
-  /** Request ids whose batches are refused (thrown at, nothing written). */
-  readonly refused = new Set<string>();
-  /** When set, settles (or balance and key reads) wait for release(). */
-  holdSettles = false;
-  holdReads = false;
-  /** Store calls that started while another was in flight. */
-  overlaps = 0;
-  private inFlight = 0;
-  private readonly gates: (() => void)[] = [];
-  private waiters: { readonly what: () => boolean; readonly resolve: () => void }[] = [];
-
-  constructor(balances: Record<string, number>, spent: Record<string, number> = {}) {
-    for (const [id, b] of Object.entries(balances)) this.balances.set(id, b);
-    for (const [id, s] of Object.entries(spent)) this.spent.set(id, s);
-  }
-
-  async balance(accountId: string): Promise<number | undefined> {
-    return this.call(`balance ${accountId}`, this.holdReads, () => this.balances.get(accountId));
-  }
-
-  async keySpent(keyId: string): Promise<number | undefined> {
-    return this.call(`keySpent ${keyId}`, this.holdReads, () => this.spent.get(keyId));
-  }
-
-  async settle(batch: readonly Settlement[]): Promise<SettleResult> {
-    const ids = batch.map((s) => s.requestId);
-    this.batches.push(ids);
-    return this.call(`settle ${ids.join(",")}`, this.holdSettles, () => this.apply(batch));
-  }
-
-  /** Lets the oldest held call go on. */
-  release(): void {
-    const gate = this.gates.shift();
-    if (!gate) throw new Error("no call is held");
-    gate();
-  }
-
-  /** Resolves once at least `n` settle calls have started. */
-  settlesStarted(n: number): Promise<void> {
-    return this.until(() => this.batches.length >= n);
-  }
-
-  /** Resolves once `n` calls are held. */
-  held(n: number): Promise<void> {
-    return this.until(() => this.gates.length >= n);
-  }
-
-  private until(what: () => boolean): Promise<void> {
-    if (what()) return Promise.resolve();
-    return new Promise((resolve) => this.waiters.push({ what, resolve }));
-  }
-
-  private wake(): void {
-    const ready = this.waiters.filter((w) => w.what());
-    this.waiters = this.waiters.filter((w) => !w.what());
-    for (const w of ready) w.resolve();
-  }
-
-  private async call<T>(name: string, hold: boolean, body: () => T): Promise<T> {
-    if (this.inFlight > 0) this.overlaps++;
-    this.inFlight++;
-    this.events.push(`${name}`);
-    try {
-      if (hold) {
-        const released = new Promise<void>((resolve) => this.gates.push(resolve));
-        this.wake();
-        await released;
-      }
-      this.wake();
-      return body();
-    } finally {
-      this.inFlight--;
-      this.events.push(`end ${name}`);
-    }
-  }
-
-  /** The whole batch or nothing, like a transaction. */
-  private apply(batch: readonly Settlement[]): SettleResult {
-    if (batch.some((s) => this.refused.has(s.requestId))) throw new Error("refused by the fake store");
-    const balances = new Map<string, number>();
-    const keySpent = new Map<string, number>();
-    const seen = new Set(this.settled);
-    const move = (id: string, amount: number) => {
-      const before = balances.get(id) ?? this.balances.get(id) ?? (id === PLATFORM_ACCOUNT_ID ? 0 : undefined);
-      if (before === undefined) throw new Error(`unknown account ${id}`);
-      if (before + amount < 0) throw new Error("below zero");
-      balances.set(id, before + amount);
-    };
-    const applied = batch.map((s) => {
-      if (seen.has(s.requestId)) return false;
-      seen.add(s.requestId);
-      if (s.charge > 0) {
-        move(s.accountId, -s.charge);
-        if (s.keyId !== null) keySpent.set(s.keyId, (keySpent.get(s.keyId) ?? this.spent.get(s.keyId) ?? 0) + s.charge);
-        if (s.providerAccountId !== null && s.earning > 0) move(s.providerAccountId, s.earning);
-        if (s.fee > 0) move(PLATFORM_ACCOUNT_ID, s.fee);
-      }
-      return true;
-    });
-    for (const id of seen) this.settled.add(id);
-    for (const [id, b] of balances) this.balances.set(id, b);
-    for (const [id, s] of keySpent) this.spent.set(id, s);
-    return { applied, balances, keySpent };
-  }
+interface SetupOptions {
+  /** Account balances in the store (the account "provider" starts at 0 besides). */
+  readonly balances: Record<string, number>;
+  /** Key spend in the store. */
+  readonly spent?: Record<string, number>;
+  /** The writer's commit gap; 0: none. */
+  readonly commitGapMs?: number;
+  /** Settlements per second from which commits are spaced by the gap; 0: always. */
+  readonly spacedAbovePerSecond?: number;
 }
 
-function setup(balances: Record<string, number>, spent: Record<string, number> = {}, commitGapMs = 0, spacedAbovePerSecond = 0) {
+function setup({ balances, spent = {}, commitGapMs = 0, spacedAbovePerSecond = 0 }: SetupOptions) {
   const store = new FakeMoney({ provider: 0, ...balances }, spent);
   const logs: LogLine[] = [];
   const commits: number[] = [];
@@ -201,7 +98,7 @@ async function expectAvailable(wallets: Wallets, accountId: string, amount: numb
 
 describe("reserve", () => {
   test("holds up to durable - held - pending exactly; one unit more is refused with 402 insufficient_funds", async () => {
-    const { store, wallets } = setup({ A: 1_000 });
+    const { store, wallets } = setup({ balances: { A: 1_000 } });
     const h1 = await hold(wallets, "A", 300);
     const h2 = await hold(wallets, "A", 200);
     store.holdSettles = true;
@@ -223,7 +120,7 @@ describe("reserve", () => {
   });
 
   test("the refusal leaves no hold behind", async () => {
-    const { wallets } = setup({ A: 100 });
+    const { wallets } = setup({ balances: { A: 100 } });
     const h = await hold(wallets, "A", 60);
     expect(await refusal(hold(wallets, "A", 41))).toEqual(NO_FUNDS);
     expect(wallets.reservedFor("A")).toBe(60);
@@ -232,7 +129,7 @@ describe("reserve", () => {
   });
 
   test("1,000 concurrent reservations against a balance worth 37 holds: exactly 37 are granted", async () => {
-    const { store, wallets } = setup({ A: 37 * 250 + 249 });
+    const { store, wallets } = setup({ balances: { A: 37 * 250 + 249 } });
     const results = await Promise.allSettled(Array.from({ length: 1_000 }, () => hold(wallets, "A", 250)));
     const granted = results.filter((r) => r.status === "fulfilled");
     const refused = results.flatMap((r) => (r.status === "rejected" ? [r.reason] : []));
@@ -246,7 +143,7 @@ describe("reserve", () => {
   });
 
   test("the key spend cap: spent + held + pending against the cap, refused with 402 insufficient_quota", async () => {
-    const { store, wallets } = setup({ A: 1_000_000 }, { K: 40 });
+    const { store, wallets } = setup({ balances: { A: 1_000_000 }, spent: { K: 40 } });
     const key = { id: "K", cap: 100 };
     const h1 = await hold(wallets, "A", 60, key);
     expect(await refusal(hold(wallets, "A", 1, key))).toEqual(NO_QUOTA);
@@ -271,7 +168,7 @@ describe("reserve", () => {
   });
 
   test("concurrent reservations on one capped key: exactly as many as the cap allows", async () => {
-    const { store, wallets } = setup({ A: 1_000_000 }, { K: 0 });
+    const { store, wallets } = setup({ balances: { A: 1_000_000 }, spent: { K: 0 } });
     const results = await Promise.allSettled(Array.from({ length: 50 }, () => hold(wallets, "A", 30, { id: "K", cap: 1_000 })));
     const refused = results.flatMap((r) => (r.status === "rejected" ? [r.reason] : []));
     expect({
@@ -284,7 +181,7 @@ describe("reserve", () => {
   });
 
   test("before refusing, re-reads the balance once: a credit written elsewhere counts at once", async () => {
-    const { store, wallets } = setup({ A: 100 });
+    const { store, wallets } = setup({ balances: { A: 100 } });
     const h = await hold(wallets, "A", 100);
     store.balances.set("A", 150); // credited by another process after the load
     const h2 = await hold(wallets, "A", 50);
@@ -297,7 +194,7 @@ describe("reserve", () => {
   });
 
   test("an unknown account is refused and holds nothing", async () => {
-    const { wallets } = setup({});
+    const { wallets } = setup({ balances: {} });
     await expect(hold(wallets, "nobody", 1)).rejects.toThrow();
     expect(wallets.reservedFor("nobody")).toBe(0);
   });
@@ -305,7 +202,7 @@ describe("reserve", () => {
 
 describe("release", () => {
   test("returns the money, once", async () => {
-    const { wallets } = setup({ A: 100 });
+    const { wallets } = setup({ balances: { A: 100 } });
     const h = await hold(wallets, "A", 100);
     wallets.release(h);
     wallets.release(h);
@@ -317,7 +214,7 @@ describe("release", () => {
 
 describe("reservedFor", () => {
   test("reports the money held for requests in flight, per account", async () => {
-    const { wallets } = setup({ A: 1_000, B: 1_000 });
+    const { wallets } = setup({ balances: { A: 1_000, B: 1_000 } });
     expect(wallets.reservedFor("A")).toBe(0);
     const [h10, h20, h30] = [await hold(wallets, "A", 10), await hold(wallets, "A", 20), await hold(wallets, "A", 30)];
     await hold(wallets, "B", 7);
@@ -334,7 +231,7 @@ describe("reservedFor", () => {
 
 describe("settle", () => {
   test("moves the charge from held to pending and releases the rest of the hold", async () => {
-    const { store, wallets } = setup({ A: 1_000 });
+    const { store, wallets } = setup({ balances: { A: 1_000 } });
     const h = await hold(wallets, "A", 400);
     store.holdSettles = true;
     const settled = wallets.settle(h, settlement("r-1", "A", 150));
@@ -349,7 +246,7 @@ describe("settle", () => {
   });
 
   test("a charge above the hold throws, queues nothing, and the hold can still be released", async () => {
-    const { store, wallets } = setup({ A: 1_000 });
+    const { store, wallets } = setup({ balances: { A: 1_000 } });
     const h = await hold(wallets, "A", 100);
     expect(() => wallets.settle(h, settlement("r-1", "A", 101))).toThrow();
     expect(wallets.reservedFor("A")).toBe(100);
@@ -361,7 +258,7 @@ describe("settle", () => {
   });
 
   test("a hold is settled once: a second settle of it is ignored", async () => {
-    const { store, wallets } = setup({ A: 1_000 });
+    const { store, wallets } = setup({ balances: { A: 1_000 } });
     const h = await hold(wallets, "A", 100);
     await wallets.settle(h, settlement("r-1", "A", 60));
     await wallets.settle(h, settlement("r-2", "A", 60));
@@ -375,7 +272,7 @@ describe("settle", () => {
   });
 
   test("resolves only once its batch is durable", async () => {
-    const { store, wallets } = setup({ A: 1_000 });
+    const { store, wallets } = setup({ balances: { A: 1_000 } });
     const h = await hold(wallets, "A", 100);
     store.holdSettles = true;
     let balanceWhenResolved: number | undefined;
@@ -393,7 +290,7 @@ describe("settle", () => {
   });
 
   test("settlements queued while a batch commits go into the next batch together", async () => {
-    const { store, wallets } = setup({ A: 1_000, B: 1_000 });
+    const { store, wallets } = setup({ balances: { A: 1_000, B: 1_000 } });
     const holds = [await hold(wallets, "A", 10), await hold(wallets, "A", 10), await hold(wallets, "B", 10), await hold(wallets, "A", 10)];
     store.holdSettles = true;
     const first = wallets.settle(holds[0], settlement("r-1", "A", 1));
@@ -419,7 +316,7 @@ describe("settle", () => {
 
   test("commits are spaced: a settlement after a quiet gap commits at once, those just after a commit share the next", async () => {
     // The clock stands still until the test advances it, so only the gap decides the outcome.
-    const { store, wallets, commits, timers } = setup({ A: 1_000 }, {}, 300);
+    const { store, wallets, commits, timers } = setup({ balances: { A: 1_000 }, commitGapMs: 300 });
     const holds = await Promise.all([1, 2, 3, 4].map(() => hold(wallets, "A", 10)));
     // Quiet: committed within a few event-loop turns, no timer involved.
     const first = track(wallets.settle(holds[0], settlement("r-1", "A", 1)));
@@ -447,7 +344,11 @@ describe("settle", () => {
 
   test("below the spacing rate, settlements just after a commit are committed at once, not after the gap", async () => {
     // Same arrivals as above, with a gap of 300 ms, but the rate that turns spacing on is out of reach.
-    const { store, wallets, commits, timers } = setup({ A: 1_000 }, {}, 300, Number.POSITIVE_INFINITY);
+    const { store, wallets, commits, timers } = setup({
+      balances: { A: 1_000 },
+      commitGapMs: 300,
+      spacedAbovePerSecond: Number.POSITIVE_INFINITY,
+    });
     const holds = await Promise.all([1, 2, 3].map(() => hold(wallets, "A", 10)));
     for (const [i, h] of holds.entries()) {
       const settled = track(wallets.settle(h, settlement(`r-${i + 1}`, "A", 1)));
@@ -462,7 +363,7 @@ describe("settle", () => {
   });
 
   test("across a commit, available stays exact and durable comes from the store's result", async () => {
-    const { store, wallets } = setup({ A: 1_000 }, { K: 0 });
+    const { store, wallets } = setup({ balances: { A: 1_000 }, spent: { K: 0 } });
     const key = { id: "K", cap: 1_000 };
     const kept = await hold(wallets, "A", 300, key);
     const h = await hold(wallets, "A", 200, key);
@@ -489,7 +390,7 @@ describe("settle", () => {
   });
 
   test("a duplicate request id (not applied) is not charged twice in memory", async () => {
-    const { store, wallets } = setup({ A: 1_000 });
+    const { store, wallets } = setup({ balances: { A: 1_000 } });
     await wallets.settle(await hold(wallets, "A", 100), settlement("r-1", "A", 100));
     await wallets.settle(await hold(wallets, "A", 100), settlement("r-1", "A", 100));
     expect({ batches: store.batches, balance: store.balances.get("A"), reserved: wallets.reservedFor("A") }).toEqual({
@@ -501,7 +402,7 @@ describe("settle", () => {
   });
 
   test("a refused batch is retried one by one; only the refused settlement is dropped, and logged", async () => {
-    const { store, wallets, logs } = setup({ A: 1_000 });
+    const { store, wallets, logs } = setup({ balances: { A: 1_000 } });
     const holds = [await hold(wallets, "A", 100), await hold(wallets, "A", 100), await hold(wallets, "A", 100)];
     store.refused.add("r-2");
     const all = Promise.all([
@@ -528,7 +429,7 @@ describe("settle", () => {
   });
 
   test("a settlement without a hold (self-route) records its usage and holds nothing", async () => {
-    const { store, wallets } = setup({ A: 1_000 });
+    const { store, wallets } = setup({ balances: { A: 1_000 } });
     await wallets.settle(undefined, settlement("r-free", "A", 0));
     expect({ batches: store.batches, settled: [...store.settled], balance: store.balances.get("A") }).toEqual({
       batches: [["r-free"]],
@@ -540,7 +441,7 @@ describe("settle", () => {
 
 describe("refresh", () => {
   test("picks up a credit written elsewhere", async () => {
-    const { store, wallets } = setup({ A: 100 });
+    const { store, wallets } = setup({ balances: { A: 100 } });
     const h = await hold(wallets, "A", 100);
     store.balances.set("A", 350);
     await wallets.refresh("A");
@@ -553,7 +454,7 @@ describe("refresh", () => {
   });
 
   test("of an account not loaded here reads nothing", async () => {
-    const { store, wallets } = setup({ A: 100 });
+    const { store, wallets } = setup({ balances: { A: 100 } });
     await wallets.refresh("A");
     expect(store.events).toEqual([]);
   });
@@ -561,7 +462,7 @@ describe("refresh", () => {
 
 describe("the writer loop", () => {
   test("a load or a refresh waits for the commit in progress", async () => {
-    const { store, wallets } = setup({ A: 1_000, B: 500 });
+    const { store, wallets } = setup({ balances: { A: 1_000, B: 500 } });
     const h = await hold(wallets, "A", 100);
     store.holdSettles = true;
     const settled = wallets.settle(h, settlement("r-1", "A", 10));
@@ -590,7 +491,7 @@ describe("the writer loop", () => {
   });
 
   test("a commit waits for the load in progress", async () => {
-    const { store, wallets } = setup({ A: 1_000, B: 500 });
+    const { store, wallets } = setup({ balances: { A: 1_000, B: 500 } });
     const h = await hold(wallets, "A", 100);
     store.holdReads = true;
     const loadB = track(hold(wallets, "B", 500));
@@ -607,7 +508,7 @@ describe("the writer loop", () => {
 
 describe("flushed", () => {
   test("resolves at once when idle, and otherwise once everything queued is durable", async () => {
-    const { store, wallets } = setup({ A: 1_000 });
+    const { store, wallets } = setup({ balances: { A: 1_000 } });
     await wallets.flushed();
     const holds = [await hold(wallets, "A", 10), await hold(wallets, "A", 10), await hold(wallets, "A", 10)];
     store.holdSettles = true;

@@ -18,7 +18,7 @@ import {
   sealConsumerRequest,
 } from "../../../src/crypto/consumer-seal.ts";
 import { fromBase64url, fromHex, toBase64url, toHex } from "../../../src/crypto/encoding.ts";
-import { generateX25519KeyPair, hpkeSeal, hpkeSuite } from "../../../src/crypto/seal.ts";
+import { generateX25519KeyPair, HPKE_SUITE, hpkeSeal } from "../../../src/crypto/seal.ts";
 import vector from "../../fixtures/crypto/consumer.json" with { type: "json" };
 
 const BINDING: ConsumerBinding = { path: "/v1/chat/completions", credential: "sk-umbra-test-credential", timestamp: 1_767_225_600 };
@@ -58,7 +58,7 @@ describe("golden vector (consumer.json, independent implementation)", () => {
   });
 
   test("the consumer side reproduces the envelope from the fixed ephemeral key", async () => {
-    const suite = hpkeSuite();
+    const suite = HPKE_SUITE;
     const sender = await suite.createSenderContext({
       recipientPublicKey: await suite.kem.deserializePublicKey(fromHex(vector.recipientPublicKey)),
       info: consumerInfo(vector.binding),

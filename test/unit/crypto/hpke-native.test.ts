@@ -12,8 +12,6 @@ import { InvalidKeyError, RequestOpenError } from "../../../src/crypto/errors.ts
 import { NativeDhkemX25519HkdfSha256, NativeHkdfSha256, NativeX25519Key } from "../../../src/crypto/hpke-native.ts";
 import {
   generateX25519KeyPair,
-  hpkeSuite,
-  type KemImplementation,
   openRequest,
   type RequestBinding,
   requestInfo,
@@ -22,6 +20,7 @@ import {
 } from "../../../src/crypto/seal.ts";
 import vector from "../../fixtures/crypto/request.json" with { type: "json" };
 import rfc from "../../fixtures/crypto/rfc9180_a21.json" with { type: "json" };
+import { HPKE_SUITES, type KemImplementation } from "../../support/hpke-suites.ts";
 
 const binding: RequestBinding = vector.binding;
 const skR = fromHex(vector.recipientPrivateKey);
@@ -31,11 +30,11 @@ const ciphertext = fromHex(vector.ciphertext);
 const utf8 = (text: string) => new TextEncoder().encode(text);
 const random = (n: number) => crypto.getRandomValues(new Uint8Array(n));
 const hex = (buffer: ArrayBuffer) => toHex(new Uint8Array(buffer));
-const native = hpkeSuite("native");
+const native = HPKE_SUITES.native;
 
 /** Everything a sender produces from a fixed ephemeral key: enc, two messages, two exports. */
 async function senderTranscript(kem: KemImplementation, ikmE: Uint8Array, recipient: Uint8Array, info: Uint8Array, pt: Uint8Array) {
-  const suite = hpkeSuite(kem);
+  const suite = HPKE_SUITES[kem];
   const sender = await suite.createSenderContext({
     recipientPublicKey: await suite.kem.deserializePublicKey(recipient),
     info,
@@ -80,7 +79,7 @@ describe("the native suite against fixed vectors", () => {
   });
 
   test("Umbra vector (request.json): open, and reproduce the sender side from ikmE", async () => {
-    expect(await openRequest(skR, enc, ciphertext, binding, { kem: "native" })).toEqual({
+    expect(await openRequest(skR, enc, ciphertext, binding, { suite: HPKE_SUITES.native })).toEqual({
       plaintext: fromHex(vector.plaintext),
       responseKey: fromHex(vector.responseKey),
     });
@@ -111,7 +110,7 @@ describe("byte-for-byte equal to the other suites", () => {
   });
 
   test("the same key pair from DeriveKeyPair as webcrypto, for random ikm", async () => {
-    const webcrypto = hpkeSuite("webcrypto");
+    const webcrypto = HPKE_SUITES.webcrypto;
     for (let i = 0; i < 8; i++) {
       const ikm = random(32 + i);
       const [a, b] = await Promise.all([native.kem.deriveKeyPair(ikm), webcrypto.kem.deriveKeyPair(ikm)]);
@@ -167,23 +166,23 @@ describe("round trips across suites", () => {
     ["noble", "native"],
     ["native", "native"],
   ] as const)("sealed with %s, opened with %s", async (sealWith, openWith) => {
-    const keys = await generateX25519KeyPair({ kem: openWith });
+    const keys = await generateX25519KeyPair({ suite: HPKE_SUITES[openWith] });
     const plaintext = random(4096);
-    const sealed = await sealRequest(keys.publicKey, plaintext, binding, { kem: sealWith });
-    expect(await openRequest(keys.privateKey, sealed.enc, sealed.ciphertext, binding, { kem: openWith })).toEqual({
+    const sealed = await sealRequest(keys.publicKey, plaintext, binding, { suite: HPKE_SUITES[sealWith] });
+    expect(await openRequest(keys.privateKey, sealed.enc, sealed.ciphertext, binding, { suite: HPKE_SUITES[openWith] })).toEqual({
       plaintext,
       responseKey: sealed.responseKey,
     });
   });
 
   test("generated key pairs are 32 raw bytes and consistent", async () => {
-    const keys = await generateX25519KeyPair({ kem: "native" });
+    const keys = await generateX25519KeyPair({ suite: HPKE_SUITES.native });
     expect([keys.publicKey.byteLength, keys.privateKey.byteLength]).toEqual([32, 32]);
     expect(x25519PublicKey(keys.privateKey)).toEqual(keys.publicKey);
   });
 
   test("JWK import gives the same keys as raw import; a mismatched x is refused", async () => {
-    const keys = await generateX25519KeyPair({ kem: "native" });
+    const keys = await generateX25519KeyPair({ suite: HPKE_SUITES.native });
     const x = toBase64url(keys.publicKey);
     const d = toBase64url(keys.privateKey);
     const pk = await native.kem.importKey("jwk", { kty: "OKP", crv: "X25519", x }, true);
@@ -208,11 +207,11 @@ describe("the native suite refuses", () => {
   ];
 
   test.each(lowOrder)("sealing to the low-order key %s (InvalidKeyError)", async (point) => {
-    await expect(sealRequest(fromHex(point), utf8("x"), binding, { kem: "native" })).rejects.toThrow(InvalidKeyError);
+    await expect(sealRequest(fromHex(point), utf8("x"), binding, { suite: HPKE_SUITES.native })).rejects.toThrow(InvalidKeyError);
   });
 
   test.each(lowOrder)("a low-order enc %s on open (RequestOpenError), and DH itself throws", async (point) => {
-    await expect(openRequest(skR, fromHex(point), ciphertext, binding, { kem: "native" })).rejects.toThrow(RequestOpenError);
+    await expect(openRequest(skR, fromHex(point), ciphertext, binding, { suite: HPKE_SUITES.native })).rejects.toThrow(RequestOpenError);
     const kem = new NativeDhkemX25519HkdfSha256();
     const sk = await kem.deserializePrivateKey(skR);
     const pk = await kem.deserializePublicKey(fromHex(point));
@@ -225,34 +224,34 @@ describe("the native suite refuses", () => {
     for (let bit = 0; bit < 256; bit++) {
       const bad = enc.slice();
       bad[bit >> 3]! ^= 1 << (bit & 7);
-      const error = await openRequest(skR, bad, ciphertext, binding, { kem: "native" }).catch((e: unknown) => e);
+      const error = await openRequest(skR, bad, ciphertext, binding, { suite: HPKE_SUITES.native }).catch((e: unknown) => e);
       outcomes.add(error instanceof RequestOpenError ? "RequestOpenError" : String(error));
     }
     expect([...outcomes]).toEqual(["RequestOpenError"]);
   });
 
   test("a flipped ciphertext bit, the wrong recipient key, and each other binding field (RequestOpenError)", async () => {
-    const other = await generateX25519KeyPair({ kem: "native" });
+    const other = await generateX25519KeyPair({ suite: HPKE_SUITES.native });
     const tampered = ciphertext.slice();
     tampered[5]! ^= 1;
     const attempts: Array<() => Promise<unknown>> = [
-      () => openRequest(skR, enc, tampered, binding, { kem: "native" }),
-      () => openRequest(other.privateKey, enc, ciphertext, binding, { kem: "native" }),
-      () => openRequest(skR, enc, ciphertext, { ...binding, requestId: `${binding.requestId}x` }, { kem: "native" }),
-      () => openRequest(skR, enc, ciphertext, { ...binding, attempt: binding.attempt + 1 }, { kem: "native" }),
-      () => openRequest(skR, enc, ciphertext, { ...binding, protocolVersion: binding.protocolVersion + 1 }, { kem: "native" }),
+      () => openRequest(skR, enc, tampered, binding, { suite: HPKE_SUITES.native }),
+      () => openRequest(other.privateKey, enc, ciphertext, binding, { suite: HPKE_SUITES.native }),
+      () => openRequest(skR, enc, ciphertext, { ...binding, requestId: `${binding.requestId}x` }, { suite: HPKE_SUITES.native }),
+      () => openRequest(skR, enc, ciphertext, { ...binding, attempt: binding.attempt + 1 }, { suite: HPKE_SUITES.native }),
+      () => openRequest(skR, enc, ciphertext, { ...binding, protocolVersion: binding.protocolVersion + 1 }, { suite: HPKE_SUITES.native }),
     ];
     for (const attempt of attempts) await expect(attempt()).rejects.toThrow(RequestOpenError);
   });
 
   test("malformed keys (InvalidKeyError)", async () => {
-    await expect(sealRequest(pkR.subarray(1), utf8("x"), binding, { kem: "native" })).rejects.toThrow(InvalidKeyError);
-    await expect(openRequest(skR.subarray(1), enc, ciphertext, binding, { kem: "native" })).rejects.toThrow(InvalidKeyError);
+    await expect(sealRequest(pkR.subarray(1), utf8("x"), binding, { suite: HPKE_SUITES.native })).rejects.toThrow(InvalidKeyError);
+    await expect(openRequest(skR.subarray(1), enc, ciphertext, binding, { suite: HPKE_SUITES.native })).rejects.toThrow(InvalidKeyError);
     await expect(native.kem.deserializePublicKey(new Uint8Array(33))).rejects.toThrow();
   });
 
   test("a key of another suite (WebCrypto CryptoKey) instead of its own", async () => {
-    const webcrypto = hpkeSuite("webcrypto");
+    const webcrypto = HPKE_SUITES.webcrypto;
     const foreign = await webcrypto.kem.deserializePublicKey(pkR);
     await expect(native.createSenderContext({ recipientPublicKey: foreign })).rejects.toThrow();
     const ownPrivate = await native.kem.deserializePrivateKey(skR);
