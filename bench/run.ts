@@ -1,8 +1,8 @@
 import { cpus } from "node:os";
 import { join } from "node:path";
-import { cpuMicros } from "../test/support/process-stats.ts";
 import { BUN, ROOT, startCoordinator, startProvider } from "../test/support/processes.ts";
 import { benchNumber } from "./lib/env.ts";
+import { cpuMicros } from "./lib/proc.ts";
 import { writeResult } from "./lib/results.ts";
 import { median, round } from "./lib/stats.ts";
 

@@ -25,9 +25,9 @@ import { createHash } from "node:crypto";
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
-import { threadCpuMs } from "../test/support/process-stats.ts";
 import { BUN, ROOT } from "../test/support/processes.ts";
 import { benchNumber } from "./lib/env.ts";
+import { threadCpuMs } from "./lib/proc.ts";
 import { writeResult } from "./lib/results.ts";
 import { median } from "./lib/stats.ts";
 

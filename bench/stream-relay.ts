@@ -1,9 +1,9 @@
 import { cpus, loadavg, totalmem } from "node:os";
 import { join } from "node:path";
 import type { Subprocess } from "bun";
-import { cpuMicros, rssBytes } from "../test/support/process-stats.ts";
 import { BUN, type CoordinatorProcess, ROOT, startCoordinator, startProvider } from "../test/support/processes.ts";
 import { benchNumber, benchNumbers } from "./lib/env.ts";
+import { cpuMicros, rssBytes } from "./lib/proc.ts";
 import { writeResult } from "./lib/results.ts";
 import { median } from "./lib/stats.ts";
 

@@ -14,7 +14,7 @@
 import { afterAll, beforeAll, describe, expect } from "bun:test";
 import { connect, type Socket } from "node:net";
 import fc from "fast-check";
-import { MiB, mib, rssBytes } from "../support/process-stats.ts";
+import { MiB, mib, rssBytes } from "../../bench/lib/proc.ts";
 import { type CoordinatorProcess, type ProviderProcess, startCoordinator, startProvider } from "../support/processes.ts";
 import { parseSse } from "../support/server.ts";
 import {

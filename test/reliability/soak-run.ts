@@ -22,7 +22,7 @@
 import { Database } from "bun:sqlite";
 import { afterAll, describe, expect } from "bun:test";
 import { join } from "node:path";
-import { MiB, mib, openFds, rssBytes } from "../support/process-stats.ts";
+import { MiB, mib, openFds, rssBytes } from "../../bench/lib/proc.ts";
 import { type CoordinatorProcess, type ProviderProcess, startCoordinator, startProvider } from "../support/processes.ts";
 import { waitFor } from "../support/wait.ts";
 import { reliabilityCase } from "./report.ts";

@@ -7,7 +7,7 @@
  *   account, key, provider token and build, so cases share one process without seeing each other.
  * - Money read back two ways: the running coordinator's live holds (admin API, `reserved_micro_usd`) and
  *   the durable rows (the SQLite file opened read-only: usage rows with their outcome, ledger sums).
- * - `Coordinator.rssKiB()`: its resident memory (test/support/process-stats.ts), for bounds that fail
+ * - `Coordinator.rssKiB()`: its resident memory (bench/lib/proc.ts), for bounds that fail
  *   when memory grows with the volume of data.
  * - `rawConnection`: a TCP client that can send half a request, stop reading (TCP backpressure) and
  *   read a chunked HTTP response; `parseHttp` decodes what it received.
@@ -23,11 +23,11 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Subprocess } from "bun";
+import { rssKiB } from "../../bench/lib/proc.ts";
 import type { ChatMessage } from "../../src/protocol/chat-messages.ts";
 import type { Inference } from "../../src/protocol/frames.ts";
 import { parseCoordinatorFrame } from "../../src/protocol/parse.ts";
 import { type Behaviour, connectFakeProvider, echo, type FakeProvider } from "../support/fake-provider.ts";
-import { rssKiB } from "../support/process-stats.ts";
 import { adminClient, BUN, ROOT } from "../support/processes.ts";
 import { waitFor } from "../support/wait.ts";
 

@@ -2,7 +2,7 @@
  * File headers stay short (STYLE.md: what the file is for and its invariants in about a dozen lines). A .ts
  * file under src/ that opens with a `/**` comment closes it within MAX_HEADER_LINES lines, counting the
  * line that closes it. src/crypto/ and src/attestation/ are exempt: their headers carry wire formats and
- * numbered checks.
+ * numbered checks. And no source file under src/ or attestation/ grows past MAX_FILE_LINES lines.
  */
 import { describe, expect, test } from "bun:test";
 import { readdirSync, readFileSync, statSync } from "node:fs";
@@ -12,6 +12,8 @@ const ROOT = resolve(import.meta.dir, "..", "..", "..");
 /** The cap of about 12 lines, with a little slack. */
 const MAX_HEADER_LINES = 14;
 const EXEMPT = ["src/crypto/", "src/attestation/"];
+/** Split a file before it grows past this (issue 20: the stateful giants were split at it). */
+const MAX_FILE_LINES = 400;
 
 function sources(dir: string): string[] {
   return readdirSync(join(ROOT, dir)).flatMap((name) => {
@@ -28,7 +30,7 @@ function headerLines(text: string): number {
   return end < 0 ? text.split("\n").length : text.slice(0, end).split("\n").length;
 }
 
-describe("architecture: file headers", () => {
+describe("architecture: file headers and sizes", () => {
   test("headers outside src/crypto/ and src/attestation/ are short", () => {
     const long = sources("src")
       .sort()
@@ -37,6 +39,15 @@ describe("architecture: file headers", () => {
       .filter(({ lines }) => lines > MAX_HEADER_LINES)
       .map(({ file, lines }) => `${file}: ${lines} lines`);
     expect(long).toEqual([]);
+  });
+
+  test(`no source file under src/ or attestation/ has more than ${MAX_FILE_LINES} lines`, () => {
+    const large = [...sources("src"), ...sources("attestation")]
+      .sort()
+      .map((file) => ({ file, lines: readFileSync(join(ROOT, file), "utf8").split("\n").length - 1 }))
+      .filter(({ lines }) => lines > MAX_FILE_LINES)
+      .map(({ file, lines }) => `${file}: ${lines} lines`);
+    expect(large).toEqual([]);
   });
 
   test("headerLines counts up to the closing line", () => {
