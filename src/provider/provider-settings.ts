@@ -107,7 +107,7 @@ export const PROVIDER_SETTINGS = {
     flag: "coordinator-shape",
     env: "UMBRA_PROVIDER_COORDINATOR_SHAPE",
     kind: "string",
-    help: "the published VM shape the coordinator must run (default: any shape in --coordinator-image)",
+    help: "the published VM shape the coordinator must run (default: one of the shapes in --coordinator-image)",
   },
   coordinatorEvidence: {
     flag: "coordinator-evidence",
