@@ -7,29 +7,15 @@
  * `login --token` and `doctor` pin the same way.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Subprocess } from "bun";
+import { writeMeasurements } from "../support/measurements.ts";
 import { BUN, type CoordinatorProcess, ROOT, startCoordinator } from "../support/processes.ts";
 
 const MEASUREMENT = "ab".repeat(48);
 const BUILD = "org/pin-build";
-
-/** A measurements.json with the given shapes (only the fields the verifier reads matter). */
-function measurementsFile(dir: string, name: string, shapes: { name: string; measurement: string }[]): string {
-  const path = join(dir, name);
-  const image = {
-    firmware_sha256: "00".repeat(32),
-    kernel_sha256: "00".repeat(32),
-    initrd_sha256: null,
-    cmdline: "",
-    cmdline_sha256: "00".repeat(32),
-  };
-  const full = shapes.map((s) => ({ ...s, vcpus: 1, cpu: "EPYC-Milan", guest_features: "0x21" }));
-  writeFileSync(path, JSON.stringify({ version: 1, image, policy: "0x30000", shapes: full }));
-  return path;
-}
 
 /** `umbra-provider ARGS` with its stderr collected; `waitFor` resolves with the first line matching. */
 function provider(args: readonly string[], home: string) {
@@ -97,11 +83,15 @@ beforeAll(async () => {
   const seeded = await coordinator.seed([BUILD]);
   token = seeded.providerToken;
   apiKey = seeded.apiKey;
-  published = measurementsFile(dir, "published.json", [
-    { name: "other", measurement: "cd".repeat(48) },
-    { name: "published", measurement: MEASUREMENT },
-  ]);
-  otherImage = measurementsFile(dir, "other.json", [{ name: "other", measurement: "cd".repeat(48) }]);
+  published = writeMeasurements(
+    dir,
+    [
+      { name: "other", measurement: "cd".repeat(48) },
+      { name: "published", measurement: MEASUREMENT },
+    ],
+    "published.json",
+  );
+  otherImage = writeMeasurements(dir, [{ name: "other", measurement: "cd".repeat(48) }], "other.json");
 });
 
 afterAll(async () => {

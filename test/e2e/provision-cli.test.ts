@@ -9,31 +9,18 @@ import { describe, expect, test } from "bun:test";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { tempDir } from "../support/harness.ts";
+import { writeMeasurements } from "../support/measurements.ts";
 import { runCoordinator, startCoordinator } from "../support/processes.ts";
 
 const MEASUREMENT = "ab".repeat(48);
 const TOKEN = "operator-token-0123456789abcdefghijklmnop";
-
-function measurementsFile(dir: string, shapes: { name: string; measurement: string }[]): string {
-  const path = join(dir, "measurements.json");
-  const image = {
-    firmware_sha256: "00".repeat(32),
-    kernel_sha256: "00".repeat(32),
-    initrd_sha256: null,
-    cmdline: "",
-    cmdline_sha256: "00".repeat(32),
-  };
-  const full = shapes.map((s) => ({ ...s, vcpus: 1, cpu: "EPYC-Milan", guest_features: "0x21" }));
-  writeFileSync(path, JSON.stringify({ version: 1, image, policy: "0x30000", shapes: full }));
-  return path;
-}
 
 describe("umbra-coordinator provision", () => {
   test("--image/--shape: a matching shape provisions; another shape is refused before anything is sent", async () => {
     using dir = tempDir();
     const tokenFile = join(dir.path, "token.txt");
     writeFileSync(tokenFile, `${TOKEN}\n`);
-    const image = measurementsFile(dir.path, [
+    const image = writeMeasurements(dir.path, [
       { name: "other", measurement: "cd".repeat(48) },
       { name: "published", measurement: MEASUREMENT },
     ]);

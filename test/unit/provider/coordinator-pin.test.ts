@@ -6,13 +6,12 @@
  * before any request.
  */
 import { describe, expect, test } from "bun:test";
-import { writeFileSync } from "node:fs";
-import { join } from "node:path";
 import { loadExpectedImage } from "../../../attestation/cvm/measurements.ts";
 import { listen } from "../../../src/coordinator/server.ts";
 import { CoordinatorRefused, pinCoordinator } from "../../../src/provider/coordinator-pin.ts";
 import { createCoordinatorTls } from "../../../src/tls/coordinator-tls.ts";
 import { tempDir, testApp } from "../../support/harness.ts";
+import { writeMeasurements } from "../../support/measurements.ts";
 
 const MEASUREMENT = "ab".repeat(48);
 
@@ -37,17 +36,7 @@ async function selfSignedCoordinator() {
 }
 
 function expectation(dir: string) {
-  const path = join(dir, "measurements.json");
-  const image = {
-    firmware_sha256: "00".repeat(32),
-    kernel_sha256: "00".repeat(32),
-    initrd_sha256: null,
-    cmdline: "",
-    cmdline_sha256: "00".repeat(32),
-  };
-  const shapes = [{ name: "published", vcpus: 1, cpu: "EPYC-Milan", guest_features: "0x21", measurement: MEASUREMENT }];
-  writeFileSync(path, JSON.stringify({ version: 1, image, policy: "0x30000", shapes }));
-  return { image: loadExpectedImage(path), development: true };
+  return { image: loadExpectedImage(writeMeasurements(dir, [{ name: "published", measurement: MEASUREMENT }])), development: true };
 }
 
 describe("pinCoordinator", () => {

@@ -18,6 +18,7 @@ import type { StoredCredentials } from "../../../src/provider/home.ts";
 import { IdentityError, softwareIdentity } from "../../../src/provider/identity.ts";
 import { estimateModelSize } from "../../../src/provider/model-size.ts";
 import { VERSION } from "../../../src/version.ts";
+import { writeMeasurements } from "../../support/measurements.ts";
 
 const GIB = 2 ** 30;
 const NOW = Date.UTC(2026, 10, 21, 12, 0, 0, 250);
@@ -681,22 +682,7 @@ describe("the device token is never printed", () => {
 
 describe("--coordinator-image: the coordinator is pinned from its attestation", () => {
   const dir = mkdtempSync(join(tmpdir(), "umbra-doctor-image-"));
-  const image = join(dir, "measurements.json");
-  writeFileSync(
-    image,
-    JSON.stringify({
-      version: 1,
-      image: {
-        firmware_sha256: "00".repeat(32),
-        kernel_sha256: "00".repeat(32),
-        initrd_sha256: null,
-        cmdline: "",
-        cmdline_sha256: "00".repeat(32),
-      },
-      policy: "0x30000",
-      shapes: [{ name: "milan-2vcpu", vcpus: 2, cpu: "EPYC-Milan", guest_features: "0x21", measurement: "ab".repeat(48) }],
-    }),
-  );
+  const image = writeMeasurements(dir, [{ name: "milan-2vcpu", measurement: "ab".repeat(48) }]);
   const pin: PinnedCoordinator = {
     tls: { checkServerIdentity: () => undefined },
     shape: "milan-2vcpu",
