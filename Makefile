@@ -57,6 +57,7 @@ build: deps
 
 migrations: deps
 	node_modules/.bin/drizzle-kit generate
+	node_modules/.bin/drizzle-kit generate --config=drizzle.pg.config.ts
 
 
 # The coordinator's confidential-VM image (image/README.md): kernel + one initramfs + command line from

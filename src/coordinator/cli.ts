@@ -13,7 +13,7 @@ import { CONFIG_OPTIONS, type Config, ConfigError, loadConfig, parseFlags } from
 import { configDigestHex } from "../config/config-digest.ts";
 import { processEnv } from "../config/settings.ts";
 import { StoreOpenError } from "../store/errors.ts";
-import { createSqliteStore } from "../store/sqlite/index.ts";
+import { databaseName, isPostgres, openStore } from "../store/open.ts";
 import { type DatabaseLock, lockDatabase } from "../store/sqlite/lock.ts";
 import { AcmeError } from "../tls/acme-error.ts";
 import { createCoordinatorTls } from "../tls/coordinator-tls.ts";
@@ -28,7 +28,7 @@ usage:
   umbra-coordinator serve   [--listen HOST:PORT] [--db PATH] [--admin-token T] [--mode production|development]
                             [--tls off|self-signed|acme] [--tls-names NAMES] ...
   umbra-coordinator dev     [--listen HOST:PORT] [--db PATH]
-  umbra-coordinator migrate [--db PATH]
+  umbra-coordinator migrate [--db PATH|postgres://...]
   umbra-coordinator admin   [--db PATH] <noun> <verb> ...   (admin --help lists them)
   umbra-coordinator provision URL (--image measurements.json [--shape NAME] | --expected-measurement HEX) --admin-token-file FILE
   umbra-coordinator config-digest [serve flags]              (the digest to bind: umbra.config= or HOST_DATA)
@@ -43,9 +43,12 @@ const SHUTDOWN_GRACE_MS = 5_000;
 const print = (text: string) => process.stdout.write(`${text}\n`);
 const printErr = (text: string) => process.stderr.write(`${text}\n`);
 
-/** One coordinator (or `migrate`) per database: refuses while another process holds it. */
+/**
+ * One coordinator (or `migrate`) per SQLite database: refuses while another process holds it. A Postgres
+ * database takes no such lock (its migrations run under their own lock).
+ */
 function lock(config: Config, command: string): DatabaseLock | undefined {
-  return config.db === ":memory:" ? undefined : lockDatabase(config.db, `umbra-coordinator ${command}`);
+  return config.db === ":memory:" || isPostgres(config.db) ? undefined : lockDatabase(config.db, `umbra-coordinator ${command}`);
 }
 
 async function serve(config: Config, dev: boolean): Promise<void> {
@@ -53,7 +56,7 @@ async function serve(config: Config, dev: boolean): Promise<void> {
   const held = lock(config, dev ? "dev" : "serve");
   // The TLS key is made in memory before the app, so the attestation binds it from its first document.
   const tls = await createCoordinatorTls(config);
-  const store = createSqliteStore(config.db, { journal: true });
+  const store = await openStore(config.db, { journal: true });
   const app = createApp({ config, store, ...(tls ? { tlsPublicKeySpki: tls.key.spki } : {}) });
   // The bound configuration digest (docs/operations.md "Configuration binding"): refused before anything is served.
   try {
@@ -77,7 +80,7 @@ async function serve(config: Config, dev: boolean): Promise<void> {
   app.logger.info("coordinator listening", {
     url: server.url,
     mode: config.mode,
-    db: config.db,
+    db: databaseName(config.db),
     version: VERSION,
     tls_spki_sha256: tls?.key.spkiSha256,
   });
@@ -149,15 +152,17 @@ async function admin(argv: readonly string[]): Promise<number> {
   const config = loadConfig(values, processEnv(), "development");
   // Which database, always (the default is relative to the current folder); a verb that could only
   // list nothing or refuse on an empty one never creates it.
-  const database = config.db === ":memory:" ? config.db : resolve(config.db);
-  const exists = config.db === ":memory:" || existsSync(database);
+  const postgres = isPostgres(config.db);
+  const database = config.db === ":memory:" || postgres ? databaseName(config.db) : resolve(config.db);
+  // A Postgres database is always there (created by its operator); its tables are migrated on open.
+  const exists = config.db === ":memory:" || postgres || existsSync(database);
   if (!exists && verb.createsDatabase !== true) {
     throw new StoreOpenError(
       `no database at ${database}; point at yours with --db PATH or UMBRA_DB (the default, ./data/umbra.db, is relative to the current folder)`,
     );
   }
   printErr(`database: ${database}${exists ? "" : " (new)"}`);
-  const store = createSqliteStore(config.db);
+  const store = await openStore(config.db);
   try {
     // The CLI needs the admin operations on the store, nothing else: no fleet, no timers, no
     // attestation. The running coordinator, if any, sees the changes through the database.
@@ -189,9 +194,13 @@ async function main(argv: readonly string[]): Promise<number> {
       const config = loadConfig(values, processEnv(), "development");
       // Not under a running coordinator: it runs on the schema it migrated at its start.
       const held = lock(config, "migrate");
-      createSqliteStore(config.db).close();
-      held?.release();
-      print(`database ${config.db} is migrated`);
+      try {
+        const store = await openStore(config.db);
+        store.close();
+      } finally {
+        held?.release();
+      }
+      print(`database ${databaseName(config.db)} is migrated`);
       return 0;
     }
     case "admin":

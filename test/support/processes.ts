@@ -45,10 +45,17 @@ export interface CoordinatorProcess extends AsyncDisposable {
   ): Promise<{ apiKey: string; providerToken: string; accountId: string }>;
 }
 
-/** `dir`: an existing folder whose umbra.db to use (a restart); the caller then owns and removes it. */
-export async function startCoordinator(env: Record<string, string> = {}, options: { dir?: string } = {}): Promise<CoordinatorProcess> {
+/**
+ * `dir`: an existing folder whose umbra.db to use (a restart); the caller then owns and removes it.
+ * `db`: another database (a Postgres URL) instead of the folder's umbra.db.
+ */
+export async function startCoordinator(
+  env: Record<string, string> = {},
+  options: { dir?: string; db?: string } = {},
+): Promise<CoordinatorProcess> {
   const dir = options.dir ?? mkdtempSync(join(tmpdir(), "umbra-proc-"));
-  const proc = Bun.spawn([BUN, join(ROOT, "src/coordinator/main.ts"), "serve", "--listen", "127.0.0.1:0", "--db", join(dir, "umbra.db")], {
+  const db = options.db ?? join(dir, "umbra.db");
+  const proc = Bun.spawn([BUN, join(ROOT, "src/coordinator/main.ts"), "serve", "--listen", "127.0.0.1:0", "--db", db], {
     cwd: ROOT,
     env: {
       PATH: process.env.PATH ?? "",

@@ -1,0 +1,29 @@
+/**
+ * The store opener: `--db` / UMBRA_DB names either a SQLite file (a path, or ":memory:") or a Postgres
+ * database (a `postgres://` or `postgresql://` URL). `databaseName` is what logs and messages may print:
+ * the path, or the URL without its password.
+ */
+import { createPgStore } from "./pg/index.ts";
+import { describeDatabase } from "./pg/open.ts";
+import { createSqliteStore } from "./sqlite/index.ts";
+import type { Store } from "./types.ts";
+
+export interface OpenStoreOptions {
+  /** SQLite only: keep the settlement journal next to the file (the running coordinator). */
+  readonly journal?: boolean;
+}
+
+/** True when `db` names a Postgres database rather than a SQLite file. */
+export function isPostgres(db: string): boolean {
+  return /^postgres(ql)?:\/\//i.test(db);
+}
+
+/** `db` as logs and messages may show it (never a password). */
+export function databaseName(db: string): string {
+  return isPostgres(db) ? describeDatabase(db) : db;
+}
+
+/** Opens (creating where SQLite, migrating either way) the store `db` names. Throws StoreOpenError. */
+export async function openStore(db: string, options: OpenStoreOptions = {}): Promise<Store> {
+  return isPostgres(db) ? createPgStore(db) : createSqliteStore(db, options);
+}

@@ -1,0 +1,19 @@
+/**
+ * The Postgres migrations, embedded in the binary as the SQLite ones are (src/store/migrations/index.ts).
+ * Add one import per generated file; test/unit/store/pg-migrations.test.ts fails when the journal names
+ * a migration this list lacks or the embedded text differs from the file.
+ */
+
+import type { EmbeddedMigration } from "../../migrations/index.ts";
+import m0000 from "./0000_init.sql" with { type: "text" };
+import journal from "./meta/_journal.json" with { type: "json" };
+
+const TEXTS: Readonly<Record<string, string>> = {
+  "0000_init": m0000,
+};
+
+export const PG_MIGRATIONS: readonly EmbeddedMigration[] = journal.entries.map((e) => {
+  const sql = TEXTS[e.tag];
+  if (sql === undefined) throw new Error(`migration ${e.tag} is in the journal but not embedded`);
+  return { tag: e.tag, when: e.when, sql };
+});
