@@ -15,7 +15,7 @@ import type { Config } from "./config.ts";
 
 export const CONFIG_DIGEST_TAG = "umbra-config-v1";
 /** Config fields that are secrets: provisioned, never bound. */
-const SECRET_FIELDS: readonly string[] = ["adminToken"];
+const SECRET_FIELDS: readonly string[] = ["adminToken", "dbPassword"];
 /** The binding's own settings. */
 const BINDING_FIELDS: readonly string[] = ["configBinding", "configDigest"];
 

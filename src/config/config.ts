@@ -37,6 +37,7 @@ export const LETS_ENCRYPT_DIRECTORY: string = SETTINGS.acmeDirectory.default;
 const DERIVED = [
   "listen",
   "adminToken",
+  "dbPassword",
   "mode",
   "minTrust",
   "trustRoot",
@@ -66,6 +67,8 @@ export interface Config extends SettingValues<Omit<typeof SETTINGS, (typeof DERI
   readonly host: string;
   readonly port: number;
   readonly adminToken?: string;
+  /** The password of a postgres:// `db`, given apart from the URL (a secret: not in the digest). */
+  readonly dbPassword?: string;
   readonly minTrust: TrustLevel;
   readonly trustRoot: TrustRoot;
   readonly jwt?: JwtConfig;
@@ -100,6 +103,7 @@ export function loadConfig(flags: FlagValues, env: Env, defaultMode: Mode = "pro
   const production = mode === "production";
   const { host, port } = parseListen(parseSetting(SETTINGS.listen, raw("listen")));
   const adminToken = raw("adminToken");
+  const dbPassword = readDbPassword(raw, production);
   const trustRoot = parseSetting(SETTINGS.trustRoot, raw("trustRoot")) ?? (production ? "apple" : "development");
   const minTrust = parseSetting(SETTINGS.minTrust, raw("minTrust")) ?? (production ? "hardware" : "none");
   const attestation = parseSetting(SETTINGS.attestation, raw("attestation")) ?? (production ? "configfs-tsm" : "dev");
@@ -122,6 +126,7 @@ export function loadConfig(flags: FlagValues, env: Env, defaultMode: Mode = "pro
     expectedMeasurement: measurement === undefined ? null : parseMeasurement(measurement),
     ...readBinding(raw),
     ...(adminToken !== undefined ? { adminToken } : {}),
+    ...(dbPassword !== undefined ? { dbPassword } : {}),
     ...(jwt !== undefined ? { jwt } : {}),
   };
   if (config.challengeTimeoutMs >= config.challengeIntervalMs) {
@@ -170,6 +175,23 @@ function refuseUnsafe(config: Config): void {
 }
 
 /** JWT authentication: a JWKS URL or a static key (exclusive), with issuer and audience; undefined without either. */
+/**
+ * `--db-password`, for a postgres:// `--db` only. Production refuses a password inside the URL: the URL
+ * is bound by the configuration digest and visible to the host (command line, environment).
+ */
+function readDbPassword(raw: (name: SettingName) => string | undefined, production: boolean): string | undefined {
+  const db = parseSetting(SETTINGS.db, raw("db"));
+  const postgres = /^postgres(ql)?:\/\//i.test(db);
+  const password = raw("dbPassword");
+  if (password !== undefined && !postgres) throw new ConfigError("--db-password applies to a postgres:// --db only");
+  if (production && postgres && URL.canParse(db) && new URL(db).password !== "") {
+    throw new ConfigError(
+      "production mode refuses a password inside the --db URL (it is bound to the measurement and visible to the host): give it with UMBRA_DB_PASSWORD_FILE or UMBRA_DB_PASSWORD",
+    );
+  }
+  return password;
+}
+
 function readJwt(raw: (name: SettingName) => string | undefined, production: boolean): JwtConfig | undefined {
   const issuer = raw("jwtIssuer");
   const audience = raw("jwtAudience");

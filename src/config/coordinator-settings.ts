@@ -17,6 +17,13 @@ const DAY_MS = 86_400_000;
 export const SETTINGS = {
   listen: { flag: "listen", env: "UMBRA_LISTEN", kind: "string", default: "127.0.0.1:8080", help: "host:port to listen on" },
   db: { flag: "db", env: "UMBRA_DB", kind: "string", default: "./data/umbra.db", help: "SQLite database path, or a postgres:// URL" },
+  dbPassword: {
+    flag: "db-password",
+    env: "UMBRA_DB_PASSWORD",
+    kind: "string",
+    secret: true,
+    help: "password of a postgres:// --db, kept out of the URL, the command line and the configuration digest",
+  },
   adminToken: { flag: "admin-token", env: "UMBRA_ADMIN_TOKEN", kind: "string", secret: true, help: "bearer token for /admin/v1" },
   // Default: the command's (`production` for serve, `development` for dev).
   mode: { flag: "mode", env: "UMBRA_MODE", kind: "enum", values: ["production", "development"], help: "production or development" },

@@ -43,6 +43,9 @@ const SHUTDOWN_GRACE_MS = 5_000;
 const print = (text: string) => process.stdout.write(`${text}\n`);
 const printErr = (text: string) => process.stderr.write(`${text}\n`);
 
+/** The Postgres password given apart from the URL (--db-password), for openStore. */
+const dbPassword = (config: Config) => (config.dbPassword === undefined ? {} : { password: config.dbPassword });
+
 /**
  * One coordinator (or `migrate`) per SQLite database: refuses while another process holds it. A Postgres
  * database takes no such lock (its migrations run under their own lock).
@@ -56,7 +59,7 @@ async function serve(config: Config, dev: boolean): Promise<void> {
   const held = lock(config, dev ? "dev" : "serve");
   // The TLS key is made in memory before the app, so the attestation binds it from its first document.
   const tls = await createCoordinatorTls(config);
-  const store = await openStore(config.db, { journal: true });
+  const store = await openStore(config.db, { journal: true, ...dbPassword(config) });
   const app = createApp({ config, store, ...(tls ? { tlsPublicKeySpki: tls.key.spki } : {}) });
   // The bound configuration digest (docs/operations.md "Configuration binding"): refused before anything is served.
   try {
@@ -162,7 +165,7 @@ async function admin(argv: readonly string[]): Promise<number> {
     );
   }
   printErr(`database: ${database}${exists ? "" : " (new)"}`);
-  const store = await openStore(config.db);
+  const store = await openStore(config.db, dbPassword(config));
   try {
     // The CLI needs the admin operations on the store, nothing else: no fleet, no timers, no
     // attestation. The running coordinator, if any, sees the changes through the database.
@@ -195,7 +198,7 @@ async function main(argv: readonly string[]): Promise<number> {
       // Not under a running coordinator: it runs on the schema it migrated at its start.
       const held = lock(config, "migrate");
       try {
-        const store = await openStore(config.db);
+        const store = await openStore(config.db, dbPassword(config));
         store.close();
       } finally {
         held?.release();

@@ -11,6 +11,8 @@ import type { Store } from "./types.ts";
 export interface OpenStoreOptions {
   /** SQLite only: keep the settlement journal next to the file (the running coordinator). */
   readonly journal?: boolean;
+  /** Postgres only: the password when it is not in the URL (--db-password). */
+  readonly password?: string;
 }
 
 /** True when `db` names a Postgres database rather than a SQLite file. */
@@ -25,5 +27,6 @@ export function databaseName(db: string): string {
 
 /** Opens (creating where SQLite, migrating either way) the store `db` names. Throws StoreOpenError. */
 export async function openStore(db: string, options: OpenStoreOptions = {}): Promise<Store> {
-  return isPostgres(db) ? createPgStore(db) : createSqliteStore(db, options);
+  if (!isPostgres(db)) return createSqliteStore(db, options);
+  return createPgStore(db, options.password === undefined ? {} : { password: options.password });
 }

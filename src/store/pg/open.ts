@@ -29,6 +29,8 @@ export interface OpenedPostgres {
 export interface PgOpenOptions {
   /** Most pooled connections (postgres.js `max`); 10 unless given. */
   readonly max?: number;
+  /** The password, when it is not in the URL (--db-password). */
+  readonly password?: string;
 }
 
 /** The URL without its password, for logs and messages. */
@@ -59,7 +61,8 @@ export function withoutSecret(url: string, message: string): string {
 export async function openPostgres(url: string, options: PgOpenOptions = {}): Promise<OpenedPostgres> {
   let client: Sql;
   try {
-    client = postgres(url, { max: options.max ?? 10, connect_timeout: 10, onnotice: () => {} });
+    const password = options.password === undefined ? {} : { password: options.password };
+    client = postgres(url, { max: options.max ?? 10, connect_timeout: 10, onnotice: () => {}, ...password });
   } catch (e) {
     throw new StoreOpenError(`cannot open database ${describeDatabase(url)}: ${withoutSecret(url, reason(e))}`);
   }

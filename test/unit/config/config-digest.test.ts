@@ -38,6 +38,15 @@ describe("config digest", () => {
     expect(new Set([digestOf({}), digestOf(jwt), digestOf({ ...jwt, UMBRA_JWT_PUBLIC_KEY: '{"kty":"EC"}' })]).size).toBe(3);
   });
 
+  test("the database password (a secret) is not covered; the database URL is", () => {
+    const pg = { UMBRA_DB: "postgres://umbra@db.internal:5432/umbra" };
+    expect([digestOf({ ...pg, UMBRA_DB_PASSWORD: "first-password" }), digestOf({ ...pg, UMBRA_DB_PASSWORD: "second-password" })]).toEqual([
+      digestOf(pg),
+      digestOf(pg),
+    ]);
+    expect(digestOf(pg)).not.toBe(digestOf({}));
+  });
+
   test("the admin token (a secret) and the binding's own settings are not covered", () => {
     expect([
       digestOf({ UMBRA_ADMIN_TOKEN: "a".repeat(40) }),

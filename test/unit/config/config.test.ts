@@ -113,8 +113,31 @@ describe("loadConfig", () => {
       ],
       ["plain HTTP on every address", { UMBRA_ADMIN_TOKEN: STRONG, UMBRA_LISTEN: "0.0.0.0:8080" }, "refuses plain HTTP on 0.0.0.0"],
       ["plain HTTP on a public IPv6 address", { UMBRA_ADMIN_TOKEN: STRONG, UMBRA_LISTEN: "[2001:db8::1]:8080" }, "refuses plain HTTP"],
+      [
+        "a password inside the database URL",
+        { UMBRA_ADMIN_TOKEN: STRONG, UMBRA_DB: "postgres://umbra:hunter2@db.internal/umbra" },
+        "refuses a password inside the --db URL",
+      ],
     ])("%s", (_, env, message) => {
       expect(() => loadConfig({}, env)).toThrow(message);
+    });
+  });
+
+  describe("--db-password", () => {
+    test("a postgres:// database takes its password apart from the URL; development accepts one inside it", () => {
+      const pg = { UMBRA_ADMIN_TOKEN: STRONG, UMBRA_DB: "postgres://umbra@db.internal/umbra", UMBRA_DB_PASSWORD: "hunter2" };
+      const dev = loadConfig({}, { UMBRA_DB: "postgres://umbra:inline@127.0.0.1/umbra" }, "development");
+      expect([loadConfig({}, pg).dbPassword, dev.dbPassword, dev.db]).toEqual([
+        "hunter2",
+        undefined,
+        "postgres://umbra:inline@127.0.0.1/umbra",
+      ]);
+    });
+
+    test("a SQLite database has no password", () => {
+      expect(() => loadConfig({}, { UMBRA_DB_PASSWORD: "hunter2" }, "development")).toThrow(
+        "--db-password applies to a postgres:// --db only",
+      );
     });
   });
 
