@@ -17,7 +17,7 @@ export interface RedisScripts {
 }
 
 /** Default bound on one call, connecting included (ms). */
-export const REDIS_TIMEOUT_MS = 250;
+export const REDIS_TIMEOUT_MS = 500;
 
 export type UnavailableReason = "timeout" | "error";
 

@@ -91,20 +91,20 @@ export class RedisRateLimiter {
   }
 
   /**
-   * RateLimiter.trueUp's contract: once per handle, nothing for a check without tpm. Throws TypeError for
-   * a foreign handle, RangeError for a bad count; rejects with RedisUnavailableError.
+   * RateLimiter.trueUp's contract: once per handle, nothing for a check without tpm. Throws (at once)
+   * TypeError for a foreign handle, RangeError for a bad count; the promise rejects only with
+   * RedisUnavailableError.
    */
-  async trueUp(handle: RateHandle, actualTokens: number): Promise<void> {
+  trueUp(handle: RateHandle, actualTokens: number): Promise<void> {
     if (!(handle instanceof RedisTicket) || handle.owner !== this) throw new TypeError("rate limit handle not issued by this limiter");
     const tokens = tokensOf(actualTokens);
-    if (handle.settled) return;
+    if (handle.settled || handle.tpm === 0 || tokens === handle.estimatedTokens) {
+      handle.settled = true;
+      return Promise.resolve();
+    }
     handle.settled = true;
-    if (handle.tpm === 0 || tokens === handle.estimatedTokens) return;
-    await this.run(
-      this.trueUpScript,
-      [this.key(handle.subject, "req"), this.key(handle.subject, "tok")],
-      [String(tokens - handle.estimatedTokens), String(handle.tpm), this.now()],
-    );
+    const keys = [this.key(handle.subject, "req"), this.key(handle.subject, "tok")];
+    return this.run(this.trueUpScript, keys, [String(tokens - handle.estimatedTokens), String(handle.tpm), this.now()]).then(() => {});
   }
 
   private key(subject: string, dimension: "req" | "tok"): string {

@@ -11,9 +11,12 @@ import type { RedisScripts } from "../../src/limits/redis-client.ts";
 
 export const REDIS_URL = process.env.UMBRA_TEST_REDIS_URL ?? "redis://127.0.0.1:6379";
 
+/** Tests' bound on one call: generous, so that a busy machine is not taken for a Redis that stopped answering. */
+const TEST_TIMEOUT_MS = 5000;
+
 export const adapters: readonly { readonly name: string; readonly open: (url: string, timeoutMs?: number) => RedisScripts }[] = [
-  { name: "Bun.RedisClient", open: (url, timeoutMs) => bunRedisScripts(url, timeoutMs === undefined ? {} : { timeoutMs }) },
-  { name: "ioredis", open: (url, timeoutMs) => ioredisScripts(url, timeoutMs === undefined ? {} : { timeoutMs }) },
+  { name: "Bun.RedisClient", open: (url, timeoutMs = TEST_TIMEOUT_MS) => bunRedisScripts(url, { timeoutMs }) },
+  { name: "ioredis", open: (url, timeoutMs = TEST_TIMEOUT_MS) => ioredisScripts(url, { timeoutMs }) },
 ];
 
 let answer: Promise<boolean> | undefined;
