@@ -19,8 +19,10 @@ export function bunRedisScripts(url: string, options: { readonly timeoutMs?: num
     });
     return dialing;
   };
-  const call = <T>(op: () => Promise<T>): Promise<T> =>
-    withTimeout(connected().then(op), timeoutMs, () => client.connected && client.close());
+  const drop = () => {
+    if (client.connected) client.close();
+  };
+  const call = <T>(op: () => Promise<T>): Promise<T> => withTimeout(connected().then(op), timeoutMs, drop);
   return {
     load: (script) => call(async () => String(await client.script("LOAD", script))),
     evalsha: (sha, keys, args) => call(() => client.evalsha(sha, keys.length, ...keys, ...args)),

@@ -120,7 +120,7 @@ suite.each(adapters)("replicas sharing limits over $name", ({ open }) => {
     const metrics = createMetrics();
     const p = prefix();
     let t = T0;
-    const proxied = new RedisRateLimiter({ client: client(`redis://127.0.0.1:${proxy.port}`, 500), prefix: p });
+    const proxied = new RedisRateLimiter({ client: client(`redis://127.0.0.1:${proxy.port}`, 1000), prefix: p });
     const limiter = new GlobalRateLimiter({
       redis: proxied,
       now: () => t,
