@@ -18,7 +18,7 @@ import type { Hold } from "../billing/wallets.ts";
 import type { CatalogService, ResolvedModel } from "../catalog/catalog.ts";
 import { Errors } from "../errors/api-error.ts";
 import type { Fleet } from "../fleet/fleet.ts";
-import type { RateHeaders, RateLimiter } from "../limits/rate-limiter.ts";
+import type { Limiter, RateHeaders } from "../limits/rate-limiter.ts";
 import type { Logger } from "../observability/logger.ts";
 import type { Metrics } from "../observability/metrics.ts";
 import type { EngineRequestBody } from "../protocol/frames.ts";
@@ -53,7 +53,7 @@ export interface ChatDeps {
   readonly pricing: PricingService;
   readonly fleet: Fleet;
   readonly billing: Billing;
-  readonly limiter: RateLimiter;
+  readonly limiter: Limiter;
   readonly store: Store;
   /** The app's JSON Schema compiler (tools, response_format) and its verdict cache. */
   readonly schemas: ToolSchemas;
@@ -147,11 +147,13 @@ export class ChatService {
     let headers = NO_HEADERS;
     if (settings.metering) {
       const subject = principal.keyId ?? `account:${principal.accountId}`;
-      const decision = limiter.check(
+      const pending = limiter.check(
         subject,
         { rpm: principal.rpm ?? settings.defaultRpm, tpm: principal.tpm ?? settings.defaultTpm },
         { tokens: promptEstimate + maxTokens },
       );
+      // No await for the in-process limiter's synchronous answer: its path costs what it did.
+      const decision = pending instanceof Promise ? await pending : pending;
       headers = decision.headers;
       if (!decision.ok) {
         throw Errors.rateLimited(`rate limit reached for ${decision.dimension} per minute`, decision.retryAfterSeconds, decision.headers);

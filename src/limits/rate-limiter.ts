@@ -15,7 +15,7 @@
  * L x UNIT when full and refills L units per ms. With integer limits, costs and a millisecond clock every
  * level is an integer (exact below 2^53, so for limits below about 1.5 x 10^11).
  */
-const UNIT = 60_000;
+export const UNIT = 60_000;
 
 export interface RateLimits {
   /** Requests per minute; null = unlimited. */
@@ -44,6 +44,15 @@ export interface RateHandle {
 export type Decision =
   | { readonly ok: true; readonly handle: RateHandle; readonly headers: RateHeaders }
   | { readonly ok: false; readonly retryAfterSeconds: number; readonly headers: RateHeaders; readonly dimension: RateDimension };
+
+/**
+ * What the chat path calls. The in-process limiter answers synchronously (its callers add no await); a
+ * shared one (limits/global-limiter.ts) answers with a promise. `trueUp` never throws for I/O.
+ */
+export interface Limiter {
+  check(subject: string, limits: RateLimits, cost: RateCost): Decision | Promise<Decision>;
+  trueUp(handle: RateHandle, actualTokens: number): void;
+}
 
 export interface RateLimiterOptions {
   /** Unix ms. */
@@ -97,7 +106,7 @@ class Ticket implements RateHandle {
   ) {}
 }
 
-export class RateLimiter {
+export class RateLimiter implements Limiter {
   private readonly now: () => number;
   private readonly maxSubjects: number;
   private readonly sweepPerCall: number;
@@ -227,13 +236,13 @@ export class RateLimiter {
 }
 
 /** A limit in effect: a positive finite number, or 0 for "no bucket". */
-function limitOf(value: number | null, name: string): number {
+export function limitOf(value: number | null, name: string): number {
   if (value === null) return 0;
   if (!(value > 0) || !Number.isFinite(value)) throw new RangeError(`${name} must be a positive number or null`);
   return value;
 }
 
-function tokensOf(value: number): number {
+export function tokensOf(value: number): number {
   if (!(value >= 0) || !Number.isFinite(value)) throw new RangeError("token cost must be a finite number >= 0");
   return value;
 }
@@ -250,24 +259,26 @@ function applyLimits(buckets: Buckets, rpm: number, tpm: number): void {
   }
 }
 
-/**
- * OpenAI's headers, only for dimensions with a limit: x-ratelimit-limit-requests (the rpm limit),
- * x-ratelimit-remaining-requests (floor of the level, at least "0"), x-ratelimit-reset-requests (time
- * until the bucket is full again, `formatResetDuration`), and the same three with -tokens.
- */
 function headersOf(buckets: Buckets): RateHeaders {
+  return headersFor(buckets.requestLimit, buckets.requestLevel, buckets.tokenLimit, buckets.tokenLevel);
+}
+
+/**
+ * OpenAI's headers, only for dimensions with a limit (0 = none): x-ratelimit-limit-requests (the rpm
+ * limit), x-ratelimit-remaining-requests (floor of the level, at least "0"), x-ratelimit-reset-requests
+ * (time until the bucket is full again, `formatResetDuration`), and the same three with -tokens.
+ */
+export function headersFor(requestLimit: number, requestLevel: number, tokenLimit: number, tokenLevel: number): RateHeaders {
   const headers: RateHeaders = {};
-  if (buckets.requestLimit > 0) {
-    headers["x-ratelimit-limit-requests"] = String(buckets.requestLimit);
-    headers["x-ratelimit-remaining-requests"] = String(Math.max(0, Math.floor(buckets.requestLevel / UNIT)));
-    headers["x-ratelimit-reset-requests"] = formatResetDuration(
-      (buckets.requestLimit * UNIT - buckets.requestLevel) / buckets.requestLimit,
-    );
+  if (requestLimit > 0) {
+    headers["x-ratelimit-limit-requests"] = String(requestLimit);
+    headers["x-ratelimit-remaining-requests"] = String(Math.max(0, Math.floor(requestLevel / UNIT)));
+    headers["x-ratelimit-reset-requests"] = formatResetDuration((requestLimit * UNIT - requestLevel) / requestLimit);
   }
-  if (buckets.tokenLimit > 0) {
-    headers["x-ratelimit-limit-tokens"] = String(buckets.tokenLimit);
-    headers["x-ratelimit-remaining-tokens"] = String(Math.max(0, Math.floor(buckets.tokenLevel / UNIT)));
-    headers["x-ratelimit-reset-tokens"] = formatResetDuration((buckets.tokenLimit * UNIT - buckets.tokenLevel) / buckets.tokenLimit);
+  if (tokenLimit > 0) {
+    headers["x-ratelimit-limit-tokens"] = String(tokenLimit);
+    headers["x-ratelimit-remaining-tokens"] = String(Math.max(0, Math.floor(tokenLevel / UNIT)));
+    headers["x-ratelimit-reset-tokens"] = formatResetDuration((tokenLimit * UNIT - tokenLevel) / tokenLimit);
   }
   return headers;
 }

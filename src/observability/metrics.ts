@@ -2,7 +2,7 @@
  * Prometheus metrics through prom-client, one Registry per app (no global default registry), so two apps
  * in one test process never share counters. Labels are route templates and statuses, never ids or content.
  */
-import { Counter, Histogram, Registry } from "prom-client";
+import { Counter, Gauge, Histogram, Registry } from "prom-client";
 
 export interface Metrics {
   readonly registry: Registry;
@@ -13,6 +13,8 @@ export interface Metrics {
   observeUsageRejected(bound: string): void;
   /** One group commit of settlements: how many, and how long the commit took. */
   observeSettlementCommit(settlements: number, seconds: number): void;
+  /** Where rate limits are decided: shared in Redis, or on this replica alone (Redis unreachable). */
+  observeRateLimitMode(mode: "redis" | "local"): void;
   render(): Promise<string>;
 }
 
@@ -55,8 +57,18 @@ export function createMetrics(): Metrics {
     buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1],
     registers: [registry],
   });
+  const rateLimitMode = new Gauge({
+    name: "umbra_rate_limit_mode",
+    help: "1 for the mode rate limits are decided in: redis (shared by the replicas) or local (Redis unreachable: each replica limits alone at limit / live replicas)",
+    labelNames: ["mode"] as const,
+    registers: [registry],
+  });
   return {
     registry,
+    observeRateLimitMode(mode) {
+      rateLimitMode.set({ mode: "redis" }, mode === "redis" ? 1 : 0);
+      rateLimitMode.set({ mode: "local" }, mode === "local" ? 1 : 0);
+    },
     observeSettlementCommit(settlements, seconds) {
       commitSizes.observe(settlements);
       commitTime.observe(seconds);

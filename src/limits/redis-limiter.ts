@@ -1,0 +1,140 @@
+/**
+ * Rate limits shared by every replica through Redis: the same contract and answers as the in-process
+ * RateLimiter (limits/rate-limiter.ts), one EVALSHA per check (limits/gcra-scripts.ts) and one per
+ * true-up. Scripts are called by their SHA-1 and loaded again (SCRIPT LOAD) when the server answers
+ * NOSCRIPT. Keys: `{prefix:subject}:req` and `{prefix:subject}:tok`. A subject with no limit at all
+ * costs no Redis call. Redis failures reject with RedisUnavailableError (limits/global-limiter.ts falls
+ * back); bad limits or costs throw RangeError before any call.
+ */
+import { createHash } from "node:crypto";
+import { CHECK_SCRIPT, TRUE_UP_SCRIPT } from "./gcra-scripts.ts";
+import { type Decision, headersFor, limitOf, type RateCost, type RateHandle, type RateLimits, tokensOf, UNIT } from "./rate-limiter.ts";
+import { NoScriptError, type RedisScripts, RedisUnavailableError } from "./redis-client.ts";
+
+export interface RedisLimiterOptions {
+  readonly client: RedisScripts;
+  /** Key prefix (a deployment's or a test's own). */
+  readonly prefix: string;
+  /** Tests only: the scripts' clock (Unix ms) instead of the server's TIME. */
+  readonly clock?: () => number;
+}
+
+interface Script {
+  readonly text: string;
+  sha: string;
+}
+
+class RedisTicket implements RateHandle {
+  settled = false;
+
+  constructor(
+    readonly owner: RedisRateLimiter,
+    readonly subject: string,
+    readonly estimatedTokens: number,
+    /** The tpm at check time (0: none, nothing to true up). */
+    readonly tpm: number,
+  ) {}
+}
+
+const NO_LIMIT_HEADERS = Object.freeze({});
+
+export class RedisRateLimiter {
+  private readonly client: RedisScripts;
+  private readonly prefix: string;
+  private readonly clock: (() => number) | undefined;
+  private readonly checkScript: Script = { text: CHECK_SCRIPT, sha: sha1(CHECK_SCRIPT) };
+  private readonly trueUpScript: Script = { text: TRUE_UP_SCRIPT, sha: sha1(TRUE_UP_SCRIPT) };
+
+  constructor(options: RedisLimiterOptions) {
+    this.client = options.client;
+    this.prefix = options.prefix;
+    this.clock = options.clock;
+  }
+
+  /** Loads both scripts: resolves when Redis answers (the fallback's probe). */
+  async ready(): Promise<void> {
+    await this.load(this.checkScript);
+    await this.load(this.trueUpScript);
+  }
+
+  /** Whether `handle` came from this limiter. */
+  owns(handle: RateHandle): boolean {
+    return handle instanceof RedisTicket && handle.owner === this;
+  }
+
+  /** RateLimiter.check's contract, on the shared state. Rejects with RedisUnavailableError. */
+  async check(subject: string, limits: RateLimits, cost: RateCost): Promise<Decision> {
+    const rpm = limitOf(limits.rpm, "rpm");
+    const tpm = limitOf(limits.tpm, "tpm");
+    const tokens = tokensOf(cost.tokens);
+    if (rpm === 0 && tpm === 0) return { ok: true, handle: new RedisTicket(this, subject, tokens, 0), headers: NO_LIMIT_HEADERS };
+    const reply = await this.run(
+      this.checkScript,
+      [this.key(subject, "req"), this.key(subject, "tok")],
+      [String(rpm), String(tpm), String(tokens), this.now()],
+    );
+    if (!Array.isArray(reply) || reply.length !== 3) throw new RedisUnavailableError("error");
+    const requestLevel = Number(reply[1]);
+    const tokenLevel = Number(reply[2]);
+    const headers = headersFor(rpm, requestLevel, tpm, tokenLevel);
+    if (Number(reply[0]) === 1) return { ok: true, handle: new RedisTicket(this, subject, tokens, tpm), headers };
+    const requestNeed = Math.min(UNIT, rpm * UNIT);
+    const tokenNeed = Math.min(tokens * UNIT, tpm * UNIT);
+    const requestWait = rpm > 0 && requestLevel < requestNeed ? (requestNeed - requestLevel) / rpm : 0;
+    const tokenWait = tpm > 0 && tokenLevel < tokenNeed ? (tokenNeed - tokenLevel) / tpm : 0;
+    return {
+      ok: false,
+      retryAfterSeconds: Math.max(0, Math.ceil(Math.max(requestWait, tokenWait) / 1000)),
+      headers,
+      dimension: requestWait >= tokenWait ? "requests" : "tokens",
+    };
+  }
+
+  /**
+   * RateLimiter.trueUp's contract: once per handle, nothing for a check without tpm. Throws (at once)
+   * TypeError for a foreign handle, RangeError for a bad count; the promise rejects only with
+   * RedisUnavailableError.
+   */
+  trueUp(handle: RateHandle, actualTokens: number): Promise<void> {
+    if (!(handle instanceof RedisTicket) || handle.owner !== this) throw new TypeError("rate limit handle not issued by this limiter");
+    const tokens = tokensOf(actualTokens);
+    if (handle.settled || handle.tpm === 0 || tokens === handle.estimatedTokens) {
+      handle.settled = true;
+      return Promise.resolve();
+    }
+    handle.settled = true;
+    const keys = [this.key(handle.subject, "req"), this.key(handle.subject, "tok")];
+    return this.run(this.trueUpScript, keys, [String(tokens - handle.estimatedTokens), String(handle.tpm), this.now()]).then(() => {});
+  }
+
+  private key(subject: string, dimension: "req" | "tok"): string {
+    return `{${this.prefix}:${subject}}:${dimension}`;
+  }
+
+  private now(): string {
+    return this.clock === undefined ? "" : String(this.clock());
+  }
+
+  private async load(script: Script): Promise<void> {
+    script.sha = await this.client.load(script.text);
+  }
+
+  /** EVALSHA; on NOSCRIPT, SCRIPT LOAD and once more. */
+  private async run(script: Script, keys: readonly string[], args: readonly string[]): Promise<unknown> {
+    try {
+      return await this.client.evalsha(script.sha, keys, args);
+    } catch (e) {
+      if (!(e instanceof NoScriptError)) throw e;
+      await this.load(script);
+      try {
+        return await this.client.evalsha(script.sha, keys, args);
+      } catch {
+        throw new RedisUnavailableError("error");
+      }
+    }
+  }
+}
+
+function sha1(text: string): string {
+  return createHash("sha1").update(text).digest("hex");
+}
