@@ -5,7 +5,8 @@
  *
  * It covers every field of the loaded Config, defaults included, so two spellings of one effective
  * configuration give one digest; except the secrets (SECRET_FIELDS, provisioned after boot) and the
- * binding's own settings (BINDING_FIELDS: a digest cannot contain itself; /init adds them). A field added
+ * binding's own settings (BINDING_FIELDS: a digest cannot contain itself; /init adds them) and the replica id
+ * (PER_REPLICA_FIELDS: one digest for every replica of a deployment). A field added
  * to Config later is covered without a change here (an unsupported value type throws, so a test notices).
  * The JWT verification key (`jwt.publicKey`) is covered: it is public; its integrity matters.
  */
@@ -15,7 +16,9 @@ import type { Config } from "./config.ts";
 
 export const CONFIG_DIGEST_TAG = "umbra-config-v1";
 /** Config fields that are secrets: provisioned, never bound. */
-const SECRET_FIELDS: readonly string[] = ["adminToken", "dbPassword"];
+const SECRET_FIELDS: readonly string[] = ["adminToken", "dbPassword", "cluster.redisPassword", "cluster.natsPassword"];
+/** Each replica's own name (generated per process by default): replicas of one deployment share a digest. */
+const PER_REPLICA_FIELDS: readonly string[] = ["cluster.replicaId"];
 /** The binding's own settings. */
 const BINDING_FIELDS: readonly string[] = ["configBinding", "configDigest"];
 
@@ -28,7 +31,7 @@ function entries(prefix: string, value: object): Entry[] {
   const out: Entry[] = [];
   for (const [key, v] of Object.entries(value)) {
     const name = prefix + key;
-    if (v === undefined || SECRET_FIELDS.includes(name) || BINDING_FIELDS.includes(name)) continue;
+    if (v === undefined || SECRET_FIELDS.includes(name) || BINDING_FIELDS.includes(name) || PER_REPLICA_FIELDS.includes(name)) continue;
     if (v !== null && typeof v === "object" && !(v instanceof Uint8Array) && !Array.isArray(v)) out.push(...entries(`${name}.`, v));
     else out.push([name, v]);
   }

@@ -10,6 +10,8 @@ import type { TrustLevel } from "../../attestation/provider/levels.ts";
 import type { AttestationSource, ConfigBinding, Mode } from "../attestation/coordinator-attestation.ts";
 import type { JwtConfig } from "../auth/jwt.ts";
 import type { TlsConfig } from "../tls/tls-config.ts";
+import { type ClusterConfig, parseCluster } from "./cluster-config.ts";
+import { CLUSTER_DERIVED } from "./cluster-settings.ts";
 import { CONFIG_OPTIONS, SETTINGS, type SettingName } from "./coordinator-settings.ts";
 import {
   ConfigError,
@@ -24,6 +26,7 @@ import {
 } from "./settings.ts";
 import { isLoopbackHost, parseTls, readTlsPublicKey } from "./tls-settings.ts";
 
+export type { ClusterConfig } from "./cluster-config.ts";
 export { CONFIG_OPTIONS, SETTINGS } from "./coordinator-settings.ts";
 export { ConfigError, type Env, type FlagValues } from "./settings.ts";
 export { isLoopbackHost } from "./tls-settings.ts";
@@ -59,6 +62,7 @@ const DERIVED = [
   "expectedMeasurement",
   "configBinding",
   "configDigest",
+  ...CLUSTER_DERIVED,
 ] as const satisfies readonly SettingName[];
 
 /** The plain settings (their comments are in coordinator-settings.ts), then those built by the rules. */
@@ -91,6 +95,8 @@ export interface Config extends SettingValues<Omit<typeof SETTINGS, (typeof DERI
   readonly configBinding: ConfigBinding;
   /** The bound digest (32 bytes) for `cmdline`: the kernel's `umbra.config=`, handed over by /init. */
   readonly configDigest: Uint8Array | null;
+  /** Cluster mode (postgres:// --db, Redis and NATS together; config/cluster-settings.ts); null: one coordinator. */
+  readonly cluster: ClusterConfig | null;
 }
 
 /**
@@ -110,6 +116,7 @@ export function loadConfig(flags: FlagValues, env: Env, defaultMode: Mode = "pro
   const tlsPublicKeyFile = raw("tlsPublicKeyFile");
   const measurement = raw("expectedMeasurement");
   const jwt = readJwt(raw, production);
+  const cluster = parseCluster(raw, parseSetting(SETTINGS.db, raw("db")), production);
 
   const config: Config = {
     mode,
@@ -125,6 +132,7 @@ export function loadConfig(flags: FlagValues, env: Env, defaultMode: Mode = "pro
     tls: parseTls(raw, tlsPublicKeyFile),
     expectedMeasurement: measurement === undefined ? null : parseMeasurement(measurement),
     ...readBinding(raw),
+    cluster,
     ...(adminToken !== undefined ? { adminToken } : {}),
     ...(dbPassword !== undefined ? { dbPassword } : {}),
     ...(jwt !== undefined ? { jwt } : {}),

@@ -8,6 +8,7 @@
  */
 import { TRUST_LEVELS } from "../../attestation/provider/levels.ts";
 import { LOG_LEVELS } from "../observability/logger.ts";
+import { CLUSTER_SETTINGS } from "./cluster-settings.ts";
 import { type Options, optionsOf, type SettingTable } from "./settings.ts";
 
 const MINUTE_MS = 60_000;
@@ -376,6 +377,8 @@ export const SETTINGS = {
     default: "off",
     help: "await: secrets are provisioned after start through the attested channel (POST /v1/provision)",
   },
+  // Several replicas (issue 21; docs/operations.md "Running several replicas"): config/cluster-settings.ts.
+  ...CLUSTER_SETTINGS,
 } as const satisfies SettingTable;
 
 export type SettingName = keyof typeof SETTINGS;

@@ -16,6 +16,10 @@ export interface RedisScripts {
   close(): void;
 }
 
+/** The client libraries (--redis-client): Bun.RedisClient, or ioredis. */
+export const REDIS_CLIENTS = ["bun", "ioredis"] as const;
+export type RedisClientKind = (typeof REDIS_CLIENTS)[number];
+
 /** Default bound on one call, connecting included (ms). */
 export const REDIS_TIMEOUT_MS = 500;
 

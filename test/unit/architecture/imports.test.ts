@@ -122,7 +122,7 @@ const DOMAIN_BASE = [...LEAVES, "src/observability", "src/store", "attestation/p
 const MAY_IMPORT: Readonly<Record<string, readonly string[]>> = {
   "src/coordinator": ["*"],
   "src/api": ["*", "!src/coordinator"],
-  "src/config": [...DOMAIN_BASE, "src/attestation", "src/auth", "src/tls"],
+  "src/config": [...DOMAIN_BASE, "src/attestation", "src/auth", "src/limits", "src/tls"],
   "src/admin": [...DOMAIN_BASE, "src/auth", "src/billing", "src/catalog", "src/limits"],
   "src/inference": [...DOMAIN_BASE, "src/auth", "src/billing", "src/catalog", "src/fleet", "src/limits"],
   "src/catalog": [...DOMAIN_BASE, "src/billing", "src/fleet"],

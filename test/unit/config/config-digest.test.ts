@@ -101,3 +101,41 @@ describe("binding and provisioning settings", () => {
     expect(load({}, "production")).toThrow("production mode needs an admin token");
   });
 });
+
+describe("cluster settings in the digest", () => {
+  const cluster = {
+    UMBRA_DB: "postgres://umbra@db.internal/umbra",
+    UMBRA_REDIS_URL: "redis://127.0.0.1:6379",
+    UMBRA_NATS_URL: "nats://127.0.0.1:4222",
+  };
+
+  test("the passwords and the replica id are not covered: every replica of a deployment has one digest", () => {
+    expect([
+      digestOf({ ...cluster, UMBRA_REDIS_PASSWORD: "a", UMBRA_NATS_PASSWORD: "b", UMBRA_REPLICA_ID: "east-1" }),
+      digestOf({ ...cluster, UMBRA_REDIS_PASSWORD: "c", UMBRA_NATS_PASSWORD: "d", UMBRA_REPLICA_ID: "east-2" }),
+      digestOf(cluster),
+    ]).toEqual([digestOf(cluster), digestOf(cluster), digestOf(cluster)]);
+  });
+
+  test.each([
+    ["UMBRA_REDIS_URL", "redis://127.0.0.1:6380"],
+    ["UMBRA_NATS_URL", "nats://127.0.0.1:4223"],
+    ["UMBRA_CLUSTER_PREFIX", "other"],
+    ["UMBRA_REDIS_CLIENT", "ioredis"],
+    ["UMBRA_NATS_TLS", "on"],
+  ])("a change of %s changes it", (name, value) => {
+    expect(digestOf({ ...cluster, [name]: value })).not.toBe(digestOf(cluster));
+  });
+
+  test("the canonical bytes hold neither password", () => {
+    const bytes = configCanonicalBytes(
+      loadConfig({}, { ...cluster, UMBRA_REDIS_PASSWORD: "redis-pw-xyz", UMBRA_NATS_PASSWORD: "nats-pw-xyz" }, "development"),
+    );
+    const text = Buffer.from(bytes).toString("latin1");
+    expect([text.includes("redis-pw-xyz"), text.includes("nats-pw-xyz"), text.includes("cluster.natsServers")]).toEqual([
+      false,
+      false,
+      true,
+    ]);
+  });
+});

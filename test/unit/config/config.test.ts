@@ -49,6 +49,8 @@ describe("loadConfig", () => {
       configBinding: "none",
       configDigest: null,
       provisioning: "off",
+      reusePort: false,
+      cluster: null,
     });
   });
 

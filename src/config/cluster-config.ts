@@ -1,0 +1,119 @@
+/**
+ * Cluster mode's settings and their rules (docs/operations.md "Running several replicas"): several
+ * coordinators share a postgres:// `--db` (money, keys), Redis (`--redis-url`: rate-limit state) and NATS
+ * (`--nats-url`: presence, forwarded requests). All three or none: a partial set is refused naming what
+ * is missing; Postgres alone stays one coordinator. Passwords are secrets apart from the URLs (not in the
+ * configuration digest); production refuses one inside a URL, plaintext Redis or NATS off loopback, and
+ * NATS without credentials off loopback. The prefix and the replica id become Redis keys and NATS subject
+ * tokens: letters, digits, `_` and `-`. The replica id defaults to one generated per process.
+ */
+import { randomBytes } from "node:crypto";
+import type { RedisClientKind } from "../limits/redis-client.ts";
+import { CLUSTER_DERIVED, CLUSTER_SETTINGS, type ClusterSettingName } from "./cluster-settings.ts";
+import { ConfigError, parseSetting } from "./settings.ts";
+import { isLoopbackHost } from "./tls-settings.ts";
+
+export interface ClusterConfig {
+  readonly redisUrl: string;
+  /** A secret: not in the configuration digest. */
+  readonly redisPassword?: string;
+  readonly redisClient: RedisClientKind;
+  readonly redisTimeoutMs: number;
+  /** The NATS servers, each nats:// or tls://. */
+  readonly natsServers: readonly string[];
+  /** With a user in the URL its password, else a token. A secret: not in the configuration digest. */
+  readonly natsPassword?: string;
+  /** TLS to every NATS server (tls:// or --nats-tls). */
+  readonly natsTls: boolean;
+  /** Redis key prefix and NATS subject prefix. */
+  readonly prefix: string;
+  /** This replica's name; per process, so not in the configuration digest. */
+  readonly replicaId: string;
+}
+
+const NAME = /^[A-Za-z0-9_-]{1,64}$/;
+
+/** A replica id made at start: `r-` and 12 hex digits. */
+export const generatedReplicaId = (): string => `r-${randomBytes(6).toString("hex")}`;
+
+type Read = (name: ClusterSettingName | "db") => string | undefined;
+
+/** Cluster mode's settings, or null without them; `db` is the parsed --db. Throws ConfigError. */
+export function parseCluster(raw: Read, db: string, production: boolean): ClusterConfig | null {
+  const redisText = raw("redisUrl");
+  const natsText = raw("natsUrl");
+  const postgres = /^postgres(ql)?:\/\//i.test(db);
+  if (redisText === undefined && natsText === undefined) {
+    const given = CLUSTER_DERIVED.find((name) => raw(name) !== undefined);
+    if (given) throw new ConfigError(`--${CLUSTER_SETTINGS[given].flag} applies to cluster mode (--redis-url and --nats-url) only`);
+    return null;
+  }
+  const missing = [
+    ...(postgres ? [] : ["--db postgres://... (UMBRA_DB)"]),
+    ...(redisText === undefined ? ["--redis-url (UMBRA_REDIS_URL)"] : []),
+    ...(natsText === undefined ? ["--nats-url (UMBRA_NATS_URL)"] : []),
+  ];
+  if (missing.length > 0 || redisText === undefined || natsText === undefined) {
+    throw new ConfigError(`cluster mode needs a postgres:// --db, --redis-url and --nats-url together; missing: ${missing.join(", ")}`);
+  }
+  const redis = parseUrl("redis-url", redisText, ["redis:", "rediss:"]);
+  const nats = natsText.split(",").map((s) => parseUrl("nats-url", s.trim(), ["nats:", "tls:"]));
+  const natsTls = parseSetting(CLUSTER_SETTINGS.natsTls, raw("natsTls"));
+  const redisPassword = raw("redisPassword");
+  const natsPassword = raw("natsPassword");
+  const prefix = parseName("clusterPrefix", parseSetting(CLUSTER_SETTINGS.clusterPrefix, raw("clusterPrefix")));
+  const given = raw("replicaId");
+  const replicaId = given === undefined ? generatedReplicaId() : parseName("replicaId", given);
+  if (production) {
+    for (const [flag, url] of [["redis-url", redis], ...nats.map((u) => ["nats-url", u] as const)] as const) {
+      if (url.password !== "") {
+        throw new ConfigError(
+          `production mode refuses a password inside --${flag} (it is bound to the measurement and visible to the host): give it with UMBRA_${flag === "redis-url" ? "REDIS" : "NATS"}_PASSWORD_FILE`,
+        );
+      }
+    }
+    if (redis.protocol === "redis:" && !loopback(redis)) {
+      throw new ConfigError(`production mode refuses plaintext Redis on ${hostOf(redis)}, which is not a loopback address: use rediss://`);
+    }
+    for (const url of nats.filter((u) => !loopback(u))) {
+      if (url.protocol === "nats:" && !natsTls) {
+        throw new ConfigError(
+          `production mode refuses plaintext NATS on ${hostOf(url)}, which is not a loopback address: use tls:// or --nats-tls on`,
+        );
+      }
+      if (natsPassword === undefined) {
+        throw new ConfigError(`production mode needs NATS credentials off loopback (${hostOf(url)}): set UMBRA_NATS_PASSWORD_FILE`);
+      }
+    }
+  }
+  return Object.freeze({
+    redisUrl: redisText,
+    redisClient: parseSetting(CLUSTER_SETTINGS.redisClient, raw("redisClient")),
+    redisTimeoutMs: parseSetting(CLUSTER_SETTINGS.redisTimeoutMs, raw("redisTimeoutMs")),
+    natsServers: Object.freeze(nats.map((u) => u.href)),
+    natsTls: natsTls || nats.every((u) => u.protocol === "tls:"),
+    prefix,
+    replicaId,
+    ...(redisPassword !== undefined ? { redisPassword } : {}),
+    ...(natsPassword !== undefined ? { natsPassword } : {}),
+  });
+}
+
+function parseUrl(flag: string, text: string, schemes: readonly string[]): URL {
+  const url = URL.canParse(text) ? new URL(text) : undefined;
+  if (url === undefined || !schemes.includes(url.protocol) || url.hostname === "") {
+    throw new ConfigError(`--${flag}: '${redactedText(text)}' is not a ${schemes.map((s) => `${s}//`).join(" or ")} URL`);
+  }
+  return url;
+}
+
+/** A URL's text without what follows `:` in its user part (never print a password). */
+const redactedText = (text: string) => text.replace(/\/\/([^/@:]*):[^/@]*@/, "//$1:***@");
+
+function parseName(name: "clusterPrefix" | "replicaId", value: string): string {
+  if (!NAME.test(value)) throw new ConfigError(`--${CLUSTER_SETTINGS[name].flag}: '${value}' must be 1 to 64 letters, digits, _ or -`);
+  return value;
+}
+
+const hostOf = (url: URL) => url.hostname.replace(/^\[(.*)\]$/, "$1");
+const loopback = (url: URL) => isLoopbackHost(hostOf(url));
