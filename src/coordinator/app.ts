@@ -22,10 +22,10 @@ import { Fleet } from "../fleet/fleet.ts";
 import type { FleetView } from "../fleet/fleet-view.ts";
 import { ChatService } from "../inference/chat-service.ts";
 import { ToolSchemas } from "../inference/tool-schemas.ts";
-import { RateLimiter } from "../limits/rate-limiter.ts";
 import { createLogger, type Logger } from "../observability/logger.ts";
 import { createMetrics, type Metrics } from "../observability/metrics.ts";
 import type { ProviderTokenRecord, Store } from "../store/types.ts";
+import { createLimiter } from "./rate-limits.ts";
 
 export interface Clock {
   /** Unix milliseconds. */
@@ -47,6 +47,11 @@ export interface AppDeps {
   readonly sealedReplayEntries?: number;
   /** HOST_DATA of development attestation reports (tests of --config-binding host-data). */
   readonly devHostData?: Uint8Array;
+  /**
+   * Replicas alive now (cluster mode): each limit is divided by it while Redis is unreachable. Default 1
+   * until the NATS fleet digest exists to count them (issue 21): a lone replica then limits at the full rate.
+   */
+  readonly liveReplicas?: () => number;
 }
 
 export interface App {
@@ -70,7 +75,7 @@ export interface App {
   readonly wallets: Wallets;
   readonly logger: Logger;
   readonly metrics: Metrics;
-  /** Stops background work (liveness sweeps) and ends provider sessions. */
+  /** Stops background work (liveness sweeps), ends provider sessions and closes the Redis client. */
   close(): void;
   /** Resolves when every settled charge is durable (call before exiting). */
   flush(): Promise<void>;
@@ -161,7 +166,8 @@ export function createApp(deps: AppDeps): App {
     observeCommit: (n, seconds) => metrics.observeSettlementCommit(n, seconds),
   });
   const billing = new Billing(wallets, config);
-  const limiter = new RateLimiter({ now });
+  // In process, or shared through Redis in cluster mode (--redis-url); its client closes with the app.
+  const limits = createLimiter({ cluster: config.cluster, now, logger, metrics, liveReplicas: deps.liveReplicas ?? (() => 1) });
   const admin = new AdminService(store, now, {
     providerTokenRevoked: (id) => fleet.disconnectToken(id),
     reservedFor: (id) => wallets.reservedFor(id),
@@ -197,7 +203,7 @@ export function createApp(deps: AppDeps): App {
     pricing,
     fleet,
     billing,
-    limiter,
+    limiter: limits.limiter,
     store,
     schemas: new ToolSchemas(),
     settings: config,
@@ -253,6 +259,7 @@ export function createApp(deps: AppDeps): App {
     close: () => {
       clearInterval(recheck);
       fleet.stop();
+      limits.close();
     },
   };
 }

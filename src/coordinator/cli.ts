@@ -86,6 +86,7 @@ async function serve(config: Config, dev: boolean): Promise<void> {
     db: databaseName(config.db),
     version: VERSION,
     tls_spki_sha256: tls?.key.spkiSha256,
+    replica_id: config.cluster?.replicaId,
   });
   tls?.start(app.logger, (certificate) => server.useCertificate(certificate.certPem));
   const seed = dev ? await seedDevelopment(app) : undefined;

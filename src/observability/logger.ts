@@ -28,6 +28,7 @@ const ALLOWED_FIELDS = new Set([
   "port",
   "provider_id",
   "reason",
+  "replica_id",
   "request_id",
   "route",
   "shape",

@@ -5,7 +5,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { type Config, loadConfig } from "../../src/config/config.ts";
+import { type ClusterConfig, type Config, loadConfig } from "../../src/config/config.ts";
 import { type App, type Clock, createApp } from "../../src/coordinator/app.ts";
 import type { FleetView } from "../../src/fleet/fleet-view.ts";
 import { createLogger, type Logger } from "../../src/observability/logger.ts";
@@ -60,6 +60,11 @@ export interface TestAppOptions {
   readonly devHostData?: Uint8Array;
   /** The coordinator's own TLS key (AppDeps.tlsPublicKeySpki). */
   readonly tlsPublicKeySpki?: Uint8Array;
+  /**
+   * Cluster settings put into the loaded config (a SQLite store, which loadConfig would refuse in cluster
+   * mode): the shared rate limits' tests, whose replicas share one store.
+   */
+  readonly cluster?: ClusterConfig;
 }
 
 export async function call(app: App, method: string, path: string, options: CallOptions = {}): Promise<CallResult> {
@@ -86,6 +91,7 @@ export async function testApp(options: TestAppOptions = {}): Promise<TestApp> {
   let store: Store;
   try {
     config = loadConfig({}, env, "development");
+    if (options.cluster) config = Object.freeze({ ...config, cluster: options.cluster });
     // As the coordinator opens it (src/coordinator/cli.ts serve): with its settlement journal.
     store = createSqliteStore(config.db, { journal: true });
   } catch (e) {

@@ -43,6 +43,14 @@ describe("coordinator start-up imports", () => {
     expect(chain === undefined ? "none" : chain.join(" -> ")).toBe("none");
   });
 
+  test("ioredis (the other Redis client) is loaded only when --redis-client ioredis is used", () => {
+    const chain = staticChain("src/coordinator/cli.ts", (s) => s === "ioredis");
+    expect([
+      chain === undefined ? "none" : chain.join(" -> "),
+      staticChain("src/limits/ioredis-client.ts", (s) => s === "ioredis")?.at(-1),
+    ]).toEqual(["none", "ioredis"]);
+  });
+
   test("the entry point reaches the command line module only after the reflect-metadata preload", () => {
     const imports = importsOf(resolve(ROOT, "src/coordinator/main.ts"));
     expect(imports.map((i) => `${i.kind} ${i.path}`)).toEqual([
