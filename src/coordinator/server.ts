@@ -8,6 +8,8 @@
  * With `tls` it serves https/wss with the given key and certificate (src/tls/). A renewable certificate
  * (ACME) is replaced by binding a second listener on the same port (SO_REUSEPORT) with the new one, then
  * closing the old listener: connections open on it (provider WebSockets, streams) finish there.
+ * With --reuse-port the socket is bound with SO_REUSEPORT: several coordinators on one machine share the
+ * port and the kernel spreads new connections among them; without it a busy port refuses the start.
  */
 import { PROVIDER_CONNECT_PATH, providerSocket, type SocketData } from "../api/provider-socket.ts";
 import { Errors } from "../errors/api-error.ts";
@@ -89,11 +91,14 @@ export function listen(app: App, host = app.config.host, port = app.config.port,
   const socket = providerSocket({ authenticate: app.authenticateProvider, fleet: app.fleet, logger: app.logger });
   const idleTimeout = options.idleTimeoutSeconds ?? IDLE_TIMEOUT_SECONDS;
   const tls = options.tls;
+  // A renewable certificate's next listener binds the same port beside the current one.
+  const reusePort = app.config.reusePort || tls?.renewable === true;
   const serveOptions = (boundPort: number, certPem: string | undefined): Bun.Serve.Options<SocketData> => ({
     hostname: host,
     port: boundPort,
     idleTimeout,
-    ...(tls && certPem !== undefined ? { tls: { key: tls.keyPem, cert: certPem }, reusePort: tls.renewable } : {}),
+    ...(tls && certPem !== undefined ? { tls: { key: tls.keyPem, cert: certPem } } : {}),
+    ...(reusePort ? { reusePort: true } : {}),
     // Bun's own limit (128 MiB by default) answers 413 with an empty body, outside the error envelope.
     // Every route reads its body through readBody (src/api/body.ts) with its own bound, refusing a
     // declared length over it before reading and cancelling a stream that grows past it.

@@ -47,15 +47,15 @@ export interface CoordinatorProcess extends AsyncDisposable {
 
 /**
  * `dir`: an existing folder whose umbra.db to use (a restart); the caller then owns and removes it.
- * `db`: another database (a Postgres URL) instead of the folder's umbra.db.
+ * `db`: another database (a Postgres URL) instead of the folder's umbra.db. `listen`: instead of 127.0.0.1:0.
  */
 export async function startCoordinator(
   env: Record<string, string> = {},
-  options: { dir?: string; db?: string } = {},
+  options: { dir?: string; db?: string; listen?: string } = {},
 ): Promise<CoordinatorProcess> {
   const dir = options.dir ?? mkdtempSync(join(tmpdir(), "umbra-proc-"));
   const db = options.db ?? join(dir, "umbra.db");
-  const proc = Bun.spawn([BUN, join(ROOT, "src/coordinator/main.ts"), "serve", "--listen", "127.0.0.1:0", "--db", db], {
+  const proc = Bun.spawn([BUN, join(ROOT, "src/coordinator/main.ts"), "serve", "--listen", options.listen ?? "127.0.0.1:0", "--db", db], {
     cwd: ROOT,
     env: {
       PATH: process.env.PATH ?? "",
