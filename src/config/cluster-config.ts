@@ -23,7 +23,7 @@ export interface ClusterConfig {
   readonly natsServers: readonly string[];
   /** With a user in the URL its password, else a token. A secret: not in the configuration digest. */
   readonly natsPassword?: string;
-  /** TLS to every NATS server (tls:// or --nats-tls). */
+  /** TLS to every NATS server (--nats-tls, or any tls:// server): the client's `tls` option. */
   readonly natsTls: boolean;
   /** Redis key prefix and NATS subject prefix. */
   readonly prefix: string;
@@ -58,7 +58,8 @@ export function parseCluster(raw: Read, db: string, production: boolean): Cluste
   }
   const redis = parseUrl("redis-url", redisText, ["redis:", "rediss:"]);
   const nats = natsText.split(",").map((s) => parseUrl("nats-url", s.trim(), ["nats:", "tls:"]));
-  const natsTls = parseSetting(CLUSTER_SETTINGS.natsTls, raw("natsTls"));
+  // nats.js takes TLS for the connection, not per server, and ignores the scheme: one tls:// asks it of all.
+  const natsTls = parseSetting(CLUSTER_SETTINGS.natsTls, raw("natsTls")) || nats.some((u) => u.protocol === "tls:");
   const redisPassword = raw("redisPassword");
   const natsPassword = raw("natsPassword");
   const prefix = parseName("clusterPrefix", parseSetting(CLUSTER_SETTINGS.clusterPrefix, raw("clusterPrefix")));
@@ -76,7 +77,7 @@ export function parseCluster(raw: Read, db: string, production: boolean): Cluste
       throw new ConfigError(`production mode refuses plaintext Redis on ${hostOf(redis)}, which is not a loopback address: use rediss://`);
     }
     for (const url of nats.filter((u) => !loopback(u))) {
-      if (url.protocol === "nats:" && !natsTls) {
+      if (!natsTls) {
         throw new ConfigError(
           `production mode refuses plaintext NATS on ${hostOf(url)}, which is not a loopback address: use tls:// or --nats-tls on`,
         );
@@ -91,7 +92,7 @@ export function parseCluster(raw: Read, db: string, production: boolean): Cluste
     redisClient: parseSetting(CLUSTER_SETTINGS.redisClient, raw("redisClient")),
     redisTimeoutMs: parseSetting(CLUSTER_SETTINGS.redisTimeoutMs, raw("redisTimeoutMs")),
     natsServers: Object.freeze(nats.map((u) => u.href)),
-    natsTls: natsTls || nats.every((u) => u.protocol === "tls:"),
+    natsTls,
     prefix,
     replicaId,
     ...(redisPassword !== undefined ? { redisPassword } : {}),

@@ -57,6 +57,13 @@ describe("cluster mode", () => {
     });
   });
 
+  test("one tls:// server asks TLS of every server (the client takes it per connection)", () => {
+    expect([
+      dev({ ...CLUSTER, UMBRA_NATS_URL: "nats://127.0.0.1:4222,tls://127.0.0.1:4223" }).cluster?.natsTls,
+      dev({ ...CLUSTER, UMBRA_NATS_URL: "nats://127.0.0.1:4222,nats://127.0.0.1:4223" }).cluster?.natsTls,
+    ]).toEqual([true, false]);
+  });
+
   test("passwords come from *_FILE too", () => {
     using dir = tempDir();
     const file = join(dir.path, "redis");
@@ -120,12 +127,13 @@ describe("cluster mode", () => {
         prod({ ...remote, UMBRA_NATS_URL: "nats://nats.internal:4222", UMBRA_NATS_TLS: "on" }).cluster?.natsTls,
       ]).toEqual([true, true]);
       expect(prod(CLUSTER).cluster?.natsTls).toBe(false);
+      expect(prod({ ...remote, UMBRA_NATS_URL: "tls://nats.internal:4222,nats://10.0.0.9:4222" }).cluster?.natsTls).toBe(true);
     });
 
     test.each([
       [{ UMBRA_REDIS_URL: "redis://cache.internal:6379" }, "production mode refuses plaintext Redis on cache.internal"],
       [{ UMBRA_NATS_URL: "nats://nats.internal:4222" }, "production mode refuses plaintext NATS on nats.internal"],
-      [{ UMBRA_NATS_URL: "tls://nats.internal:4222,nats://10.0.0.9:4222" }, "production mode refuses plaintext NATS on 10.0.0.9"],
+      [{ UMBRA_NATS_URL: "nats://127.0.0.1:4222,nats://10.0.0.9:4222" }, "production mode refuses plaintext NATS on 10.0.0.9"],
       [{ UMBRA_NATS_PASSWORD: "" }, "production mode needs NATS credentials off loopback (nats.internal)"],
       [{ UMBRA_REDIS_URL: "rediss://:hunter2@cache.internal:6380" }, "production mode refuses a password inside --redis-url"],
       [{ UMBRA_NATS_URL: "tls://u:hunter2@nats.internal:4222" }, "production mode refuses a password inside --nats-url"],
