@@ -1,7 +1,7 @@
 /**
  * Cluster mode as real processes: two `serve` replicas on one Postgres database, one Redis and one
  * cluster prefix (NATS is named but not connected yet), each with a real provider, admit between them no
- * more chat requests than the key's rpm. Skipped, saying so, without PostgreSQL or Redis.
+ * more chat requests than the key's rpm; each logs its replica id at start. Skipped, saying so, without PostgreSQL or Redis.
  */
 import { afterAll, expect, test } from "bun:test";
 import { testDatabase } from "../support/pg.ts";
@@ -22,8 +22,10 @@ test.skipIf(db === undefined || !redis)(
   SUITE,
   async () => {
     const env = { UMBRA_REDIS_URL: REDIS_URL, UMBRA_NATS_URL: "nats://127.0.0.1:4222", UMBRA_CLUSTER_PREFIX: prefix };
-    await using a = await startCoordinator({ ...env, UMBRA_REPLICA_ID: "a" }, { db: db?.url ?? "" });
+    await using a = await startCoordinator(env, { db: db?.url ?? "" });
     await using b = await startCoordinator({ ...env, UMBRA_REPLICA_ID: "b" }, { db: db?.url ?? "" });
+    // Each names itself in its start line: A with the id generated for its process.
+    expect([/^r-[0-9a-f]{12}$/.test(String(a.started.replica_id)), b.started.replica_id]).toEqual([true, "b"]);
     const { apiKey, providerToken } = await a.seed([BUILD], { rpm: RPM }, 100_000_000);
     const provider = (url: string) => startProvider(["--coordinator", url, "--token", providerToken, "--engine", "echo", "--model", BUILD]);
     await using pa = provider(a.url);

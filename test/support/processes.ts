@@ -34,6 +34,8 @@ async function waitForLine(stream: ReadableStream<Uint8Array>, pattern: RegExp, 
 
 export interface CoordinatorProcess extends AsyncDisposable {
   readonly url: string;
+  /** The fields of its `coordinator listening` log line. */
+  readonly started: Readonly<Record<string, unknown>>;
   readonly proc: Subprocess<"ignore", "pipe", "pipe">;
   readonly dir: string;
   admin<T = Record<string, unknown>>(method: string, path: string, body?: unknown): Promise<T>;
@@ -69,10 +71,15 @@ export async function startCoordinator(
     stdout: "pipe",
     stderr: "pipe",
   });
-  const url = await waitForLine(proc.stderr, /"msg":"coordinator listening","url":"(https?:\/\/[^"]+)"/, "coordinator");
+  const started = JSON.parse(await waitForLine(proc.stderr, /(\{[^\n]*"msg":"coordinator listening"[^\n]*\})\n/, "coordinator")) as Record<
+    string,
+    unknown
+  >;
+  const url = String(started.url);
   const admin = adminClient(url, ADMIN);
   return {
     url,
+    started,
     proc,
     dir,
     admin,
