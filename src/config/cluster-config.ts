@@ -76,6 +76,10 @@ export function parseCluster(raw: Read, db: string, production: boolean): Cluste
     if (redis.protocol === "redis:" && !loopback(redis)) {
       throw new ConfigError(`production mode refuses plaintext Redis on ${hostOf(redis)}, which is not a loopback address: use rediss://`);
     }
+    // Whoever reaches an unauthenticated Redis can rewrite every key's limits.
+    if (!loopback(redis) && redisPassword === undefined) {
+      throw new ConfigError(`production mode needs Redis credentials off loopback (${hostOf(redis)}): set UMBRA_REDIS_PASSWORD_FILE`);
+    }
     for (const url of nats.filter((u) => !loopback(u))) {
       if (!natsTls) {
         throw new ConfigError(

@@ -117,6 +117,7 @@ describe("cluster mode", () => {
     const remote = {
       UMBRA_DB: PG,
       UMBRA_REDIS_URL: "rediss://cache.internal:6380",
+      UMBRA_REDIS_PASSWORD: "r-secret",
       UMBRA_NATS_URL: "tls://nats.internal:4222",
       UMBRA_NATS_PASSWORD: "n-secret",
     };
@@ -135,6 +136,7 @@ describe("cluster mode", () => {
       [{ UMBRA_NATS_URL: "nats://nats.internal:4222" }, "production mode refuses plaintext NATS on nats.internal"],
       [{ UMBRA_NATS_URL: "nats://127.0.0.1:4222,nats://10.0.0.9:4222" }, "production mode refuses plaintext NATS on 10.0.0.9"],
       [{ UMBRA_NATS_PASSWORD: "" }, "production mode needs NATS credentials off loopback (nats.internal)"],
+      [{ UMBRA_REDIS_PASSWORD: "" }, "production mode needs Redis credentials off loopback (cache.internal)"],
       [{ UMBRA_REDIS_URL: "rediss://:hunter2@cache.internal:6380" }, "production mode refuses a password inside --redis-url"],
       [{ UMBRA_NATS_URL: "tls://u:hunter2@nats.internal:4222" }, "production mode refuses a password inside --nats-url"],
     ])("refused: %p", (env, message) => {
