@@ -2,10 +2,11 @@
  * One replica's place in the cluster over one NATS connection: presence, digests, both sides of
  * forwarded dispatch. Presence is a subscription to `<prefix>.prov.<id>` per welcomed local session
  * (kept in step with the fleet's version every `syncMs`; a session that ends is unsubscribed, so a
- * forwarder gets "no responders" at once); the fleet digest leaves every `digestMs`; the others' digests
- * feed `remote` (RemoteFleet). `forward` sends an attempt to another replica's provider (forwarder.ts);
- * requests for local providers are served by `owner` (owner.ts). In production the connection uses TLS
- * and credentials: plaintext requests cross it (docs/security.md).
+ * forwarder gets "no responders" at once); the fleet digest leaves every `digestMs`, after a sync on
+ * the same connection, so a replica learns of a provider only once the server routes to its owner; the
+ * others' digests feed `remote` (RemoteFleet). `forward` sends an attempt to another replica's provider
+ * (forwarder.ts); requests for local providers are served by `owner` (owner.ts). In production the
+ * connection uses TLS and credentials: plaintext requests cross it (docs/security.md).
  */
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
 import type { TrustLevel } from "../../attestation/provider/levels.ts";
@@ -74,6 +75,10 @@ export class ClusterNode {
     return this;
   }
 
+  get prefix(): string {
+    return this.o.prefix;
+  }
+
   /** Local provider ids this replica answers for now. */
   get present(): string[] {
     return [...this.presence.keys()];
@@ -118,6 +123,7 @@ export class ClusterNode {
   /** Publishes this replica's digest (all its pages). */
   publishDigest(): void {
     const { nc, prefix, replicaId, fleet, minTrust } = this.o;
+    this.sync();
     this.remote.expire();
     try {
       const pages = encodeDigest(replicaId, this.seq++, describeFleet(fleet, minTrust), nc.info?.max_payload ?? 1024 * 1024);

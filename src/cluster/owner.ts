@@ -89,8 +89,9 @@ export class Owner {
       request: body,
     });
     stream.start(session.identity.accountId, attempt).catch(() => {
+      // The request could not be serialized for the provider: the forwarder fails over at once.
       this.logger.warn("forwarded dispatch failed", { provider_id: session.id, request_id: part.id });
-      stream.end();
+      stream.lost("the owner could not send the request");
     });
   }
 
@@ -245,6 +246,12 @@ class OwnerStream {
     } catch {
       // connection closing: the forwarder's silence check ends its side
     }
+  }
+
+  /** Ends the stream with one `lost` event (the owner's own failure). */
+  lost(reason: string): void {
+    this.send({ s: 0, k: "ev", e: [{ type: "lost", reason }] });
+    this.end();
   }
 
   end(): void {

@@ -102,6 +102,8 @@ export async function replica(id: string, prefix: string, timing: Timing = { kee
     const hello = { type: "hello", protocol_versions: [2], provider_version: "t", engine: "fake", models: [{ build_id: build }] };
     session.onFrame(JSON.stringify({ ...hello, max_concurrency: maxConcurrency }));
     await waitFor(() => session.ready && node.present.includes(session.id), "provider welcomed and present");
+    // The server has the subscription once a flush returns (a digest, sent after it, gives the same order).
+    await nc.flush();
     return { session, frames };
   };
   return { id, nc, fleet, node, provider };

@@ -6,6 +6,7 @@
  * forwarder making the owner cancel; a request larger than max_payload in parts; digests and their expiry.
  */
 import { afterEach, describe, expect, test } from "bun:test";
+import { RequestError } from "@nats-io/transport-node";
 import type { Attempt, AttemptEvent } from "../../../src/fleet/attempt.ts";
 import type { Inference } from "../../../src/protocol/frames.ts";
 import { close, natsPrefix, type Replica, replica, testNats } from "../../support/nats.ts";
@@ -25,6 +26,16 @@ async function cluster(...ids: string[]): Promise<Replica[]> {
   for (const id of ids) out.push(await replica(id, prefix));
   opened.push(...out);
   return out;
+}
+
+/** True once a request to the provider's subject gets "no responders" (the server saw its owner go). */
+async function gone(r: Replica, providerId: string): Promise<boolean> {
+  try {
+    await r.nc.request(`${r.node.prefix}.prov.${providerId}`, new Uint8Array(0), { timeout: 1000 });
+    return false;
+  } catch (e) {
+    return e instanceof RequestError && e.isNoResponders();
+  }
 }
 
 let counter = 0;
@@ -100,6 +111,7 @@ describe.skipIf(!available)("forwarded dispatch over NATS", () => {
     const p = await (c as Replica).provider(BUILD);
     await waitFor(() => a?.node.remote.candidates(BUILD).length === 1, "C's provider in A's view");
     await (c as Replica).nc.close();
+    await waitFor(() => gone(a as Replica, p.session.id), "the server dropped C's subscriptions");
     const attempt = (a as Replica).node.forward({ providerId: p.session.id, accountId: "acct_c" }, inference());
     expect(await attempt.next()).toEqual({ type: "lost", reason: "no responders: the provider's replica is gone" });
     await waitFor(() => a?.node.remote.candidates(BUILD).length === 0, "C dropped from A's view after its digests stopped");
