@@ -84,6 +84,16 @@ export class ClusterNode {
     return [...this.presence.keys()];
   }
 
+  /** Other replicas' providers of the build with a free slot at their last digest, best first. */
+  candidates(buildId: string): RemoteTarget[] {
+    return this.remote.candidates(buildId);
+  }
+
+  /** True when a routable provider on another replica serves the build. */
+  serves(buildId: string): boolean {
+    return this.remote.capacity(buildId).routableProviders > 0;
+  }
+
   /** Sends one attempt to the replica that owns `target` (never throws: failures are its events). */
   forward(target: RemoteTarget, frame: Inference): Attempt {
     return forward(this.link, target, frame);
