@@ -106,8 +106,13 @@ class ForwardedStream implements AttemptOwner {
     const now = this.link.now();
     for (const event of m.e) {
       if (event.type === "accepted") this.attempt.accepted(now);
-      else if (event.type === "chunk" || event.type === "tool_call") this.attempt.relay(event, now);
-      else this.attempt.push(event);
+      else if (event.type === "chunk") {
+        this.attempt.countDelta(event.delta); // the owner enforced the budget; counted for `relayed`
+        this.attempt.relay(event, now);
+      } else if (event.type === "tool_call") {
+        this.attempt.countToolCall(event.call);
+        this.attempt.relay(event, now);
+      } else this.attempt.push(event);
     }
   }
 

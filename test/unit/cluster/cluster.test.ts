@@ -91,6 +91,7 @@ describe.skipIf(!available)("forwarded dispatch over NATS", () => {
     expect([attempt.providerId, attempt.providerAccountId, attempt.acceptedAt !== undefined, attempt.firstContentAt !== undefined]).toEqual(
       [p.session.id, "acct_c", true, true],
     );
+    expect([attempt.relayed.chunks, attempt.relayed.toolCalls, attempt.relayed.contentBytes]).toEqual([2, 1, 2]);
     await waitFor(() => c?.node.owner.open === 0 && p.session.active === 0, "the owner's stream closed and the slot freed");
   });
 
