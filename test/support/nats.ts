@@ -61,7 +61,7 @@ export interface Timing {
 }
 
 /** A replica on its own NATS connection (stop it with `close`). */
-export async function replica(id: string, prefix: string, timing: Timing = { keepaliveMs: 50, digestMs: 50 }): Promise<Replica> {
+export async function replica(id: string, prefix: string, timing: Timing = { keepaliveMs: 100, digestMs: 100 }): Promise<Replica> {
   const logger = recordingLogger([]);
   const fleet = new Fleet({
     minTrust: "none",

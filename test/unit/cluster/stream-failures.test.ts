@@ -49,7 +49,7 @@ async function scripted(script: (OwnerMessage | Uint8Array)[]) {
     },
   });
   await own.flush();
-  const link: ClusterLink = { nc: fwd, prefix, keepaliveMs: 30, missedKeepalives: 3, now: Date.now };
+  const link: ClusterLink = { nc: fwd, prefix, keepaliveMs: 100, missedKeepalives: 3, now: Date.now };
   const attempt = forward(link, { providerId: "prov_fake", accountId: "acct_x" }, frame(id));
   return { attempt, control };
 }
