@@ -24,7 +24,7 @@ import type { Metrics } from "../observability/metrics.ts";
 import type { EngineRequestBody } from "../protocol/frames.ts";
 import type { Store } from "../store/types.ts";
 import { type ChatRequest, effectiveBudget, engineBody, parseChatRequest } from "./chat-request.ts";
-import { type Committed, type DispatchSettings, dispatch } from "./dispatch.ts";
+import { type Committed, type DispatchSettings, dispatch, type RemoteProviders } from "./dispatch.ts";
 import { type Answering, InFlight, RequestLifecycle } from "./request-lifecycle.ts";
 import { collectCompletion, completionId, type Outcome, type ResponseContext, streamCompletion } from "./responses.ts";
 import type { ToolSchemas } from "./tool-schemas.ts";
@@ -52,6 +52,8 @@ export interface ChatDeps {
   readonly catalog: CatalogService;
   readonly pricing: PricingService;
   readonly fleet: Fleet;
+  /** Providers on other replicas (cluster/); absent: this replica's own only. */
+  readonly remote?: RemoteProviders;
   readonly billing: Billing;
   readonly limiter: Limiter;
   readonly store: Store;
@@ -207,7 +209,7 @@ export class ChatService {
     signal: AbortSignal,
     life: RequestLifecycle,
   ): Promise<Committed> {
-    const { fleet, settings, now } = this.deps;
+    const { fleet, settings, now, remote } = this.deps;
     const { selfRoute } = admitted;
     try {
       return await dispatch(
@@ -224,6 +226,7 @@ export class ChatService {
           ...(selfRoute ? { accept: (s) => s.identity.accountId === principal.accountId } : {}),
         },
         now,
+        remote,
       );
     } catch (e) {
       life.dispatchFailed(reserved.money);

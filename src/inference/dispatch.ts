@@ -5,14 +5,16 @@
  * Before first content, a provider error, refusal, disconnect or silence (no `accepted` within the accept
  * timeout) cancels the attempt and moves the request to the next candidate, up to `maxAttempts` providers.
  * The first-content deadline covers all attempts together. When every provider is busy the request waits
- * for a slot in a bounded per-model queue, within the deadline. dispatch() lists what it throws.
+ * for a slot in a bounded per-model queue, within the deadline. Without a free local slot, a provider on
+ * another replica (RemoteProviders: cluster/) is tried the same way, except for self-routed requests.
+ * dispatch() lists what it throws.
  */
 import type { UsageLimits } from "../billing/usage-bounds.ts";
 import { Errors } from "../errors/api-error.ts";
 import type { Attempt, AttemptEvent } from "../fleet/attempt.ts";
 import type { Fleet } from "../fleet/fleet.ts";
 import type { ProviderSession } from "../fleet/session.ts";
-import type { EngineRequestBody } from "../protocol/frames.ts";
+import type { EngineRequestBody, Inference } from "../protocol/frames.ts";
 
 export interface DispatchSettings {
   readonly firstContentTimeoutMs: number;
@@ -35,6 +37,22 @@ export interface DispatchRequest {
   readonly selfRoute?: boolean;
   /** Extra filter on candidates (self-route: the caller's own machines). */
   readonly accept?: (s: ProviderSession) => boolean;
+}
+
+/** A provider connected to another replica, as its digest names it. */
+export interface RemoteTarget {
+  readonly providerId: string;
+  readonly accountId: string;
+}
+
+/** Providers connected to other replicas (src/cluster/node.ts's ClusterNode is one). */
+export interface RemoteProviders {
+  /** Those serving the build with a free slot at their replica's last digest, best first. */
+  candidates(buildId: string): readonly RemoteTarget[];
+  /** True when a routable provider on another replica serves the build, free slot or not. */
+  serves(buildId: string): boolean;
+  /** Sends one attempt to the replica that owns the provider; failures are the attempt's events. */
+  forward(target: RemoteTarget, frame: Inference): Attempt;
 }
 
 export interface Committed {
@@ -79,7 +97,13 @@ function waitFor(attempt: Attempt, ms: number): Promise<AttemptEvent | typeof TI
  * - the session could not serialize the request: its RequestEncodingError as it is (a 500 at the error
  *   boundary), without failover; no provider is blamed.
  */
-export async function dispatch(fleet: Fleet, settings: DispatchSettings, request: DispatchRequest, now: () => number): Promise<Committed> {
+export async function dispatch(
+  fleet: Fleet,
+  settings: DispatchSettings,
+  request: DispatchRequest,
+  now: () => number,
+  remote?: RemoteProviders,
+): Promise<Committed> {
   const firstContentDeadline = now() + settings.firstContentTimeoutMs;
   const deadline = Math.min(firstContentDeadline, request.requestDeadline);
   const timedOut = () =>
@@ -97,7 +121,8 @@ export async function dispatch(fleet: Fleet, settings: DispatchSettings, request
     while (n < settings.maxAttempts) {
       if (request.signal.aborted) throw new ClientGone();
       const session = fleet.candidates(request.buildId, (s) => !tried.has(s.id) && (!request.accept || request.accept(s)))[0];
-      if (!session) {
+      const away = session || request.accept ? undefined : remote?.candidates(request.buildId).find((c) => !tried.has(c.providerId));
+      if (!session && !away) {
         // Nobody free. Wait for a slot only when someone could give one and nobody failed yet.
         if (failures > 0 || !fleet.hasRoutable(request.buildId, request.accept)) break;
         if (request.selfRoute) throw Errors.capacityExhausted("every one of your provider machines serving this model is busy", 1);
@@ -111,18 +136,18 @@ export async function dispatch(fleet: Fleet, settings: DispatchSettings, request
         }
         continue;
       }
-      tried.add(session.id);
-      const attempt = await session.dispatch(
-        {
-          type: "inference",
-          request_id: request.requestId,
-          attempt: n,
-          model: request.buildId,
-          first_content_deadline_ms: Math.max(1, deadline - now()),
-          request: request.body,
-        },
-        request.limits,
-      );
+      const frame: Inference = {
+        type: "inference",
+        request_id: request.requestId,
+        attempt: n,
+        model: request.buildId,
+        first_content_deadline_ms: Math.max(1, deadline - now()),
+        request: request.body,
+      };
+      tried.add(session ? session.id : (away as RemoteTarget).providerId);
+      const attempt = session
+        ? await session.dispatch(frame, request.limits)
+        : (remote as RemoteProviders).forward(away as RemoteTarget, frame);
       n++;
       current = attempt;
       const outcome = await untilFirstContent(attempt, settings, deadline, now);
@@ -153,7 +178,8 @@ export async function dispatch(fleet: Fleet, settings: DispatchSettings, request
     throw Errors.serviceUnavailable("every provider for this model is busy", undefined, { "retry-after": "1" });
   }
   if (failures > 0) throw Errors.providerError("the provider failed before producing content");
-  if (!fleet.serves(request.buildId) || !fleet.hasRoutable(request.buildId, request.accept)) {
+  const elsewhere = request.accept === undefined && remote?.serves(request.buildId) === true;
+  if (!elsewhere && (!fleet.serves(request.buildId) || !fleet.hasRoutable(request.buildId, request.accept))) {
     throw Errors.modelUnavailable("no provider is serving this model right now", "model");
   }
   throw Errors.serviceUnavailable("every provider for this model is busy", undefined, { "retry-after": "1" });

@@ -127,6 +127,8 @@ const MAY_IMPORT: Readonly<Record<string, readonly string[]>> = {
   "src/inference": [...DOMAIN_BASE, "src/auth", "src/billing", "src/catalog", "src/fleet", "src/limits"],
   "src/catalog": [...DOMAIN_BASE, "src/billing", "src/fleet"],
   "src/fleet": [...DOMAIN_BASE, "src/billing"],
+  // Routing across replicas (NATS): nothing below coordinator/ imports it until dispatch is wired.
+  "src/cluster": [...DOMAIN_BASE, "src/billing", "src/fleet"],
   "src/billing": [...DOMAIN_BASE],
   "src/limits": [...DOMAIN_BASE],
   "src/auth": [...DOMAIN_BASE, "src/limits"],

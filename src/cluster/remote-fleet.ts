@@ -1,0 +1,142 @@
+/**
+ * The other replicas' providers, as their digests (digest.ts) describe them: routing candidates, capacity
+ * per build and public attestation entries. A digest replaces the replica's previous one once all its
+ * pages arrived; a replica whose pages stop for `missedDigests` periods is dropped (with its providers).
+ * This replica's own digests are ignored. A malformed page is skipped (and counted), never thrown.
+ * Capacity counts are as fresh as the last digest: the owner still admits or refuses each dispatch.
+ */
+import { meetsTrustFloor, type TrustLevel, trustRank } from "../../attestation/provider/levels.ts";
+import type { PublicProviderAttestation } from "../fleet/public-list.ts";
+import { type DigestPage, type DigestProvider, decodeDigest } from "./digest.ts";
+import type { RemoteTarget } from "./forwarder.ts";
+
+interface Replica {
+  providers: readonly DigestProvider[];
+  heard: number;
+  /** Pages of a digest still arriving. */
+  partial?: { readonly seq: number; readonly pages: (readonly DigestProvider[] | undefined)[] };
+}
+
+/** Per-build figures of the remote providers (ModelCapacity's counting fields). */
+export interface RemoteCapacity {
+  readonly providerCount: number;
+  readonly routableProviders: number;
+  readonly warmProviders: number;
+  readonly canAccept: boolean;
+  readonly trustLevel: TrustLevel;
+}
+
+export interface RemoteCandidate extends RemoteTarget {
+  readonly replica: string;
+}
+
+export class RemoteFleet {
+  private readonly replicas = new Map<string, Replica>();
+  private malformed = 0;
+
+  constructor(
+    private readonly self: string,
+    private readonly options: {
+      readonly digestMs: number;
+      readonly missedDigests: number;
+      readonly minTrust: TrustLevel;
+      readonly now: () => number;
+    },
+  ) {}
+
+  /** One page from `<prefix>.fleet.*`; never throws. */
+  onDigest(data: Uint8Array): void {
+    let page: DigestPage;
+    try {
+      page = decodeDigest(data);
+    } catch {
+      this.malformed++;
+      return;
+    }
+    if (page.replica === this.self) return;
+    const now = this.options.now();
+    let r = this.replicas.get(page.replica);
+    if (r === undefined) {
+      r = { providers: [], heard: now };
+      this.replicas.set(page.replica, r);
+    }
+    r.heard = now;
+    if (page.pages === 1) {
+      r.providers = page.providers;
+      r.partial = undefined;
+      return;
+    }
+    if (r.partial?.seq !== page.seq) r.partial = { seq: page.seq, pages: new Array(page.pages).fill(undefined) };
+    r.partial.pages[page.index] = page.providers;
+    if (r.partial.pages.every((p) => p !== undefined)) {
+      r.providers = r.partial.pages.flat() as DigestProvider[];
+      r.partial = undefined;
+    }
+  }
+
+  /** Drops replicas silent for `missedDigests` periods. */
+  expire(): void {
+    const cutoff = this.options.now() - this.options.digestMs * this.options.missedDigests;
+    for (const [id, r] of this.replicas) if (r.heard < cutoff) this.replicas.delete(id);
+  }
+
+  /** Replicas heard from recently (not this one). */
+  get replicaIds(): string[] {
+    this.expire();
+    return [...this.replicas.keys()];
+  }
+
+  /** Digest pages that failed validation. */
+  get malformedPages(): number {
+    return this.malformed;
+  }
+
+  private *providers(): Generator<[string, DigestProvider]> {
+    this.expire();
+    for (const [id, r] of this.replicas) for (const p of r.providers) yield [id, p];
+  }
+
+  private routable(p: DigestProvider): boolean {
+    return !p.draining && meetsTrustFloor(p.trust, this.options.minTrust);
+  }
+
+  /** Remote providers of the build with a free slot at their last digest, warm and least loaded first. */
+  candidates(buildId: string, accept?: (c: RemoteCandidate) => boolean): RemoteCandidate[] {
+    const found: { c: RemoteCandidate; p: DigestProvider }[] = [];
+    for (const [replica, p] of this.providers()) {
+      if (!p.builds.includes(buildId) || !this.routable(p) || p.active >= p.max) continue;
+      const c = { replica, providerId: p.id, accountId: p.account };
+      if (!accept || accept(c)) found.push({ c, p });
+    }
+    found.sort(
+      (a, b) => Number(b.p.warm.includes(buildId)) - Number(a.p.warm.includes(buildId)) || a.p.active / a.p.max - b.p.active / b.p.max,
+    );
+    return found.map((f) => f.c);
+  }
+
+  capacity(buildId: string): RemoteCapacity {
+    let providerCount = 0;
+    let routableProviders = 0;
+    let warmProviders = 0;
+    let canAccept = false;
+    let trustLevel: TrustLevel = "none";
+    for (const [, p] of this.providers()) {
+      if (!p.builds.includes(buildId)) continue;
+      providerCount++;
+      if (p.warm.includes(buildId)) warmProviders++;
+      if (trustRank(p.trust) > trustRank(trustLevel)) trustLevel = p.trust;
+      if (this.routable(p)) {
+        routableProviders++;
+        if (p.active < p.max) canAccept = true;
+      }
+    }
+    return { providerCount, routableProviders, warmProviders, canAccept, trustLevel };
+  }
+
+  /** The public attestation entries the other replicas list. */
+  publicAttestations(): PublicProviderAttestation[] {
+    const out: PublicProviderAttestation[] = [];
+    for (const [, p] of this.providers()) if (p.pub) out.push(p.pub);
+    return out;
+  }
+}
