@@ -49,7 +49,7 @@ BEGIN
 END $$;
 --> statement-breakpoint
 -- Settlement, idempotent on the request id (the usage row's key). With its hold: charges
--- min(charge, hold), earning and fee cut to fit inside that, writes usage (cost = what was charged) and
+-- min(charge, hold), the fee first and the earning cut to fit inside that, writes usage (cost = what was charged) and
 -- the ledger, releases the hold. Without one (settled, released or swept): charges nothing; the usage row
 -- is still written once, cost 0, and `had_hold` is false for the caller to report.
 CREATE FUNCTION umbra_settle(p_request_id text, p_account_id text, p_key_id text, p_charge bigint,
@@ -72,8 +72,8 @@ BEGIN
       v_charge := 0;
     ELSE
       v_charge := greatest(least(p_charge, v_hold.amount_micro_usd), 0);
-      IF p_provider_account_id IS NOT NULL THEN v_earn := greatest(least(p_earning, v_charge), 0); END IF;
-      v_fee := greatest(least(p_fee, v_charge - v_earn), 0);
+      v_fee := greatest(least(p_fee, v_charge), 0);
+      IF p_provider_account_id IS NOT NULL THEN v_earn := greatest(least(p_earning, v_charge - v_fee), 0); END IF;
     END IF;
     IF v_fee > 0 THEN
       INSERT INTO accounts (id, name, jwt_subject, created_at) VALUES (p_platform_account_id, 'Platform', NULL, 0)
