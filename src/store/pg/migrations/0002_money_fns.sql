@@ -49,9 +49,10 @@ BEGIN
 END $$;
 --> statement-breakpoint
 -- Settlement, idempotent on the request id (the usage row's key). With its hold: charges
--- min(charge, hold), the fee first and the earning cut to fit inside that, writes usage (cost = what was charged) and
--- the ledger, releases the hold. Without one (settled, released or swept): charges nothing; the usage row
--- is still written once, cost 0, and `had_hold` is false for the caller to report.
+-- min(charge, hold) (the fee first, the earning cut to fit), writes usage (cost = what was charged) and
+-- the ledger, releases the hold. Without one (settled, released or swept) it charges nothing: the usage
+-- row is still written once, cost 0, and `had_hold` is false for the caller to report. A usage row
+-- already there means settled: nothing is charged, the hold (if any) is released.
 CREATE FUNCTION umbra_settle(p_request_id text, p_account_id text, p_key_id text, p_charge bigint,
     p_provider_account_id text, p_earning bigint, p_fee bigint, p_platform_account_id text, p_at bigint,
     p_model text, p_build_id text, p_provider_id text, p_prompt_tokens bigint, p_cached_tokens bigint,
@@ -67,14 +68,20 @@ DECLARE
 BEGIN
   DELETE FROM holds WHERE request_id = p_request_id RETURNING * INTO v_hold;
   had_hold := FOUND;
+  IF had_hold THEN v_charge := greatest(least(p_charge, v_hold.amount_micro_usd), 0); END IF;
+  -- The usage row first: only the call that writes it charges (a concurrent settlement of the same id
+  -- waits here for the first to commit, then finds the row).
+  INSERT INTO usage (request_id, account_id, key_id, model, build_id, provider_id, prompt_tokens, cached_tokens,
+      completion_tokens, cost_micro_usd, started_at, first_content_ms, duration_ms, outcome)
+    VALUES (p_request_id, coalesce(v_hold.account_id, p_account_id), CASE WHEN had_hold THEN v_hold.key_id ELSE p_key_id END,
+      p_model, p_build_id, p_provider_id, p_prompt_tokens, p_cached_tokens, p_completion_tokens, v_charge, p_started_at,
+      p_first_content_ms, p_duration_ms, p_outcome)
+    ON CONFLICT DO NOTHING;
+  applied := FOUND;
+  IF NOT applied THEN v_charge := 0; END IF;
   IF had_hold THEN
-    IF EXISTS (SELECT 1 FROM usage WHERE request_id = p_request_id) THEN
-      v_charge := 0;
-    ELSE
-      v_charge := greatest(least(p_charge, v_hold.amount_micro_usd), 0);
-      v_fee := greatest(least(p_fee, v_charge), 0);
-      IF p_provider_account_id IS NOT NULL THEN v_earn := greatest(least(p_earning, v_charge - v_fee), 0); END IF;
-    END IF;
+    v_fee := greatest(least(p_fee, v_charge), 0);
+    IF p_provider_account_id IS NOT NULL THEN v_earn := greatest(least(p_earning, v_charge - v_fee), 0); END IF;
     IF v_fee > 0 THEN
       INSERT INTO accounts (id, name, jwt_subject, created_at) VALUES (p_platform_account_id, 'Platform', NULL, 0)
         ON CONFLICT DO NOTHING;
@@ -85,13 +92,6 @@ BEGIN
         CASE WHEN v_earn > 0 THEN p_provider_account_id END, CASE WHEN v_fee > 0 THEN p_platform_account_id END)
       ORDER BY account_id COLLATE "C" FOR UPDATE;
   END IF;
-  INSERT INTO usage (request_id, account_id, key_id, model, build_id, provider_id, prompt_tokens, cached_tokens,
-      completion_tokens, cost_micro_usd, started_at, first_content_ms, duration_ms, outcome)
-    VALUES (p_request_id, coalesce(v_hold.account_id, p_account_id), CASE WHEN had_hold THEN v_hold.key_id ELSE p_key_id END,
-      p_model, p_build_id, p_provider_id, p_prompt_tokens, p_cached_tokens, p_completion_tokens, v_charge, p_started_at,
-      p_first_content_ms, p_duration_ms, p_outcome)
-    ON CONFLICT DO NOTHING;
-  applied := FOUND;
   IF had_hold THEN
     v_after := umbra_unhold(v_hold.account_id, v_hold.key_id, v_hold.amount_micro_usd, v_charge, p_at);
     IF v_charge > 0 THEN
