@@ -11,6 +11,7 @@ import { Provisioning } from "../attestation/provisioning.ts";
 import { type Authenticator, authenticateProvider, createAuthenticator, providerTokenExpired } from "../auth/authenticator.ts";
 import { DeviceFlow } from "../auth/device-flow.ts";
 import { createJwtVerifier } from "../auth/jwt.ts";
+import { AuthorityReservations } from "../billing/authority-reservations.ts";
 import { Billing } from "../billing/billing.ts";
 import { PricingService } from "../billing/pricing.ts";
 import { Wallets } from "../billing/wallets.ts";
@@ -25,6 +26,7 @@ import { ToolSchemas } from "../inference/tool-schemas.ts";
 import { RateLimiter } from "../limits/rate-limiter.ts";
 import { createLogger, type Logger } from "../observability/logger.ts";
 import { createMetrics, type Metrics } from "../observability/metrics.ts";
+import type { MoneyAuthority } from "../store/pg/money-authority.ts";
 import type { ProviderTokenRecord, Store } from "../store/types.ts";
 
 export interface Clock {
@@ -47,6 +49,11 @@ export interface AppDeps {
   readonly sealedReplayEntries?: number;
   /** HOST_DATA of development attestation reports (tests of --config-binding host-data). */
   readonly devHostData?: Uint8Array;
+  /**
+   * Postgres only: Billing holds money through this authority (several replicas) instead of Wallets.
+   * Off unless given; its renewals (store/pg/hold-keeper.ts) are the caller's until the app runs them.
+   */
+  readonly moneyAuthority?: MoneyAuthority;
 }
 
 export interface App {
@@ -160,7 +167,7 @@ export function createApp(deps: AppDeps): App {
     spacedAbovePerSecond: config.settlementGroupAbove,
     observeCommit: (n, seconds) => metrics.observeSettlementCommit(n, seconds),
   });
-  const billing = new Billing(wallets, config);
+  const billing = new Billing(deps.moneyAuthority ? new AuthorityReservations(deps.moneyAuthority, logger) : wallets, config);
   const limiter = new RateLimiter({ now });
   const admin = new AdminService(store, now, {
     providerTokenRevoked: (id) => fleet.disconnectToken(id),
