@@ -15,7 +15,7 @@ import type { Usage } from "../protocol/frames.ts";
 import type { Settlement } from "../store/types.ts";
 import { ceilMillionths, costOf } from "./money.ts";
 import type { Rates } from "./pricing.ts";
-import type { Hold, HoldRequest, Wallets } from "./wallets.ts";
+import type { Hold, HoldRequest } from "./wallets.ts";
 
 /** Chat-template tokens per message and per request, on top of the text itself. */
 export const MESSAGE_OVERHEAD_TOKENS = 8;
@@ -131,15 +131,28 @@ export interface Ending {
   readonly endedAt: number;
 }
 
+/**
+ * Where Billing holds and settles money: Wallets (memory, one coordinator per database) or the Postgres
+ * money authority across replicas (authority-reservations.ts).
+ */
+export interface Reservations {
+  /** A synchronous hold when one can be had without I/O; undefined sends the caller to `reserve`. */
+  tryReserve?(request: HoldRequest): Hold | undefined;
+  /** Holds the money, or throws 402 insufficient_funds / insufficient_quota. */
+  reserve(request: HoldRequest): Promise<Hold>;
+  /** Charges at most the hold and records usage; resolves when durable. */
+  settle(hold: Hold | undefined, settlement: Settlement): Promise<void>;
+}
+
 export class Billing {
   constructor(
-    private readonly wallets: Wallets,
+    private readonly wallets: Reservations,
     private readonly settings: BillingSettings,
   ) {}
 
   /** Holds the money, or throws 402. The common case (account loaded, money there) is synchronous. */
   reserve(request: HoldRequest): Hold | Promise<Hold> {
-    return this.wallets.tryReserve(request) ?? this.wallets.reserve(request);
+    return this.wallets.tryReserve?.(request) ?? this.wallets.reserve(request);
   }
 
   /** Charges for the ending (capped at the hold), pays the provider, records usage; resolves when durable. */

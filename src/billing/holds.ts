@@ -45,6 +45,8 @@ export interface UncappedHold extends HoldFields {
 export type Hold = CappedHold | UncappedHold;
 
 export interface HoldRequest {
+  /** The request's id: the Postgres authority keys its hold by it (in memory it is not needed). */
+  readonly requestId?: string;
   readonly accountId: string;
   readonly keyId: string | null;
   readonly spendCap: number | null;

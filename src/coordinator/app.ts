@@ -11,6 +11,7 @@ import { Provisioning } from "../attestation/provisioning.ts";
 import { type Authenticator, authenticateProvider, createAuthenticator, providerTokenExpired } from "../auth/authenticator.ts";
 import { DeviceFlow } from "../auth/device-flow.ts";
 import { createJwtVerifier } from "../auth/jwt.ts";
+import { AuthorityReservations } from "../billing/authority-reservations.ts";
 import { Billing } from "../billing/billing.ts";
 import { PricingService } from "../billing/pricing.ts";
 import { Wallets } from "../billing/wallets.ts";
@@ -24,6 +25,7 @@ import { ChatService } from "../inference/chat-service.ts";
 import { ToolSchemas } from "../inference/tool-schemas.ts";
 import { createLogger, type Logger } from "../observability/logger.ts";
 import { createMetrics, type Metrics } from "../observability/metrics.ts";
+import type { MoneyAuthority } from "../store/pg/money-authority.ts";
 import type { ProviderTokenRecord, Store } from "../store/types.ts";
 import { createLimiter } from "./rate-limits.ts";
 
@@ -52,6 +54,11 @@ export interface AppDeps {
    * until the NATS fleet digest exists to count them (issue 21): a lone replica then limits at the full rate.
    */
   readonly liveReplicas?: () => number;
+  /**
+   * Postgres only: Billing holds money through this authority (several replicas) instead of Wallets.
+   * Off unless given; its renewals (store/pg/hold-keeper.ts) are the caller's until the app runs them.
+   */
+  readonly moneyAuthority?: MoneyAuthority;
 }
 
 export interface App {
@@ -165,7 +172,7 @@ export function createApp(deps: AppDeps): App {
     spacedAbovePerSecond: config.settlementGroupAbove,
     observeCommit: (n, seconds) => metrics.observeSettlementCommit(n, seconds),
   });
-  const billing = new Billing(wallets, config);
+  const billing = new Billing(deps.moneyAuthority ? new AuthorityReservations(deps.moneyAuthority, logger) : wallets, config);
   // In process, or shared through Redis in cluster mode (--redis-url); its client closes with the app.
   const limits = createLimiter({ cluster: config.cluster, now, logger, metrics, liveReplicas: deps.liveReplicas ?? (() => 1) });
   const admin = new AdminService(store, now, {

@@ -169,10 +169,14 @@ export class ChatService {
     const forwarded = engineBody(request, maxTokens);
     const limits = usageLimits(forwarded);
     const rates = await pricing.ratesFor(resolved.id, resolved.build.id);
+    // Time first, then randomness: rows keyed by request id are appended near the end of their
+    // indexes instead of scattered over them, which keeps settlement writes cheap.
+    const requestId = `req_${life.startedAt.toString(36).padStart(9, "0")}${randomBytes(9).toString("base64url")}`;
     let hold: Hold | undefined;
     if (settings.metering && !selfRoute) {
       try {
         hold = await billing.reserve({
+          requestId,
           accountId: principal.accountId,
           keyId: principal.keyId,
           spendCap: principal.spendCap,
@@ -183,9 +187,6 @@ export class ChatService {
         throw e;
       }
     }
-    // Time first, then randomness: rows keyed by request id are appended near the end of their
-    // indexes instead of scattered over them, which keeps settlement writes cheap.
-    const requestId = `req_${life.startedAt.toString(36).padStart(9, "0")}${randomBytes(9).toString("base64url")}`;
     const money: RequestMoney = {
       requestId,
       accountId: principal.accountId,

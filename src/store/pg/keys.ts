@@ -1,5 +1,5 @@
 /** The Postgres ApiKeyStore and ProviderTokenStore (no read cache yet: every lookup reads the table). */
-import { and, eq, isNull } from "drizzle-orm";
+import { and, eq, getTableColumns, isNull } from "drizzle-orm";
 import type { ApiKeyStore, ProviderTokenStore } from "../types.ts";
 import type { PgDb } from "./open.ts";
 import { byCode } from "./order.ts";
@@ -9,8 +9,11 @@ async function accountExists(db: PgDb, id: string): Promise<boolean> {
   return (await db.select({ id: accounts.id }).from(accounts).where(eq(accounts.id, id))).length > 0;
 }
 
+/** The key's columns but `held` (the money authority's, Postgres only): what an ApiKeyRecord is. */
+const { held: _held, ...keyColumns } = getTableColumns(apiKeys);
+
 export function pgApiKeys(db: PgDb): ApiKeyStore {
-  const get = async (id: string) => (await db.select().from(apiKeys).where(eq(apiKeys.id, id)))[0];
+  const get = async (id: string) => (await db.select(keyColumns).from(apiKeys).where(eq(apiKeys.id, id)))[0];
   return {
     async create(key) {
       if (!(await accountExists(db, key.accountId))) return undefined;
@@ -24,10 +27,10 @@ export function pgApiKeys(db: PgDb): ApiKeyStore {
       return get(key.id);
     },
     get,
-    findByHash: async (hash) => (await db.select().from(apiKeys).where(eq(apiKeys.keyHash, hash)))[0],
+    findByHash: async (hash) => (await db.select(keyColumns).from(apiKeys).where(eq(apiKeys.keyHash, hash)))[0],
     list: async (accountId) =>
       db
-        .select()
+        .select(keyColumns)
         .from(apiKeys)
         .where(accountId === undefined ? undefined : eq(apiKeys.accountId, accountId))
         .orderBy(apiKeys.createdAt, byCode(apiKeys.id)),

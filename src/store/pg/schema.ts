@@ -1,14 +1,15 @@
 /**
  * Drizzle schema for the Postgres store: the same tables, columns and constraints as the SQLite schema
  * (src/store/schema.ts), table for table; test/unit/store/schema-parity.test.ts fails `tsc` when the
- * selected row types of a pair differ. drizzle-kit generates src/store/pg/migrations from this file
+ * selected row types of a pair differ. Postgres alone has the money authority's parts (`holds`,
+ * `api_keys.held`, the CHECKs that bound them), which that test names as such. drizzle-kit generates src/store/pg/migrations from this file
  * (drizzle.pg.config.ts); the generated SQL is committed and embedded in the binary.
  *
  * Every integer is a 64-bit `bigint` read as a JS number: micro-USD overflow int4 above $2,147 and Unix
  * milliseconds overflow it too. Flags are `boolean`, lists `jsonb`.
  */
 import { sql } from "drizzle-orm";
-import { bigint, boolean, check, index, jsonb, pgTable, text } from "drizzle-orm/pg-core";
+import { bigint, boolean, check, index, jsonb, pgTable, text, timestamp } from "drizzle-orm/pg-core";
 
 const int = (name: string) => bigint(name, { mode: "number" });
 
@@ -29,7 +30,12 @@ export const balances = pgTable(
     reserved: int("reserved_micro_usd").notNull().default(0),
     updatedAt: int("updated_at").notNull(),
   },
-  (t) => [check("balance_not_negative", sql`${t.balance} >= 0`), check("reserved_not_negative", sql`${t.reserved} >= 0`)],
+  (t) => [
+    check("balance_not_negative", sql`${t.balance} >= 0`),
+    check("reserved_not_negative", sql`${t.reserved} >= 0`),
+    // Postgres only: the money authority (money-authority.ts) holds here; SQLite holds in memory.
+    check("reserved_within_balance", sql`${t.reserved} <= ${t.balance}`),
+  ],
 );
 
 /** Append-only; `amount` is signed (credits, earnings and fees positive, charges negative). */
@@ -69,8 +75,14 @@ export const apiKeys = pgTable(
     linkMachines: boolean("link_machines").notNull().default(false),
     createdAt: int("created_at").notNull(),
     revokedAt: int("revoked_at"),
+    /** Postgres only (the parity test lists it): the sum of this key's open holds. */
+    held: int("held_micro_usd").notNull().default(0),
   },
-  (t) => [index("api_keys_account_idx").on(t.accountId)],
+  (t) => [
+    index("api_keys_account_idx").on(t.accountId),
+    check("held_not_negative", sql`${t.held} >= 0`),
+    check("spend_cap_covers_held", sql`${t.spendCap} IS NULL OR ${t.spent} + ${t.held} <= ${t.spendCap}`),
+  ],
 );
 
 export const providerTokens = pgTable(
@@ -154,3 +166,27 @@ export const storeMeta = pgTable("store_meta", {
   key: text("key").primaryKey(),
   value: text("value").notNull(),
 });
+
+/**
+ * Postgres only: one open reservation per request (the money authority, money-authority.ts). Its amount
+ * is counted in the account's `reserved` and the key's `held`; `expires_at` is on the database clock, and
+ * the sweeper releases what its replica stopped renewing.
+ */
+export const holds = pgTable(
+  "holds",
+  {
+    requestId: text("request_id").primaryKey(),
+    accountId: text("account_id")
+      .notNull()
+      .references(() => accounts.id),
+    keyId: text("key_id").references(() => apiKeys.id),
+    amount: int("amount_micro_usd").notNull(),
+    ownerReplica: text("owner_replica").notNull(),
+    expiresAt: timestamp("expires_at", { withTimezone: true }).notNull(),
+  },
+  (t) => [
+    index("holds_expires_idx").on(t.expiresAt),
+    index("holds_owner_idx").on(t.ownerReplica),
+    check("hold_positive", sql`${t.amount} > 0`),
+  ],
+);

@@ -1,0 +1,50 @@
+/**
+ * Billing's Reservations over the Postgres money authority (store/pg/money-authority.ts), for several
+ * coordinators on one database: every reserve is one round trip that the database decides (no memory
+ * here), a shortfall becomes the same 402 as Wallets', and every settlement is one idempotent call that
+ * charges at most the hold. A settlement whose hold had gone (swept after its replica stopped renewing)
+ * charges nothing and is logged for review. Renewals and sweeps are the HoldKeeper's (store/pg/hold-keeper.ts).
+ * Chosen only when the app is given an authority; off by default.
+ */
+import { Errors } from "../errors/api-error.ts";
+import type { Logger } from "../observability/logger.ts";
+import type { MoneyAuthority } from "../store/pg/money-authority.ts";
+import type { Settlement } from "../store/types.ts";
+import type { Reservations } from "./billing.ts";
+import type { Hold, HoldRequest } from "./holds.ts";
+
+export class AuthorityReservations implements Reservations {
+  constructor(
+    private readonly authority: MoneyAuthority,
+    private readonly logger: Logger,
+  ) {}
+
+  async reserve(request: HoldRequest): Promise<Hold> {
+    if (request.requestId === undefined) throw new Error("the money authority needs the request id to hold money");
+    const out = await this.authority.reserve({
+      requestId: request.requestId,
+      accountId: request.accountId,
+      keyId: request.keyId,
+      amount: request.amount,
+    });
+    if ("shortfall" in out) {
+      if (out.shortfall === "quota") throw Errors.insufficientQuota("this API key has reached its spend cap");
+      if (out.shortfall === "funds") {
+        throw Errors.insufficientFunds("the account balance is too low for this request; add credit or lower max_tokens");
+      }
+      throw new Error(`the money authority refused the hold (${out.shortfall})`);
+    }
+    const { accountId, amount, keyId } = request;
+    return keyId !== null && request.spendCap !== null
+      ? { accountId, amount, keyId, capped: true, done: false }
+      : { accountId, amount, keyId, capped: false, done: false };
+  }
+
+  async settle(hold: Hold | undefined, settlement: Settlement): Promise<void> {
+    if (hold) hold.done = true;
+    const out = await this.authority.settle(settlement);
+    if (hold && !out.hadHold && out.applied) {
+      this.logger.warn("settled without its hold: nothing charged", { request_id: settlement.requestId, account_id: settlement.accountId });
+    }
+  }
+}
