@@ -27,6 +27,7 @@ import { createLogger, type Logger } from "../observability/logger.ts";
 import { createMetrics, type Metrics } from "../observability/metrics.ts";
 import type { MoneyAuthority } from "../store/pg/money-authority.ts";
 import type { ProviderTokenRecord, Store } from "../store/types.ts";
+import { type AppCluster, startCluster, withRemoteCapacity } from "./cluster-link.ts";
 import { createLimiter } from "./rate-limits.ts";
 
 export interface Clock {
@@ -50,8 +51,8 @@ export interface AppDeps {
   /** HOST_DATA of development attestation reports (tests of --config-binding host-data). */
   readonly devHostData?: Uint8Array;
   /**
-   * Replicas alive now (cluster mode): each limit is divided by it while Redis is unreachable. Default 1
-   * until the NATS fleet digest exists to count them (issue 21): a lone replica then limits at the full rate.
+   * Replicas alive now (cluster mode): each limit is divided by it while Redis is unreachable. Default:
+   * this one and those whose NATS fleet digests arrive (1 outside cluster mode or while NATS is away).
    */
   readonly liveReplicas?: () => number;
   /**
@@ -82,7 +83,9 @@ export interface App {
   readonly wallets: Wallets;
   readonly logger: Logger;
   readonly metrics: Metrics;
-  /** Stops background work (liveness sweeps), ends provider sessions and closes the Redis client. */
+  /** Cluster mode: the NATS connection and ClusterNode (cluster-link.ts). */
+  readonly cluster: AppCluster | undefined;
+  /** Stops background work (liveness sweeps), ends provider sessions, closes the Redis and NATS clients. */
   close(): void;
   /** Resolves when every settled charge is durable (call before exiting). */
   flush(): Promise<void>;
@@ -167,14 +170,17 @@ export function createApp(deps: AppDeps): App {
     logger,
     now,
   }).start();
-  const catalog = new CatalogService(store.catalog, deps.fleet ?? fleet, pricing);
+  // Cluster mode: presence, digests and forwarded requests over NATS; it closes with the app.
+  const cluster = config.cluster ? startCluster({ cluster: config.cluster, fleet, minTrust: config.minTrust, logger, now }) : undefined;
+  const catalog = new CatalogService(store.catalog, deps.fleet ?? (cluster ? withRemoteCapacity(fleet, cluster) : fleet), pricing);
   const wallets = new Wallets(store.money, logger, {
     spacedAbovePerSecond: config.settlementGroupAbove,
     observeCommit: (n, seconds) => metrics.observeSettlementCommit(n, seconds),
   });
   const billing = new Billing(deps.moneyAuthority ? new AuthorityReservations(deps.moneyAuthority, logger) : wallets, config);
   // In process, or shared through Redis in cluster mode (--redis-url); its client closes with the app.
-  const limits = createLimiter({ cluster: config.cluster, now, logger, metrics, liveReplicas: deps.liveReplicas ?? (() => 1) });
+  const liveReplicas = deps.liveReplicas ?? cluster?.liveReplicas ?? (() => 1);
+  const limits = createLimiter({ cluster: config.cluster, now, logger, metrics, liveReplicas });
   const admin = new AdminService(store, now, {
     providerTokenRevoked: (id) => fleet.disconnectToken(id),
     reservedFor: (id) => wallets.reservedFor(id),
@@ -217,6 +223,7 @@ export function createApp(deps: AppDeps): App {
     logger,
     metrics,
     now,
+    ...(cluster ? { remote: cluster.remote } : {}),
   });
   const http = createHttpApp({
     store,
@@ -262,9 +269,11 @@ export function createApp(deps: AppDeps): App {
     wallets,
     logger,
     metrics,
+    cluster,
     flush: () => wallets.flushed(),
     close: () => {
       clearInterval(recheck);
+      cluster?.close();
       fleet.stop();
       limits.close();
     },

@@ -1,6 +1,6 @@
 /**
  * Cluster mode as real processes: two `serve` replicas on one Postgres database, one Redis and one
- * cluster prefix (NATS is named but not connected yet), each with a real provider, admit between them no
+ * cluster prefix (and NATS, which routing uses; its rpm holds either way), each with a real provider, admit between them no
  * more chat requests than the key's rpm; each logs its replica id at start. Skipped, saying so, without PostgreSQL or Redis.
  */
 import { afterAll, expect, test } from "bun:test";

@@ -1,0 +1,139 @@
+/**
+ * The app's place in the cluster (config.cluster): a NATS connection (the configured servers, TLS when
+ * asked, user and password or token) carrying a ClusterNode, which the chat path uses as its remote
+ * providers and whose RemoteFleet counts the live replicas. A NATS that does not answer at start is
+ * logged and retried in the background while the replica serves its own providers; once connected, the
+ * client reconnects by itself. `close` stops the node and closes the connection (the app's close calls it).
+ * /v1/models counts the other replicas' providers too (withRemoteCapacity; attestation figures stay local).
+ */
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { type TrustLevel, trustRank } from "../../attestation/provider/levels.ts";
+import { ClusterNode } from "../cluster/node.ts";
+import type { RemoteCapacity } from "../cluster/remote-fleet.ts";
+import type { ClusterConfig } from "../config/config.ts";
+import type { Fleet } from "../fleet/fleet.ts";
+import type { FleetView } from "../fleet/fleet-view.ts";
+import type { RemoteProviders } from "../inference/dispatch.ts";
+import type { Logger } from "../observability/logger.ts";
+
+/** Between connection attempts while NATS has never answered. */
+const RETRY_MS = 2000;
+
+export interface ClusterLinkDeps {
+  readonly cluster: ClusterConfig;
+  readonly fleet: Fleet;
+  readonly minTrust: TrustLevel;
+  readonly logger: Logger;
+  readonly now: () => number;
+}
+
+export interface AppCluster {
+  /** The chat path's remote providers: none until NATS is connected. */
+  readonly remote: RemoteProviders;
+  /** This replica and the others whose digests arrive. */
+  liveReplicas(): number;
+  /** The other replicas' providers of a build (none while disconnected). */
+  capacity(buildId: string): RemoteCapacity | undefined;
+  /** The ClusterNode once connected (tests). */
+  readonly node: ClusterNode | undefined;
+  close(): void;
+}
+
+/** The connection options of the configured servers (credentials apart from the addresses). */
+export function natsOptions(cluster: ClusterConfig) {
+  const urls = cluster.natsServers.map((s) => new URL(s));
+  const user = urls.map((u) => decodeURIComponent(u.username)).find((u) => u !== "");
+  const inline = urls.map((u) => decodeURIComponent(u.password)).find((p) => p !== "");
+  const password = cluster.natsPassword ?? inline;
+  const auth = user !== undefined ? { user, pass: password ?? "" } : password !== undefined ? { token: password } : {};
+  return {
+    servers: urls.map((u) => u.host),
+    name: `umbra-${cluster.replicaId}`,
+    ...(cluster.natsTls ? { tls: {} } : {}),
+    ...auth,
+  };
+}
+
+export function startCluster(deps: ClusterLinkDeps): AppCluster {
+  const { cluster, logger } = deps;
+  let node: ClusterNode | undefined;
+  let nc: NatsConnection | undefined;
+  let closed = false;
+  let retry: ReturnType<typeof setTimeout> | undefined;
+  let warned = false;
+  const attempt = () => {
+    connect({ ...natsOptions(cluster), timeout: RETRY_MS, reconnect: true, maxReconnectAttempts: -1 }).then(
+      (c) => {
+        if (closed) return void c.close();
+        nc = c;
+        node = new ClusterNode({
+          nc: c,
+          prefix: cluster.prefix,
+          replicaId: cluster.replicaId,
+          fleet: deps.fleet,
+          minTrust: deps.minTrust,
+          logger,
+          now: deps.now,
+        }).start();
+        logger.info("cluster connected", { replica_id: cluster.replicaId });
+        void c.closed().then(() => {
+          if (!closed) logger.error("cluster connection closed", { replica_id: cluster.replicaId });
+        });
+      },
+      (e: unknown) => {
+        if (closed) return;
+        if (!warned) {
+          warned = true;
+          logger.warn("NATS unreachable: serving local providers only, retrying", {
+            replica_id: cluster.replicaId,
+            reason: e instanceof Error ? e.name : "connect",
+          });
+        }
+        retry = setTimeout(attempt, RETRY_MS);
+        retry.unref?.();
+      },
+    );
+  };
+  attempt();
+  const remote: RemoteProviders = {
+    candidates: (buildId) => node?.candidates(buildId) ?? [],
+    serves: (buildId) => node?.serves(buildId) ?? false,
+    forward: (target, frame) => {
+      if (node === undefined) throw new Error("cluster not connected");
+      return node.forward(target, frame);
+    },
+  };
+  return {
+    remote,
+    liveReplicas: () => 1 + (node?.remote.replicaIds.length ?? 0),
+    capacity: (buildId) => node?.remote.capacity(buildId),
+    get node() {
+      return node;
+    },
+    close: () => {
+      closed = true;
+      clearTimeout(retry);
+      node?.stop();
+      void nc?.close().catch(() => {});
+    },
+  };
+}
+
+/** /v1/models capacity: this replica's fleet plus the others' providers (attestation counts and posture: this replica's). */
+export function withRemoteCapacity(local: FleetView, cluster: AppCluster): FleetView {
+  return {
+    capacity: (buildId) => {
+      const here = local.capacity(buildId);
+      const away = cluster.capacity(buildId);
+      if (away === undefined || away.providerCount === 0) return here;
+      return {
+        ...here,
+        providerCount: here.providerCount + away.providerCount,
+        routableProviders: here.routableProviders + away.routableProviders,
+        warmProviders: here.warmProviders + away.warmProviders,
+        canAccept: here.canAccept || away.canAccept,
+        trustLevel: trustRank(away.trustLevel) > trustRank(here.trustLevel) ? away.trustLevel : here.trustLevel,
+      };
+    },
+  };
+}
