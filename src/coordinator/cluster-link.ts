@@ -66,15 +66,21 @@ export function startCluster(deps: ClusterLinkDeps): AppCluster {
       (c) => {
         if (closed) return void c.close();
         nc = c;
-        node = new ClusterNode({
-          nc: c,
-          prefix: cluster.prefix,
-          replicaId: cluster.replicaId,
-          fleet: deps.fleet,
-          minTrust: deps.minTrust,
-          logger,
-          now: deps.now,
-        }).start();
+        try {
+          node = new ClusterNode({
+            nc: c,
+            prefix: cluster.prefix,
+            replicaId: cluster.replicaId,
+            fleet: deps.fleet,
+            minTrust: deps.minTrust,
+            logger,
+            now: deps.now,
+          }).start();
+        } catch {
+          // The configuration checks the names first: never expected, never a crash.
+          logger.error("cluster node not started: serving local providers only", { replica_id: cluster.replicaId });
+          return void c.close();
+        }
         logger.info("cluster connected", { replica_id: cluster.replicaId });
         void c.closed().then(() => {
           if (!closed) logger.error("cluster connection closed", { replica_id: cluster.replicaId });

@@ -1,18 +1,25 @@
 /**
- * Cluster mode as real processes: two `serve` replicas on one Postgres database, one Redis and one
- * cluster prefix (and NATS, which routing uses; its rpm holds either way), each with a real provider, admit between them no
- * more chat requests than the key's rpm; each logs its replica id at start. Skipped, saying so, without PostgreSQL or Redis.
+ * Cluster mode as real processes: two `serve` replicas on one Postgres database, one Redis, the machine's
+ * NATS and one cluster prefix. Each with a real provider, they admit between them no more chat requests
+ * than the key's rpm; each logs its replica id at start. With a provider on B only, A lists it in
+ * /v1/models and a chat request sent to A is answered by it. Skipped, saying so, without PostgreSQL,
+ * Redis or (the second) NATS.
  */
 import { afterAll, expect, test } from "bun:test";
+import { NATS_URL, testNats } from "../support/nats.ts";
 import { testDatabase } from "../support/pg.ts";
 import { startCoordinator, startProvider } from "../support/processes.ts";
 import { REDIS_URL, removeKeys, testRedis } from "../support/redis.ts";
+import { waitFor } from "../support/wait.ts";
 
 const SUITE = "cluster mode: two serve processes share rate limits";
-const db = await testDatabase([SUITE]);
+const ROUTED = "cluster mode: a request to replica A is answered by B's provider";
+const db = await testDatabase([SUITE, ROUTED]);
+const nats = await testNats("test/e2e/cluster-processes.test.ts");
 const redis = await testRedis("test/e2e/cluster-processes.test.ts");
 const prefix = `umbra-test-${crypto.randomUUID()}`;
-afterAll(() => removeKeys(prefix));
+const routedPrefix = `umbra-test-${crypto.randomUUID()}`;
+afterAll(() => Promise.all([removeKeys(prefix), removeKeys(routedPrefix)]));
 
 const BUILD = "org/cluster-build";
 /** Refills one request every 20 s: the burst below ends long before. */
@@ -21,7 +28,7 @@ const RPM = 3;
 test.skipIf(db === undefined || !redis)(
   SUITE,
   async () => {
-    const env = { UMBRA_REDIS_URL: REDIS_URL, UMBRA_NATS_URL: "nats://127.0.0.1:4222", UMBRA_CLUSTER_PREFIX: prefix };
+    const env = { UMBRA_REDIS_URL: REDIS_URL, UMBRA_NATS_URL: NATS_URL, UMBRA_CLUSTER_PREFIX: prefix };
     await using a = await startCoordinator(env, { db: db?.url ?? "" });
     await using b = await startCoordinator({ ...env, UMBRA_REPLICA_ID: "b" }, { db: db?.url ?? "" });
     // Each names itself in its start line: A with the id generated for its process.
@@ -42,6 +49,33 @@ test.skipIf(db === undefined || !redis)(
       });
     const statuses = await Promise.all(Array.from({ length: 10 }, (_, i) => chat(i % 2 === 0 ? a.url : b.url)));
     expect([statuses.filter((s) => s === 200).length, statuses.filter((s) => s === 429).length]).toEqual([RPM, 10 - RPM]);
+  },
+  60_000,
+);
+
+test.skipIf(db === undefined || !redis || !nats)(
+  ROUTED,
+  async () => {
+    const env = { UMBRA_REDIS_URL: REDIS_URL, UMBRA_NATS_URL: NATS_URL, UMBRA_CLUSTER_PREFIX: routedPrefix };
+    await using a = await startCoordinator({ ...env, UMBRA_REPLICA_ID: "a" }, { db: db?.url ?? "" });
+    await using b = await startCoordinator({ ...env, UMBRA_REPLICA_ID: "b" }, { db: db?.url ?? "" });
+    const build = "org/routed-build";
+    const { apiKey, providerToken } = await a.seed([build], {}, 100_000_000);
+    await using pb = startProvider(["--coordinator", b.url, "--token", providerToken, "--engine", "echo", "--model", build]);
+    await pb.connected;
+    const headers = { authorization: `Bearer ${apiKey}`, "content-type": "application/json" };
+    const listed = await waitFor(async () => {
+      const r = await fetch(`${a.url}/v1/models/${build}`, { headers });
+      const { metadata } = (await r.json()) as { metadata?: { provider_count?: number } };
+      return metadata?.provider_count === 1 && metadata;
+    }, "B's provider in A's /v1/models");
+    const r = await fetch(`${a.url}/v1/chat/completions`, {
+      method: "POST",
+      headers,
+      body: JSON.stringify({ model: build, max_tokens: 8, messages: [{ role: "user", content: "hi" }] }),
+    });
+    const answer = (await r.json()) as { choices?: { message?: { content?: string } }[] };
+    expect([listed.provider_count, r.status, typeof answer.choices?.[0]?.message?.content]).toEqual([1, 200, "string"]);
   },
   60_000,
 );
