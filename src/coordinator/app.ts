@@ -25,6 +25,7 @@ import { ChatService } from "../inference/chat-service.ts";
 import { ToolSchemas } from "../inference/tool-schemas.ts";
 import { createLogger, type Logger } from "../observability/logger.ts";
 import { createMetrics, type Metrics } from "../observability/metrics.ts";
+import { HoldKeeper } from "../store/pg/hold-keeper.ts";
 import type { MoneyAuthority } from "../store/pg/money-authority.ts";
 import type { ProviderTokenRecord, Store } from "../store/types.ts";
 import { createLimiter } from "./rate-limits.ts";
@@ -55,8 +56,8 @@ export interface AppDeps {
    */
   readonly liveReplicas?: () => number;
   /**
-   * Postgres only: Billing holds money through this authority (several replicas) instead of Wallets.
-   * Off unless given; its renewals (store/pg/hold-keeper.ts) are the caller's until the app runs them.
+   * Postgres only (the serve command gives it in cluster mode): Billing holds money through this authority
+   * (several replicas) instead of Wallets, and the app runs its HoldKeeper (renewals, sweeps) until close.
    */
   readonly moneyAuthority?: MoneyAuthority;
 }
@@ -120,6 +121,28 @@ async function providerTrust(config: Config, now: () => number): Promise<Provide
   return { policy: createTrustPolicy({ mode, anchor: devRoot.anchor, ...schedule }), devRoot };
 }
 
+/** Renews this replica's holds every TTL/3 (sweeping expired ones after), checks deadlines every margin/2. */
+function startHoldKeeper(authority: MoneyAuthority, logger: Logger): HoldKeeper {
+  const { ttlMs, marginMs } = authority.deadlines;
+  const keeper = new HoldKeeper(authority, {
+    renewMs: Math.max(1, Math.floor(ttlMs / 3)),
+    checkMs: Math.max(1, Math.floor(marginMs / 2)),
+    timers: {
+      now: () => performance.now(),
+      setTimeout: (callback, ms, options) => {
+        const t = setTimeout(callback, ms);
+        if (options?.unref) t.unref?.();
+        return t;
+      },
+      clearTimeout: (handle) => clearTimeout(handle as ReturnType<typeof setTimeout>),
+    },
+    onOverdue: (ids) => logger.warn("holds overdue: renewal failed", { count: ids.length }),
+    onError: () => logger.warn("hold renewal or sweep failed", { reason: "database" }),
+  });
+  keeper.start();
+  return keeper;
+}
+
 export function createApp(deps: AppDeps): App {
   const { config, store } = deps;
   const clock = deps.clock ?? systemClock;
@@ -173,6 +196,7 @@ export function createApp(deps: AppDeps): App {
     observeCommit: (n, seconds) => metrics.observeSettlementCommit(n, seconds),
   });
   const billing = new Billing(deps.moneyAuthority ? new AuthorityReservations(deps.moneyAuthority, logger) : wallets, config);
+  const keeper = deps.moneyAuthority && startHoldKeeper(deps.moneyAuthority, logger);
   // In process, or shared through Redis in cluster mode (--redis-url); its client closes with the app.
   const limits = createLimiter({ cluster: config.cluster, now, logger, metrics, liveReplicas: deps.liveReplicas ?? (() => 1) });
   const admin = new AdminService(store, now, {
@@ -267,6 +291,7 @@ export function createApp(deps: AppDeps): App {
       clearInterval(recheck);
       fleet.stop();
       limits.close();
+      void keeper?.stop();
     },
   };
 }
