@@ -121,8 +121,8 @@ async function providerTrust(config: Config, now: () => number): Promise<Provide
   return { policy: createTrustPolicy({ mode, anchor: devRoot.anchor, ...schedule }), devRoot };
 }
 
-/** Renews this replica's holds every TTL/3 (sweeping expired ones after), checks deadlines every margin/2. */
-function startHoldKeeper(authority: MoneyAuthority, logger: Logger): HoldKeeper {
+/** Renews this replica's holds every TTL/3 (sweeping expired ones after); every margin/2, `stop`s the overdue. */
+function startHoldKeeper(authority: MoneyAuthority, logger: Logger, stop: (requestIds: readonly string[]) => void): HoldKeeper {
   const { ttlMs, marginMs } = authority.deadlines;
   const keeper = new HoldKeeper(authority, {
     renewMs: Math.max(1, Math.floor(ttlMs / 3)),
@@ -136,7 +136,10 @@ function startHoldKeeper(authority: MoneyAuthority, logger: Logger): HoldKeeper 
       },
       clearTimeout: (handle) => clearTimeout(handle as ReturnType<typeof setTimeout>),
     },
-    onOverdue: (ids) => logger.warn("holds overdue: renewal failed", { count: ids.length }),
+    onOverdue: (ids) => {
+      logger.warn("holds overdue: their answers are stopped", { count: ids.length });
+      stop(ids);
+    },
     onError: () => logger.warn("hold renewal or sweep failed", { reason: "database" }),
   });
   keeper.start();
@@ -196,7 +199,6 @@ export function createApp(deps: AppDeps): App {
     observeCommit: (n, seconds) => metrics.observeSettlementCommit(n, seconds),
   });
   const billing = new Billing(deps.moneyAuthority ? new AuthorityReservations(deps.moneyAuthority, logger) : wallets, config);
-  const keeper = deps.moneyAuthority && startHoldKeeper(deps.moneyAuthority, logger);
   // In process, or shared through Redis in cluster mode (--redis-url); its client closes with the app.
   const limits = createLimiter({ cluster: config.cluster, now, logger, metrics, liveReplicas: deps.liveReplicas ?? (() => 1) });
   const admin = new AdminService(store, now, {
@@ -242,6 +244,8 @@ export function createApp(deps: AppDeps): App {
     metrics,
     now,
   });
+  // Renewals and sweeps of this replica's holds; a hold it could not keep stops its answer.
+  const keeper = deps.moneyAuthority && startHoldKeeper(deps.moneyAuthority, logger, (ids) => chat.stopUnheld(ids));
   const http = createHttpApp({
     store,
     catalog,
