@@ -25,6 +25,7 @@ import { ChatService } from "../inference/chat-service.ts";
 import { ToolSchemas } from "../inference/tool-schemas.ts";
 import { createLogger, type Logger } from "../observability/logger.ts";
 import { createMetrics, type Metrics } from "../observability/metrics.ts";
+import { HoldKeeper } from "../store/pg/hold-keeper.ts";
 import type { MoneyAuthority } from "../store/pg/money-authority.ts";
 import type { ProviderTokenRecord, Store } from "../store/types.ts";
 import { type AppCluster, startCluster, withRemoteCapacity } from "./cluster-link.ts";
@@ -56,8 +57,8 @@ export interface AppDeps {
    */
   readonly liveReplicas?: () => number;
   /**
-   * Postgres only: Billing holds money through this authority (several replicas) instead of Wallets.
-   * Off unless given; its renewals (store/pg/hold-keeper.ts) are the caller's until the app runs them.
+   * Postgres only (the serve command gives it in cluster mode): Billing holds money through this authority
+   * (several replicas) instead of Wallets, and the app runs its HoldKeeper (renewals, sweeps) until close.
    */
   readonly moneyAuthority?: MoneyAuthority;
 }
@@ -121,6 +122,31 @@ async function providerTrust(config: Config, now: () => number): Promise<Provide
   if (config.trustRoot === "apple") return { policy: createTrustPolicy({ mode, anchor: TrustAnchor.apple(), ...schedule }) };
   const devRoot = await DevelopmentRoot.generate(now);
   return { policy: createTrustPolicy({ mode, anchor: devRoot.anchor, ...schedule }), devRoot };
+}
+
+/** Renews this replica's holds every TTL/3 (sweeping expired ones after); every margin/2, `stop`s the overdue. */
+function startHoldKeeper(authority: MoneyAuthority, logger: Logger, stop: (requestIds: readonly string[]) => void): HoldKeeper {
+  const { ttlMs, marginMs } = authority.deadlines;
+  const keeper = new HoldKeeper(authority, {
+    renewMs: Math.max(1, Math.floor(ttlMs / 3)),
+    checkMs: Math.max(1, Math.floor(marginMs / 2)),
+    timers: {
+      now: () => performance.now(),
+      setTimeout: (callback, ms, options) => {
+        const t = setTimeout(callback, ms);
+        if (options?.unref) t.unref?.();
+        return t;
+      },
+      clearTimeout: (handle) => clearTimeout(handle as ReturnType<typeof setTimeout>),
+    },
+    onOverdue: (ids) => {
+      logger.warn("holds overdue: their answers are stopped", { count: ids.length });
+      stop(ids);
+    },
+    onError: () => logger.warn("hold renewal or sweep failed", { reason: "database" }),
+  });
+  keeper.start();
+  return keeper;
 }
 
 export function createApp(deps: AppDeps): App {
@@ -225,6 +251,8 @@ export function createApp(deps: AppDeps): App {
     now,
     ...(cluster ? { remote: cluster.remote } : {}),
   });
+  // Renewals and sweeps of this replica's holds; a hold it could not keep stops its answer.
+  const keeper = deps.moneyAuthority && startHoldKeeper(deps.moneyAuthority, logger, (ids) => chat.stopUnheld(ids));
   const http = createHttpApp({
     store,
     catalog,
@@ -276,6 +304,7 @@ export function createApp(deps: AppDeps): App {
       cluster?.close();
       fleet.stop();
       limits.close();
+      void keeper?.stop();
     },
   };
 }

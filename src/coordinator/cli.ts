@@ -14,6 +14,7 @@ import { configDigestHex } from "../config/config-digest.ts";
 import { processEnv } from "../config/settings.ts";
 import { StoreOpenError } from "../store/errors.ts";
 import { databaseName, isPostgres, openStore } from "../store/open.ts";
+import { createPgStore } from "../store/pg/index.ts";
 import { type DatabaseLock, lockDatabase } from "../store/sqlite/lock.ts";
 import { AcmeError } from "../tls/acme-error.ts";
 import { createCoordinatorTls } from "../tls/coordinator-tls.ts";
@@ -59,8 +60,11 @@ async function serve(config: Config, dev: boolean): Promise<void> {
   const held = lock(config, dev ? "dev" : "serve");
   // The TLS key is made in memory before the app, so the attestation binds it from its first document.
   const tls = await createCoordinatorTls(config);
-  const store = await openStore(config.db, { journal: true, ...dbPassword(config) });
-  const app = createApp({ config, store, ...(tls ? { tlsPublicKeySpki: tls.key.spki } : {}) });
+  // Cluster mode: Postgres is the only money authority, every hold a row under this replica's id.
+  const pg = config.cluster ? await createPgStore(config.db, dbPassword(config)) : undefined;
+  const store = pg ?? (await openStore(config.db, { journal: true, ...dbPassword(config) }));
+  const moneyAuthority = pg && config.cluster ? { moneyAuthority: pg.moneyAuthority({ replica: config.cluster.replicaId }) } : {};
+  const app = createApp({ config, store, ...moneyAuthority, ...(tls ? { tlsPublicKeySpki: tls.key.spki } : {}) });
   // The bound configuration digest (docs/operations.md "Configuration binding"): refused before anything is served.
   try {
     await checkConfigBinding(config, app.attestation);

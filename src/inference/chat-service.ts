@@ -87,6 +87,8 @@ interface Reserved {
 export class ChatService {
   /** Requests between their start and the end of their answer (settled, last bytes queued). */
   private readonly inFlight = new InFlight();
+  /** Committed answers by request id, until they end (`stopUnheld`). */
+  private readonly answering = new Map<string, RequestLifecycle>();
   private draining = false;
 
   constructor(private readonly deps: ChatDeps) {}
@@ -103,6 +105,15 @@ export class ChatService {
   /** Resolves once no request is in flight. */
   idle(): Promise<void> {
     return this.inFlight.idle();
+  }
+
+  /**
+   * Holds the money authority could not keep (store/pg/hold-keeper.ts): each answer still running ends
+   * now, a stream with the in-band error, the provider cancelled; it settles for what it relayed.
+   */
+  stopUnheld(requestIds: readonly string[]): void {
+    const lost = Errors.serviceUnavailable("this request's reservation could not be kept: the answer was stopped; retry the request");
+    for (const id of requestIds) this.answering.get(id)?.stop(lost);
   }
 
   async complete(body: unknown, principal: Principal, signal: AbortSignal): Promise<ChatResult> {
@@ -248,6 +259,9 @@ export class ChatService {
     // The request deadline stops the provider and, for a stream, ends the answer even if its consumer
     // stopped reading after the provider finished (its reservation is then settled, not held).
     const deadline = life.armDeadline(attempt, this.deps.settings.requestTimeoutMs);
+    const requestId = reserved.money.requestId;
+    this.answering.set(requestId, life);
+    void life.ended().then(() => this.answering.delete(requestId));
     const ctx: ResponseContext = { id: completionId(), model: request.model, maxTokens, created: Math.floor(life.startedAt / 1000) };
     const answering: Answering = { money: reserved.money, attempt, promptEstimate, maxTokens, stream: request.stream };
     const onEnd = (o: Outcome) => life.finish(o, answering);

@@ -6,9 +6,11 @@
  *     the usage reported (or estimated from the characters relayed);
  *   - the money settled: a failed dispatch is recorded with nothing charged (not waited for); an
  *     answer's outcome is durable before its last bytes (`finish` settles, then ends);
- *   - the request deadline (`armDeadline`) stops the attempt and aborts its signal; `finish` clears it.
+ *   - the request deadline (`armDeadline`) stops the attempt and aborts its signal; `finish` clears it;
+ *     `stop` does the same at once, the signal's reason the error to end with (a hold that was lost).
  */
 import { type Billing, estimatedUsage, type RequestMoney } from "../billing/billing.ts";
+import type { ApiError } from "../errors/api-error.ts";
 import type { Attempt } from "../fleet/attempt.ts";
 import type { Logger } from "../observability/logger.ts";
 import type { Metrics } from "../observability/metrics.ts";
@@ -59,6 +61,7 @@ export class RequestLifecycle {
   readonly startedAt: number;
   private trueUp: ((tokens: number) => void) | undefined;
   private timer: ReturnType<typeof setTimeout> | undefined;
+  private stopper: ((reason: ApiError | undefined) => void) | undefined;
   private isEnded = false;
   private whenEnded: Promise<void> | undefined;
   private resolveEnded: (() => void) | undefined;
@@ -98,14 +101,18 @@ export class RequestLifecycle {
   /** Stops `attempt` once the request's time is up; the signal aborts then (a stream ends on it). */
   armDeadline(attempt: Attempt, timeoutMs: number): AbortSignal {
     const deadline = new AbortController();
-    this.timer = setTimeout(
-      () => {
-        attempt.cancel("deadline");
-        deadline.abort();
-      },
-      Math.max(1, timeoutMs - (this.deps.now() - this.startedAt)),
-    );
+    this.stopper = (reason) => {
+      clearTimeout(this.timer);
+      attempt.cancel("deadline");
+      deadline.abort(reason);
+    };
+    this.timer = setTimeout(() => this.stopper?.(undefined), Math.max(1, timeoutMs - (this.deps.now() - this.startedAt)));
     return deadline.signal;
+  }
+
+  /** Ends the answer now as the deadline would, a stream with `error` in band (no-op before `armDeadline`). */
+  stop(error: ApiError): void {
+    if (!this.isEnded) this.stopper?.(error);
   }
 
   /** Settles an answer's outcome (the request stays in flight until it is settled), then ends it. */

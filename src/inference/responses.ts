@@ -10,7 +10,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { RECEIPT_VERSION } from "../crypto/receipts.ts";
-import { type ApiError, Errors } from "../errors/api-error.ts";
+import { ApiError, Errors } from "../errors/api-error.ts";
 import { type Attempt, type AttemptEvent, SLOW_CONSUMER, type VerifiedReceipt } from "../fleet/attempt.ts";
 import type { Delta, ToolCallDelta, Usage } from "../protocol/frames.ts";
 import type { Committed } from "./dispatch.ts";
@@ -218,7 +218,9 @@ export async function streamCompletion(
 ): Promise<ReadableStream<Uint8Array>> {
   const pump = new StreamPump(committed, ctx, onEnd);
   committed.attempt.onBacklogDropped(() => void pump.stop("cancelled", notRead()));
-  deadline?.addEventListener("abort", () => void pump.stop("failed", Errors.timeout("the request timed out")), { once: true });
+  // The abort's reason, when an ApiError, is the error to end with (a lost hold); else the timeout.
+  const ended = () => (deadline?.reason instanceof ApiError ? deadline.reason : Errors.timeout("the request timed out"));
+  deadline?.addEventListener("abort", () => void pump.stop("failed", ended()), { once: true });
   return pump.stream(await pump.produce());
 }
 

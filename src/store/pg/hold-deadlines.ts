@@ -12,8 +12,8 @@ export class HoldDeadlines {
   private readonly holds = new Map<string, { deadline: number; since: number }>();
 
   constructor(
-    private readonly ttlMs: number,
-    private readonly marginMs: number,
+    readonly ttlMs: number,
+    readonly marginMs: number,
     private readonly now: () => number = () => performance.now(),
   ) {
     if (!(marginMs >= 0 && marginMs < ttlMs)) throw new Error("the renewal margin must be in [0, ttl)");

@@ -9,12 +9,15 @@ import { pgAccounts } from "./accounts.ts";
 import { pgCatalog, pgPrices } from "./catalog.ts";
 import { pgApiKeys, pgProviderTokens } from "./keys.ts";
 import { pgMoney } from "./money.ts";
+import { type MoneyAuthority, type MoneyAuthorityOptions, pgMoneyAuthority } from "./money-authority.ts";
 import { openPostgres, type PgOpenOptions } from "./open.ts";
 import { pgUsage } from "./usage.ts";
 
 export interface PgStore extends Store {
   /** Closes the pool and resolves once every connection is closed (`close` does the same without waiting). */
   end(): Promise<void>;
+  /** The money authority (cluster mode) over this store's pool, holding as `options.replica`. */
+  moneyAuthority(options: MoneyAuthorityOptions): MoneyAuthority;
 }
 
 /** Connects to `url`, applies the migrations (under the advisory lock) and probes a write. Throws StoreOpenError. */
@@ -40,5 +43,6 @@ export async function createPgStore(url: string, options: PgOpenOptions = {}): P
       void end();
     },
     end,
+    moneyAuthority: (options) => pgMoneyAuthority(client, options),
   };
 }
