@@ -213,16 +213,19 @@ export function createApp(deps: AppDeps): App {
     accountCredited: (id) => void wallets.refresh(id),
     settled: () => wallets.applied(),
   });
-  // A token revoked by another process (the admin CLI) is noticed within one interval.
-  const recheck = setInterval(() => {
-    fleet
-      .revalidateTokens(async (id) => {
-        const record = await store.providerTokens.get(id);
-        return record !== undefined && record.revokedAt === null && !providerTokenExpired(record, now());
-      })
-      .catch(() => logger.warn("provider token re-check failed", { reason: "store" }));
-  }, TOKEN_RECHECK_MS);
+  // A token revoked by another process (the admin CLI, another replica) is noticed within one interval,
+  // or at once where the store tells of changed tokens (Postgres: every replica hears of it).
+  const tokenLive = async (id: string) => {
+    const record = await store.providerTokens.get(id);
+    return record !== undefined && record.revokedAt === null && !providerTokenExpired(record, now());
+  };
+  const recheckFailed = () => logger.warn("provider token re-check failed", { reason: "store" });
+  const recheck = setInterval(() => fleet.revalidateTokens(tokenLive).catch(recheckFailed), TOKEN_RECHECK_MS);
   recheck.unref?.();
+  const unwatchTokens = store.onProviderTokenChange?.((changed) => {
+    if (fleet.sessionsOfToken(changed) === 0) return;
+    tokenLive(changed).then((live) => live || fleet.disconnectToken(changed), recheckFailed);
+  });
   const attestation = createCoordinatorAttestation({
     mode: config.mode,
     source: config.attestation,
@@ -301,6 +304,7 @@ export function createApp(deps: AppDeps): App {
     flush: () => wallets.flushed(),
     close: () => {
       clearInterval(recheck);
+      unwatchTokens?.();
       cluster?.close();
       fleet.stop();
       limits.close();

@@ -218,6 +218,11 @@ export interface Store {
   /** Throws when the store cannot be read. */
   ping(): Promise<void>;
   close(): void;
+  /**
+   * Stores shared by several processes that hear of changes (Postgres): calls `listener` with the id of
+   * every provider token changed by anyone (revoked, say); returns the unsubscribe. Others poll.
+   */
+  onProviderTokenChange?(listener: (tokenId: string) => void): () => void;
 }
 
 /**

@@ -3,7 +3,9 @@
  * NATS and one cluster prefix. Each with a real provider, they admit between them no more chat requests
  * than the key's rpm; each logs its replica id at start. With a provider on B only, A lists it in
  * /v1/models and a chat request sent to A is answered by it. Skipped, saying so, without PostgreSQL,
- * Redis or (the second) NATS.
+ * Redis or (the second) NATS. Changes made through A's admin API (a price, an API key's and a device
+ * token's revocation) reach B's cached lookups and B's provider sessions within seconds, not at B's
+ * 30-second token re-check.
  */
 import { afterAll, expect, test } from "bun:test";
 import { NATS_URL, testNats } from "../support/nats.ts";
@@ -14,12 +16,14 @@ import { waitFor } from "../support/wait.ts";
 
 const SUITE = "cluster mode: two serve processes share rate limits";
 const ROUTED = "cluster mode: a request to replica A is answered by B's provider";
-const db = await testDatabase([SUITE, ROUTED]);
+const CHANGES = "cluster mode: revocations and price changes made on A reach B at once";
+const db = await testDatabase([SUITE, ROUTED, CHANGES]);
 const nats = await testNats("test/e2e/cluster-processes.test.ts");
 const redis = await testRedis("test/e2e/cluster-processes.test.ts");
 const prefix = `umbra-test-${crypto.randomUUID()}`;
 const routedPrefix = `umbra-test-${crypto.randomUUID()}`;
-afterAll(() => Promise.all([removeKeys(prefix), removeKeys(routedPrefix)]));
+const changesPrefix = `umbra-test-${crypto.randomUUID()}`;
+afterAll(() => Promise.all([removeKeys(prefix), removeKeys(routedPrefix), removeKeys(changesPrefix)]));
 
 const BUILD = "org/cluster-build";
 /** Refills one request every 20 s: the burst below ends long before. */
@@ -76,6 +80,52 @@ test.skipIf(db === undefined || !redis || !nats)(
     });
     const answer = (await r.json()) as { choices?: { message?: { content?: string } }[] };
     expect([listed.provider_count, r.status, typeof answer.choices?.[0]?.message?.content]).toEqual([1, 200, "string"]);
+  },
+  60_000,
+);
+
+test.skipIf(db === undefined || !redis || !nats)(
+  CHANGES,
+  async () => {
+    const env = { UMBRA_REDIS_URL: REDIS_URL, UMBRA_NATS_URL: NATS_URL, UMBRA_CLUSTER_PREFIX: changesPrefix };
+    await using a = await startCoordinator({ ...env, UMBRA_REPLICA_ID: "a" }, { db: db?.url ?? "" });
+    await using b = await startCoordinator({ ...env, UMBRA_REPLICA_ID: "b" }, { db: db?.url ?? "" });
+    const build = "org/changes-build";
+    const { apiKey, providerToken, accountId } = await a.seed([build], {}, 100_000_000);
+    await using pb = startProvider(["--coordinator", b.url, "--token", providerToken, "--engine", "echo", "--model", build]);
+    await pb.connected;
+    const headers = { authorization: `Bearer ${apiKey}`, "content-type": "application/json" };
+    const chat = async () => {
+      const r = await fetch(`${b.url}/v1/chat/completions`, {
+        method: "POST",
+        headers,
+        body: JSON.stringify({ model: build, max_tokens: 8, messages: [{ role: "user", content: "hi" }] }),
+      });
+      await r.text();
+      return r.status;
+    };
+    const pricesOnB = async () =>
+      ((await (await fetch(`${b.url}/v1/pricing`)).json()) as { prices: { model: string; input_price: number }[] }).prices;
+    // B has read (and cached) the key, the build and the empty price list.
+    expect([await chat(), await chat(), await pricesOnB()]).toEqual([200, 200, []]);
+    const within = 5_000; // far below the 30 s re-check: only the change feed can be this quick
+    await a.admin("PUT", `/prices/${build}`, { input_price: 1_000_000, output_price: 2_000_000 });
+    const priced = await waitFor(async () => (await pricesOnB())[0]?.input_price === 1_000_000, "the price on B", within);
+    const { data: tokens } = await a.admin<{ data: { id: string }[] }>("GET", `/provider-tokens?account_id=${accountId}`);
+    await a.admin("DELETE", `/provider-tokens/${tokens[0]?.id}`);
+    const gone = await waitFor(
+      async () => {
+        const r = await fetch(`${b.url}/v1/models/${build}`, { headers });
+        const { metadata } = (await r.json()) as { metadata?: { provider_count?: number } };
+        return metadata?.provider_count === 0;
+      },
+      "the revoked device token's session on B ended",
+      within,
+    );
+    const { data: keys } = await a.admin<{ data: { id: string }[] }>("GET", `/keys?account_id=${accountId}`);
+    await a.admin("DELETE", `/keys/${keys[0]?.id}`);
+    const refused = await waitFor(async () => (await chat()) === 401, "the revoked key refused by B", within);
+    expect([priced, gone, refused]).toEqual([true, true, true]);
   },
   60_000,
 );

@@ -7,7 +7,7 @@
 import { afterAll } from "bun:test";
 import { randomBytes } from "node:crypto";
 import postgres from "postgres";
-import { createPgStore, type PgStore } from "../../src/store/pg/index.ts";
+import { createPgStore, type PgStore, type PgStoreOptions } from "../../src/store/pg/index.ts";
 import type { OpenStore } from "../store/conformance.ts";
 
 export const PG_ADMIN_URL = process.env.UMBRA_TEST_PG_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
@@ -21,7 +21,7 @@ export interface TestDatabase {
   /** A store on a database emptied first (every table truncated, identities restarted). */
   readonly open: OpenStore;
   /** A store on the database as it is. */
-  store(options?: { max?: number }): Promise<PgStore>;
+  store(options?: PgStoreOptions): Promise<PgStore>;
 }
 
 /** The file's database, dropped after its tests; undefined (with the skip line printed) without a server. */
@@ -47,7 +47,7 @@ export async function testDatabase(suites: readonly string[]): Promise<TestDatab
     await admin.unsafe(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
     await admin.end({ timeout: 5 });
   });
-  const store = (options: { max?: number } = {}) => createPgStore(url.toString(), options);
+  const store = (options: PgStoreOptions = {}) => createPgStore(url.toString(), options);
   return {
     url: url.toString(),
     store,

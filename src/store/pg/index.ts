@@ -1,16 +1,18 @@
 /**
  * The Postgres implementation of Store (several coordinators on one database). No settlement journal:
- * every settlement waits for its commit. No read caches yet: each lookup reads the database, so writes
- * made by other replicas are seen at once.
+ * every settlement waits for its commit. The lookups every request makes (key, alias, build, price) are
+ * cached while the change feed delivers (change-feed.ts), so a write by any replica reaches every
+ * replica's caches when its notification arrives, and a changed provider token reaches `onProviderTokenChange`.
  */
 import { sql } from "drizzle-orm";
 import type { Store } from "../types.ts";
 import { pgAccounts } from "./accounts.ts";
 import { pgCatalog, pgPrices } from "./catalog.ts";
+import { ChangeFeed, type ChangeFeedOptions } from "./change-feed.ts";
 import { pgApiKeys, pgProviderTokens } from "./keys.ts";
 import { pgMoney } from "./money.ts";
 import { type MoneyAuthority, type MoneyAuthorityOptions, pgMoneyAuthority } from "./money-authority.ts";
-import { openPostgres, type PgOpenOptions } from "./open.ts";
+import { openListener, openPostgres, type PgOpenOptions } from "./open.ts";
 import { pgUsage } from "./usage.ts";
 
 export interface PgStore extends Store {
@@ -18,22 +20,29 @@ export interface PgStore extends Store {
   end(): Promise<void>;
   /** The money authority (cluster mode) over this store's pool, holding as `options.replica`. */
   moneyAuthority(options: MoneyAuthorityOptions): MoneyAuthority;
+  /** The change feed behind the read caches. */
+  readonly changes: ChangeFeed;
+}
+
+export interface PgStoreOptions extends PgOpenOptions {
+  readonly changeFeed?: ChangeFeedOptions;
 }
 
 /** Connects to `url`, applies the migrations (under the advisory lock) and probes a write. Throws StoreOpenError. */
-export async function createPgStore(url: string, options: PgOpenOptions = {}): Promise<PgStore> {
+export async function createPgStore(url: string, options: PgStoreOptions = {}): Promise<PgStore> {
   const { client, db } = await openPostgres(url, options);
+  const changes = new ChangeFeed(client, (handlers) => openListener(url, options, handlers), options.changeFeed);
   let ended: Promise<void> | undefined;
   const end = () => {
-    ended ??= client.end({ timeout: 5 });
+    ended ??= Promise.all([changes.close(), client.end({ timeout: 5 })]).then(() => {});
     return ended;
   };
   return {
     accounts: pgAccounts(db),
-    keys: pgApiKeys(db),
+    keys: pgApiKeys(db, changes),
     providerTokens: pgProviderTokens(db),
-    catalog: pgCatalog(db),
-    prices: pgPrices(db),
+    catalog: pgCatalog(db, changes),
+    prices: pgPrices(db, changes),
     usage: pgUsage(db),
     money: pgMoney(client),
     async ping() {
@@ -44,5 +53,7 @@ export async function createPgStore(url: string, options: PgOpenOptions = {}): P
     },
     end,
     moneyAuthority: (options) => pgMoneyAuthority(client, options),
+    changes,
+    onProviderTokenChange: (listener) => changes.subscribe((table, id) => table === "provider_tokens" && listener(id)),
   };
 }

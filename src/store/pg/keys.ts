@@ -1,6 +1,11 @@
-/** The Postgres ApiKeyStore and ProviderTokenStore (no read cache yet: every lookup reads the table). */
+/**
+ * The Postgres ApiKeyStore and ProviderTokenStore. `findByHash` of keys (every authenticated request) is
+ * cached per change-feed epoch (change-feed.ts); writes here move the epoch. A cached record's `spent` is
+ * as of its last change: settlements move it in the database (the money authority holds the live total).
+ */
 import { and, eq, getTableColumns, isNull } from "drizzle-orm";
-import type { ApiKeyStore, ProviderTokenStore } from "../types.ts";
+import type { ApiKeyRecord, ApiKeyStore, ProviderTokenStore } from "../types.ts";
+import { type ChangeFeed, FeedCache } from "./change-feed.ts";
 import type { PgDb } from "./open.ts";
 import { byCode } from "./order.ts";
 import { accounts, apiKeys, providerTokens } from "./schema.ts";
@@ -12,8 +17,10 @@ async function accountExists(db: PgDb, id: string): Promise<boolean> {
 /** The key's columns but `held` (the money authority's, Postgres only): what an ApiKeyRecord is. */
 const { held: _held, ...keyColumns } = getTableColumns(apiKeys);
 
-export function pgApiKeys(db: PgDb): ApiKeyStore {
+export function pgApiKeys(db: PgDb, feed: Pick<ChangeFeed, "epoch" | "touch">): ApiKeyStore {
   const get = async (id: string) => (await db.select(keyColumns).from(apiKeys).where(eq(apiKeys.id, id)))[0];
+  const byHash = new FeedCache<ApiKeyRecord>(feed);
+  const loadByHash = async (hash: string) => (await db.select(keyColumns).from(apiKeys).where(eq(apiKeys.keyHash, hash)))[0];
   return {
     async create(key) {
       if (!(await accountExists(db, key.accountId))) return undefined;
@@ -24,10 +31,11 @@ export function pgApiKeys(db: PgDb): ApiKeyStore {
         spent: 0,
         revokedAt: null,
       });
+      feed.touch();
       return get(key.id);
     },
     get,
-    findByHash: async (hash) => (await db.select(keyColumns).from(apiKeys).where(eq(apiKeys.keyHash, hash)))[0],
+    findByHash: (hash) => byHash.get(hash, loadByHash),
     list: async (accountId) =>
       db
         .select(keyColumns)
@@ -39,6 +47,7 @@ export function pgApiKeys(db: PgDb): ApiKeyStore {
         .update(apiKeys)
         .set({ revokedAt: at })
         .where(and(eq(apiKeys.id, id), isNull(apiKeys.revokedAt)));
+      feed.touch();
       return get(id);
     },
   };

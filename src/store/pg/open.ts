@@ -13,6 +13,7 @@ import { drizzle, type PostgresJsDatabase } from "drizzle-orm/postgres-js";
 import postgres, { type Sql } from "postgres";
 import { StoreOpenError } from "../errors.ts";
 import type { EmbeddedMigration } from "../migrations/index.ts";
+import type { OpenListener } from "./change-feed.ts";
 import { PG_MIGRATIONS } from "./migrations/index.ts";
 import * as schema from "./schema.ts";
 
@@ -55,6 +56,29 @@ export function withoutSecret(url: string, message: string): string {
   let out = message.replaceAll(url, describeDatabase(url));
   for (const p of new Set([password, safeDecode(password)])) if (p.length > 0) out = out.replaceAll(p, "***");
   return out;
+}
+
+/**
+ * A client of one connection for the change feed (change-feed.ts): never idle-closed, named
+ * umbra-change-feed in pg_stat_activity, its notifications and its loss handed to `handlers`.
+ * `onnotify` is an option postgres.js reads (src/index.js parseOptions) but does not declare; `sql.listen`
+ * is not used because it re-listens after a lost connection without saying so, hiding missed changes.
+ * test/unit/store/pg-change-feed.test.ts fails if either handler stops being called.
+ */
+export function openListener(url: string, options: PgOpenOptions, handlers: Parameters<OpenListener>[0]): Sql {
+  const withNotify: postgres.Options<Record<string, never>> & { onnotify: (channel: string, payload: string) => void } = {
+    max: 1,
+    idle_timeout: 0,
+    max_lifetime: 0,
+    connect_timeout: 10,
+    fetch_types: false,
+    onnotice: () => {},
+    connection: { application_name: "umbra-change-feed" },
+    onnotify: handlers.onnotify,
+    onclose: handlers.onclose,
+    ...(options.password === undefined ? {} : { password: options.password }),
+  };
+  return postgres(url, withNotify);
 }
 
 /** Connects, migrates and write-probes the database at `url`. Throws StoreOpenError. */
