@@ -59,19 +59,59 @@ export interface AttestationSummary {
   readonly attestation?: { readonly secureEnclave: boolean; readonly sipEnabled: boolean; readonly secureBoot: boolean };
 }
 
-/** Summarizes the current attestations of one model's providers (see the file header). */
-export function summarizeAttestation(providers: readonly ProviderAttestation[]): AttestationSummary {
+/**
+ * What one provider adds to a summary, as a replica tells the others (cluster fleet digests): its level,
+ * and each posture fact only as far as verified evidence proves it.
+ */
+export interface AttestationFacts {
+  readonly level: TrustLevel;
+  readonly secureEnclave: boolean;
+  readonly sipEnabled: boolean;
+  readonly secureBoot: boolean;
+}
+
+export function attestationFacts(p: ProviderAttestation): AttestationFacts {
+  const proven = p.level === "hardware" && p.mdaVerified && p.posture !== undefined;
+  return {
+    level: p.level,
+    secureEnclave: p.secureEnclave,
+    sipEnabled: proven && p.posture?.sipEnabled === true,
+    secureBoot: proven && p.posture?.secureBoot === FULL_SECURITY,
+  };
+}
+
+/** Summarizes the facts of one model's providers (see the file header). */
+export function summarizeFacts(providers: readonly AttestationFacts[]): AttestationSummary {
   const attested = providers.filter((p) => p.level !== "none");
   if (attested.length === 0) return { attestedProviders: 0, trustLevel: "none" };
   const trustLevel = attested.reduce<TrustLevel>((best, p) => (trustRank(p.level) > trustRank(best) ? p.level : best), "none");
-  const proven = (p: ProviderAttestation) => p.level === "hardware" && p.mdaVerified && p.posture !== undefined;
   return {
     attestedProviders: attested.length,
     trustLevel,
     attestation: {
       secureEnclave: attested.every((p) => p.secureEnclave),
-      sipEnabled: attested.every((p) => proven(p) && p.posture!.sipEnabled),
-      secureBoot: attested.every((p) => proven(p) && p.posture!.secureBoot === FULL_SECURITY),
+      sipEnabled: attested.every((p) => p.sipEnabled),
+      secureBoot: attested.every((p) => p.secureBoot),
+    },
+  };
+}
+
+/** Summarizes the current attestations of one model's providers (see the file header). */
+export function summarizeAttestation(providers: readonly ProviderAttestation[]): AttestationSummary {
+  return summarizeFacts(providers.map(attestationFacts));
+}
+
+/** The summary of two disjoint sets of providers from theirs (the same as summarizing them together). */
+export function mergeSummaries(a: AttestationSummary, b: AttestationSummary): AttestationSummary {
+  if (b.attestation === undefined) return a;
+  if (a.attestation === undefined) return b;
+  return {
+    attestedProviders: a.attestedProviders + b.attestedProviders,
+    trustLevel: trustRank(b.trustLevel) > trustRank(a.trustLevel) ? b.trustLevel : a.trustLevel,
+    attestation: {
+      secureEnclave: a.attestation.secureEnclave && b.attestation.secureEnclave,
+      sipEnabled: a.attestation.sipEnabled && b.attestation.sipEnabled,
+      secureBoot: a.attestation.secureBoot && b.attestation.secureBoot,
     },
   };
 }

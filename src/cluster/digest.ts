@@ -1,12 +1,20 @@
 /**
  * The fleet digest a replica publishes every period on `<prefix>.fleet.<replicaId>`: its welcomed
  * providers with what another replica needs to route to them (builds, free slots, draining, trust) and to
- * show them (/v1/models capacity, the /v1/providers/attestation entry of those at the routing floor).
+ * show them (/v1/models capacity and attestation figures, the /v1/providers/attestation entry of those at
+ * the routing floor).
  * One digest is `n` pages {v, r, q, i, n, p} (q: the digest's number), each within max_payload.
  * Presence itself is the `<prefix>.prov.<id>` subscription; the digest only describes. Decoding
  * validates every field (ProtocolError); account ids cross only the replicas' private network.
  */
-import { isTrustLevel, meetsTrustFloor, type TrustLevel } from "../../attestation/provider/levels.ts";
+import {
+  type AttestationFacts,
+  attestationFacts,
+  isTrustLevel,
+  meetsTrustFloor,
+  NO_EVIDENCE,
+  type TrustLevel,
+} from "../../attestation/provider/levels.ts";
 import type { Fleet } from "../fleet/fleet.ts";
 import type { PublicProviderAttestation } from "../fleet/public-list.ts";
 import { MAX_BUILD_ID, MAX_CONCURRENCY, MAX_MODELS_PER_HELLO } from "../protocol/frames.ts";
@@ -22,8 +30,15 @@ export interface DigestProvider {
   readonly active: number;
   readonly draining: boolean;
   readonly trust: TrustLevel;
+  /** What verified evidence proves of its posture (/v1/models attestation figures); all false when absent. */
+  readonly att?: { readonly se: boolean; readonly sip: boolean; readonly sb: boolean };
   /** Its public attestation entry, present when it meets the owner's routing floor. */
   readonly pub?: PublicProviderAttestation;
+}
+
+/** The summary facts of a digest entry (attestationFacts of the owner's session). */
+export function digestFacts(p: DigestProvider): AttestationFacts {
+  return { level: p.trust, secureEnclave: p.att?.se ?? false, sipEnabled: p.att?.sip ?? false, secureBoot: p.att?.sb ?? false };
 }
 
 export interface DigestPage {
@@ -45,6 +60,7 @@ export function describeFleet(fleet: Fleet, minTrust: TrustLevel): DigestProvide
     .filter((s) => s.ready)
     .map((s) => {
       const pub = meetsTrustFloor(s.trust, minTrust) ? listed.get(s.id) : undefined;
+      const facts = attestationFacts(s.attestation ?? NO_EVIDENCE);
       return {
         id: s.id,
         account: s.identity.accountId,
@@ -54,6 +70,7 @@ export function describeFleet(fleet: Fleet, minTrust: TrustLevel): DigestProvide
         active: s.active,
         draining: s.draining,
         trust: s.trust,
+        att: { se: facts.secureEnclave, sip: facts.sipEnabled, sb: facts.secureBoot },
         ...(pub ? { pub } : {}),
       };
     });
@@ -120,6 +137,12 @@ function publicEntry(v: unknown, id: string): PublicProviderAttestation {
   };
 }
 
+function facts(v: unknown): { se: boolean; sip: boolean; sb: boolean } {
+  const o = obj(v, "att");
+  const flag = (k: string) => (typeof o[k] === "boolean" ? (o[k] as boolean) : fail(`att.${k} must be a boolean`));
+  return { se: flag("se"), sip: flag("sip"), sb: flag("sb") };
+}
+
 function provider(v: unknown): DigestProvider {
   const o = obj(v, "provider");
   const id = token(o, "id");
@@ -137,6 +160,7 @@ function provider(v: unknown): DigestProvider {
     active: int(o, "active", 0, 1_000_000),
     draining: o.draining as boolean,
     trust: trust as TrustLevel,
+    ...(o.att !== undefined ? { att: facts(o.att) } : {}),
     ...(o.pub !== undefined ? { pub: publicEntry(o.pub, id) } : {}),
   };
 }

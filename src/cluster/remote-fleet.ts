@@ -5,25 +5,32 @@
  * This replica's own digests are ignored. A malformed page is skipped (and counted), never thrown.
  * Capacity counts are as fresh as the last digest: the owner still admits or refuses each dispatch.
  */
-import { meetsTrustFloor, type TrustLevel, trustRank } from "../../attestation/provider/levels.ts";
+import {
+  type AttestationFacts,
+  type AttestationSummary,
+  meetsTrustFloor,
+  summarizeFacts,
+  type TrustLevel,
+} from "../../attestation/provider/levels.ts";
 import type { PublicProviderAttestation } from "../fleet/public-list.ts";
-import { type DigestPage, type DigestProvider, decodeDigest } from "./digest.ts";
+import { type DigestPage, type DigestProvider, decodeDigest, digestFacts } from "./digest.ts";
 import type { RemoteTarget } from "./forwarder.ts";
 
 interface Replica {
   providers: readonly DigestProvider[];
+  /** Its public entries as JSON, to notice when they change. */
+  listed: string;
   heard: number;
   /** Pages of a digest still arriving. */
   partial?: { readonly seq: number; readonly pages: (readonly DigestProvider[] | undefined)[] };
 }
 
-/** Per-build figures of the remote providers (ModelCapacity's counting fields). */
-export interface RemoteCapacity {
+/** Per-build figures of the remote providers (ModelCapacity's fields). */
+export interface RemoteCapacity extends AttestationSummary {
   readonly providerCount: number;
   readonly routableProviders: number;
   readonly warmProviders: number;
   readonly canAccept: boolean;
-  readonly trustLevel: TrustLevel;
 }
 
 export interface RemoteCandidate extends RemoteTarget {
@@ -33,6 +40,7 @@ export interface RemoteCandidate extends RemoteTarget {
 export class RemoteFleet {
   private readonly replicas = new Map<string, Replica>();
   private malformed = 0;
+  private changes = 0;
 
   constructor(
     private readonly self: string,
@@ -57,27 +65,43 @@ export class RemoteFleet {
     const now = this.options.now();
     let r = this.replicas.get(page.replica);
     if (r === undefined) {
-      r = { providers: [], heard: now };
+      r = { providers: [], listed: "[]", heard: now };
       this.replicas.set(page.replica, r);
     }
     r.heard = now;
     if (page.pages === 1) {
-      r.providers = page.providers;
-      r.partial = undefined;
+      this.replace(r, page.providers);
       return;
     }
     if (r.partial?.seq !== page.seq) r.partial = { seq: page.seq, pages: new Array(page.pages).fill(undefined) };
     r.partial.pages[page.index] = page.providers;
-    if (r.partial.pages.every((p) => p !== undefined)) {
-      r.providers = r.partial.pages.flat() as DigestProvider[];
-      r.partial = undefined;
+    if (r.partial.pages.every((p) => p !== undefined)) this.replace(r, r.partial.pages.flat() as DigestProvider[]);
+  }
+
+  private replace(r: Replica, providers: readonly DigestProvider[]): void {
+    r.providers = providers;
+    r.partial = undefined;
+    const listed = JSON.stringify(providers.flatMap((p) => (p.pub ? [p.pub] : [])));
+    if (listed !== r.listed) {
+      r.listed = listed;
+      this.changes++;
     }
   }
 
   /** Drops replicas silent for `missedDigests` periods. */
   expire(): void {
     const cutoff = this.options.now() - this.options.digestMs * this.options.missedDigests;
-    for (const [id, r] of this.replicas) if (r.heard < cutoff) this.replicas.delete(id);
+    for (const [id, r] of this.replicas) {
+      if (r.heard >= cutoff) continue;
+      this.replicas.delete(id);
+      if (r.listed !== "[]") this.changes++;
+    }
+  }
+
+  /** Moves whenever the public entries of the other replicas change. */
+  get version(): number {
+    this.expire();
+    return this.changes;
   }
 
   /** Replicas heard from recently (not this one). */
@@ -119,18 +143,18 @@ export class RemoteFleet {
     let routableProviders = 0;
     let warmProviders = 0;
     let canAccept = false;
-    let trustLevel: TrustLevel = "none";
+    const facts: AttestationFacts[] = [];
     for (const [, p] of this.providers()) {
       if (!p.builds.includes(buildId)) continue;
       providerCount++;
+      facts.push(digestFacts(p));
       if (p.warm.includes(buildId)) warmProviders++;
-      if (trustRank(p.trust) > trustRank(trustLevel)) trustLevel = p.trust;
       if (this.routable(p)) {
         routableProviders++;
         if (p.active < p.max) canAccept = true;
       }
     }
-    return { providerCount, routableProviders, warmProviders, canAccept, trustLevel };
+    return { providerCount, routableProviders, warmProviders, canAccept, ...summarizeFacts(facts) };
   }
 
   /** The public attestation entries the other replicas list. */

@@ -4,10 +4,11 @@
  * providers and whose RemoteFleet counts the live replicas. A NATS that does not answer at start is
  * logged and retried in the background while the replica serves its own providers; once connected, the
  * client reconnects by itself. `close` stops the node and closes the connection (the app's close calls it).
- * /v1/models counts the other replicas' providers too (withRemoteCapacity; attestation figures stay local).
+ * /v1/models counts the other replicas' providers too, attestation figures included (withRemoteCapacity),
+ * and GET /v1/providers/attestation lists them (Fleet.showRemote).
  */
 import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { type TrustLevel, trustRank } from "../../attestation/provider/levels.ts";
+import { mergeSummaries, type TrustLevel } from "../../attestation/provider/levels.ts";
 import { ClusterNode } from "../cluster/node.ts";
 import type { RemoteCapacity } from "../cluster/remote-fleet.ts";
 import type { ClusterConfig } from "../config/config.ts";
@@ -81,6 +82,8 @@ export function startCluster(deps: ClusterLinkDeps): AppCluster {
           logger.error("cluster node not started: serving local providers only", { replica_id: cluster.replicaId });
           return void c.close();
         }
+        const remoteFleet = node.remote;
+        deps.fleet.showRemote({ version: () => remoteFleet.version, entries: () => remoteFleet.publicAttestations() });
         logger.info("cluster connected", { replica_id: cluster.replicaId });
         void c.closed().then(() => {
           if (!closed) logger.error("cluster connection closed", { replica_id: cluster.replicaId });
@@ -125,20 +128,22 @@ export function startCluster(deps: ClusterLinkDeps): AppCluster {
   };
 }
 
-/** /v1/models capacity: this replica's fleet plus the others' providers (attestation counts and posture: this replica's). */
+/** /v1/models capacity: this replica's fleet plus the others' providers, attestation figures included. */
 export function withRemoteCapacity(local: FleetView, cluster: AppCluster): FleetView {
   return {
     capacity: (buildId) => {
       const here = local.capacity(buildId);
       const away = cluster.capacity(buildId);
       if (away === undefined || away.providerCount === 0) return here;
+      const { attestedProviders, trustLevel, attestation } = mergeSummaries(here, away);
       return {
-        ...here,
         providerCount: here.providerCount + away.providerCount,
+        attestedProviders,
         routableProviders: here.routableProviders + away.routableProviders,
         warmProviders: here.warmProviders + away.warmProviders,
         canAccept: here.canAccept || away.canAccept,
-        trustLevel: trustRank(away.trustLevel) > trustRank(here.trustLevel) ? away.trustLevel : here.trustLevel,
+        trustLevel,
+        ...(attestation ? { attestation } : {}),
       };
     },
   };

@@ -14,7 +14,13 @@ import { meetsTrustFloor, type ProviderAttestation, summarizeAttestation, type T
 import type { Logger } from "../observability/logger.ts";
 import { CLOSE } from "../protocol/frames.ts";
 import type { FleetView, ModelCapacity } from "./fleet-view.ts";
-import { type PublicListQuery, type PublicProviderAttestation, PublicProviderList, publicEntry } from "./public-list.ts";
+import {
+  type PublicListQuery,
+  type PublicListSource,
+  type PublicProviderAttestation,
+  PublicProviderList,
+  publicEntry,
+} from "./public-list.ts";
 import { ProviderSession, type SessionIdentity, type SessionSettings, type SessionTransport } from "./session.ts";
 
 export interface FleetOptions extends SessionSettings {
@@ -43,7 +49,17 @@ export class Fleet implements FleetView {
   /** Ids of sessions not yet welcomed. */
   private readonly pending = new Set<string>();
   private changes = 0;
-  private readonly publicList = new PublicProviderList({ version: () => this.changes, entries: () => this.publicAttestations() });
+  /** The other replicas' public entries (cluster mode), listed after this replica's own. */
+  private remotePublic: PublicListSource | undefined;
+  private readonly publicList = new PublicProviderList({
+    version: () => this.changes + (this.remotePublic?.version() ?? 0),
+    entries: () => {
+      const own = this.publicAttestations();
+      if (this.remotePublic === undefined) return own;
+      const ids = new Set(own.map((e) => e.provider_id));
+      return [...own, ...this.remotePublic.entries().filter((e) => !ids.has(e.provider_id))];
+    },
+  });
 
   constructor(private readonly options: FleetOptions) {}
 
@@ -298,6 +314,15 @@ export class Fleet implements FleetView {
       if (s.ready && meetsTrustFloor(s.trust, this.options.minTrust)) out.push(publicEntry(s));
     }
     return out;
+  }
+
+  /**
+   * Cluster mode: GET /v1/providers/attestation lists the other replicas' providers too (`source`, whose
+   * version moves when they change); a provider id this replica holds itself is listed once, as its own.
+   */
+  showRemote(source: PublicListSource): void {
+    this.remotePublic = source;
+    this.changes++;
   }
 
   /** One page of the public list as JSON, from the list built at the current version. */

@@ -3,7 +3,8 @@
  * NATS and one cluster prefix. Each with a real provider, they admit between them no more chat requests
  * than the key's rpm; each logs its replica id at start. With a provider on B only, A lists it in
  * /v1/models and a chat request sent to A is answered by it. Skipped, saying so, without PostgreSQL,
- * Redis or (the second) NATS. Changes made through A's admin API (a price, an API key's and a device
+ * Redis or (the second) NATS. A lists B's provider in /v1/providers/attestation and counts it in the
+ * attestation figures of /v1/models as B does. Changes made through A's admin API (a price, an API key's and a device
  * token's revocation) reach B's cached lookups and B's provider sessions within seconds, not at B's
  * 30-second token re-check.
  */
@@ -65,7 +66,8 @@ test.skipIf(db === undefined || !redis || !nats)(
     await using b = await startCoordinator({ ...env, UMBRA_REPLICA_ID: "b" }, { db: db?.url ?? "" });
     const build = "org/routed-build";
     const { apiKey, providerToken } = await a.seed([build], {}, 100_000_000);
-    await using pb = startProvider(["--coordinator", b.url, "--token", providerToken, "--engine", "echo", "--model", build]);
+    const args = ["--coordinator", b.url, "--token", providerToken, "--engine", "echo", "--model", build, "--dev-attestation", "on"];
+    await using pb = startProvider(args);
     await pb.connected;
     const headers = { authorization: `Bearer ${apiKey}`, "content-type": "application/json" };
     const listed = await waitFor(async () => {
@@ -80,6 +82,16 @@ test.skipIf(db === undefined || !redis || !nats)(
     });
     const answer = (await r.json()) as { choices?: { message?: { content?: string } }[] };
     expect([listed.provider_count, r.status, typeof answer.choices?.[0]?.message?.content]).toEqual([1, 200, "string"]);
+    // A shows B's provider as B verified it: the public attestation list and the attestation figures.
+    const publicList = async (url: string) => (await (await fetch(`${url}/v1/providers/attestation`)).json()) as { data: unknown[] };
+    const metadata = async (url: string) =>
+      ((await (await fetch(`${url}/v1/models/${build}`, { headers })).json()) as { metadata: Record<string, unknown> }).metadata;
+    const fromB = await publicList(b.url);
+    await waitFor(async () => (await publicList(a.url)).data.length === 1, "B's provider in A's public list");
+    const [onA, metaA, metaB] = await Promise.all([publicList(a.url), metadata(a.url), metadata(b.url)]);
+    const attestationOf = (m: Record<string, unknown>) => [m.attested_providers, m.trust_level, m.attestation];
+    expect([fromB.data.length, onA, attestationOf(metaA)]).toEqual([1, fromB, attestationOf(metaB)]);
+    expect(attestationOf(metaB).slice(0, 2)).toEqual([1, "hardware"]);
   },
   60_000,
 );

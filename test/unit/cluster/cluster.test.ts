@@ -196,13 +196,17 @@ describe.skipIf(!available)("forwarded dispatch over NATS", () => {
       routableProviders: 2,
       warmProviders: 0,
       canAccept: true,
+      attestedProviders: 0,
       trustLevel: "none",
     });
     const ids = (a as Replica).node.remote.publicAttestations().map((e) => e.provider_id);
     expect(ids.sort()).toEqual([pb.session.id, pc.session.id].sort());
     expect(a?.node.remote.replicaIds.sort()).toEqual(["b", "c"]);
+    const version = (a as Replica).node.remote.version;
     (c as Replica).node.stop();
     await waitFor(() => a?.node.remote.replicaIds.length === 1, "C dropped after missed digests");
     expect(a?.node.remote.capacity(BUILD).providerCount).toBe(1);
+    // The public list of A moves with it: C's entry is gone.
+    expect([(a as Replica).node.remote.version > version, (a as Replica).node.remote.publicAttestations().length]).toEqual([true, 1]);
   });
 });

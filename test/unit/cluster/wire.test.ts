@@ -3,7 +3,9 @@
  * round trips, requests in parts within max_payload, and every malformed message a ProtocolError.
  */
 import { describe, expect, test } from "bun:test";
+import { mergeSummaries, summarizeFacts } from "../../../attestation/provider/levels.ts";
 import { type DigestProvider, decodeDigest, encodeDigest } from "../../../src/cluster/digest.ts";
+import { RemoteFleet } from "../../../src/cluster/remote-fleet.ts";
 import {
   chunkRequest,
   decodeControl,
@@ -141,7 +143,7 @@ describe("fleet digests", () => {
   });
 
   test("pages within max_payload that decode to the providers", () => {
-    const providers = Array.from({ length: 60 }, (_, i) => provider(i));
+    const providers = Array.from({ length: 60 }, (_, i) => ({ ...provider(i), att: { se: true, sip: i % 2 === 0, sb: false } }));
     const pages = encodeDigest("r1", 9, providers, 8192);
     expect(pages.length).toBeGreaterThan(1);
     expect(pages.every((p) => p.length <= 8192)).toBe(true);
@@ -162,7 +164,90 @@ describe("fleet digests", () => {
       `{"v":1,"r":"a","q":0,"i":0,"n":1,"p":[{"id":"p","account":"x","builds":[],"warm":[],"max":0,"active":0,"draining":false,"trust":"none"}]}`,
     ],
     ["pub of another provider", JSON.stringify({ v: 1, r: "a", q: 0, i: 0, n: 1, p: [{ ...provider(1), pub: provider(2).pub }] })],
+    ["att not booleans", JSON.stringify({ v: 1, r: "a", q: 0, i: 0, n: 1, p: [{ ...provider(1), att: { se: 1, sip: true, sb: true } }] })],
   ])("a malformed page (%s) is a ProtocolError", (_, text) => {
     expect(() => decodeDigest(enc(text))).toThrow(ProtocolError);
+  });
+});
+
+describe("the other replicas' providers (RemoteFleet)", () => {
+  const entry = (id: string, trust: DigestProvider["trust"], att?: DigestProvider["att"]): DigestProvider => ({
+    id,
+    account: "acct_x",
+    builds: ["org/b"],
+    warm: [],
+    max: 2,
+    active: 0,
+    draining: false,
+    trust,
+    ...(att ? { att } : {}),
+    pub: {
+      provider_id: id,
+      trust_level: trust,
+      routable: true,
+      secure_enclave: att?.se ?? false,
+      device_chain_verified: false,
+      identity_key: null,
+      identity_key_sha256: null,
+      encryption_key: null,
+      posture: null,
+      models: ["org/b"],
+    },
+  });
+  const digest = (replica: string, seq: number, providers: DigestProvider[]) =>
+    encodeDigest(replica, seq, providers, 65536)[0] as Uint8Array;
+
+  test("attestation figures summarize the remote providers' verified facts; they merge with this replica's", () => {
+    let now = 0;
+    const remote = new RemoteFleet("a", { digestMs: 100, missedDigests: 3, minTrust: "none", now: () => now });
+    remote.onDigest(
+      digest("b", 1, [
+        entry("p1", "hardware", { se: true, sip: true, sb: true }),
+        entry("p2", "self_signed", { se: true, sip: false, sb: false }),
+      ]),
+    );
+    remote.onDigest(digest("c", 1, [entry("p3", "none")]));
+    const away = remote.capacity("org/b");
+    expect(away).toEqual({
+      providerCount: 3,
+      routableProviders: 3,
+      warmProviders: 0,
+      canAccept: true,
+      attestedProviders: 2,
+      trustLevel: "hardware",
+      attestation: { secureEnclave: true, sipEnabled: false, secureBoot: false },
+    });
+    // Merged with a local summary: the same as summarizing all of them together.
+    const local = summarizeFacts([{ level: "hardware", secureEnclave: false, sipEnabled: true, secureBoot: true }]);
+    const all = summarizeFacts([
+      { level: "hardware", secureEnclave: true, sipEnabled: true, secureBoot: true },
+      { level: "self_signed", secureEnclave: true, sipEnabled: false, secureBoot: false },
+      { level: "hardware", secureEnclave: false, sipEnabled: true, secureBoot: true },
+    ]);
+    expect(mergeSummaries(local, away)).toEqual(all);
+    expect(mergeSummaries(summarizeFacts([]), away)).toEqual(mergeSummaries(away, summarizeFacts([])));
+    now = 1000;
+    expect(remote.capacity("org/b")).toEqual({
+      providerCount: 0,
+      routableProviders: 0,
+      warmProviders: 0,
+      canAccept: false,
+      attestedProviders: 0,
+      trustLevel: "none",
+    });
+  });
+
+  test("the version moves when the public entries change or a replica is dropped, not on every digest", () => {
+    let now = 0;
+    const remote = new RemoteFleet("a", { digestMs: 100, missedDigests: 3, minTrust: "none", now: () => now });
+    const v0 = remote.version;
+    remote.onDigest(digest("b", 1, [entry("p1", "self_signed")]));
+    const v1 = remote.version;
+    remote.onDigest(digest("b", 2, [{ ...entry("p1", "self_signed"), active: 1 }]));
+    expect([v1 > v0, remote.version]).toEqual([true, v1]);
+    remote.onDigest(digest("b", 3, [entry("p1", "self_signed"), entry("p2", "self_signed")]));
+    const v2 = remote.version;
+    now = 1000;
+    expect([v2 > v1, remote.version > v2, remote.publicAttestations()]).toEqual([true, true, []]);
   });
 });
