@@ -48,6 +48,8 @@ export interface HttpDeps {
   /** Freshness and single use of sealed consumer envelopes (the chat route). */
   readonly sealedReplay: SealedReplayCache;
   readonly fleet: Fleet;
+  /** The builds an account's own machines serve (self-route-only keys' /v1/models); the fleet's unless given. */
+  readonly buildsOf?: (accountId: string) => ReadonlySet<string>;
   readonly authenticate: Authenticator;
   readonly deviceFlow: DeviceFlow;
   /** Unix ms. */

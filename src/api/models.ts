@@ -10,9 +10,14 @@ import type { Fleet } from "../fleet/fleet.ts";
 import { consumerAuth } from "./auth.ts";
 import { pathId } from "./body.ts";
 
-export function modelRoutes(deps: { catalog: CatalogService; authenticate: Authenticator; fleet: Fleet }) {
-  const filterFor = (principal: Principal) =>
-    modelFilter(principal, principal.selfRouteOnly ? deps.fleet.buildsOf(principal.accountId) : undefined);
+export function modelRoutes(deps: {
+  catalog: CatalogService;
+  authenticate: Authenticator;
+  fleet: Fleet;
+  buildsOf?: (accountId: string) => ReadonlySet<string>;
+}) {
+  const buildsOf = deps.buildsOf ?? ((accountId: string) => deps.fleet.buildsOf(accountId));
+  const filterFor = (principal: Principal) => modelFilter(principal, principal.selfRouteOnly ? buildsOf(principal.accountId) : undefined);
   return new Elysia({ name: "models" })
     .use(consumerAuth(deps.authenticate))
     .get("/v1/models", async ({ query, principal }) => {

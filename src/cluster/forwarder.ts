@@ -49,7 +49,7 @@ class ForwardedStream implements AttemptOwner {
 
   constructor(
     private readonly link: ClusterLink,
-    target: RemoteTarget,
+    private readonly target: RemoteTarget,
     frame: Inference,
   ) {
     const bounds = { maxOutputChars: outputCharLimit(frame.request.max_tokens) };
@@ -100,6 +100,11 @@ class ForwardedStream implements AttemptOwner {
       if (m.why === "capacity" || m.why === "draining")
         this.attempt.push({ type: "error", code: m.why === "capacity" ? "busy" : "draining" });
       else this.attempt.push({ type: "lost", reason: `refused by the owner: ${m.why}` });
+      return;
+    }
+    if (m.k === "ok") {
+      // Earnings and self-routing follow the digest's account: a provider of another account is not it.
+      if (m.acct !== this.target.accountId) this.fail("the owner's provider belongs to another account");
       return;
     }
     if (m.k !== "ev") return;

@@ -84,14 +84,14 @@ export class ClusterNode {
     return [...this.presence.keys()];
   }
 
-  /** Other replicas' providers of the build with a free slot at their last digest, best first. */
-  candidates(buildId: string): RemoteTarget[] {
-    return this.remote.candidates(buildId);
+  /** Other replicas' providers of the build with a free slot at their last digest, best first; of `accountId` when given. */
+  candidates(buildId: string, accountId?: string): RemoteTarget[] {
+    return this.remote.candidates(buildId, accountId === undefined ? undefined : (c) => c.accountId === accountId);
   }
 
-  /** True when a routable provider on another replica serves the build. */
-  serves(buildId: string): boolean {
-    return this.remote.capacity(buildId).routableProviders > 0;
+  /** True when a routable provider on another replica (of `accountId` when given) serves the build. */
+  serves(buildId: string, accountId?: string): boolean {
+    return accountId === undefined ? this.remote.capacity(buildId).routableProviders > 0 : this.remote.routableOf(buildId, accountId);
   }
 
   /** Sends one attempt to the replica that owns `target` (never throws: failures are its events). */

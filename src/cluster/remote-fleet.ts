@@ -138,6 +138,19 @@ export class RemoteFleet {
     return found.map((f) => f.c);
   }
 
+  /** The builds the account's routable providers serve. */
+  buildsOf(accountId: string): string[] {
+    const out = new Set<string>();
+    for (const [, p] of this.providers()) if (p.account === accountId && this.routable(p)) for (const b of p.builds) out.add(b);
+    return [...out];
+  }
+
+  /** True when a routable provider of the account serves the build (busy or not). */
+  routableOf(buildId: string, accountId: string): boolean {
+    for (const [, p] of this.providers()) if (p.account === accountId && p.builds.includes(buildId) && this.routable(p)) return true;
+    return false;
+  }
+
   capacity(buildId: string): RemoteCapacity {
     let providerCount = 0;
     let routableProviders = 0;

@@ -265,6 +265,7 @@ export function createApp(deps: AppDeps): App {
     chat,
     sealedReplay: new SealedReplayCache({ now, ...(deps.sealedReplayEntries ? { maxEntries: deps.sealedReplayEntries } : {}) }),
     fleet,
+    ...(cluster ? { buildsOf: (id: string) => new Set([...fleet.buildsOf(id), ...cluster.buildsOf(id)]) } : {}),
     authenticate,
     deviceFlow: new DeviceFlow({ now }),
     now,

@@ -35,6 +35,8 @@ export interface AppCluster {
   liveReplicas(): number;
   /** The other replicas' providers of a build (none while disconnected). */
   capacity(buildId: string): RemoteCapacity | undefined;
+  /** The builds the account's routable machines on other replicas serve. */
+  buildsOf(accountId: string): readonly string[];
   /** The ClusterNode once connected (tests). */
   readonly node: ClusterNode | undefined;
   close(): void;
@@ -105,8 +107,8 @@ export function startCluster(deps: ClusterLinkDeps): AppCluster {
   };
   attempt();
   const remote: RemoteProviders = {
-    candidates: (buildId) => node?.candidates(buildId) ?? [],
-    serves: (buildId) => node?.serves(buildId) ?? false,
+    candidates: (buildId, accountId) => node?.candidates(buildId, accountId) ?? [],
+    serves: (buildId, accountId) => node?.serves(buildId, accountId) ?? false,
     forward: (target, frame) => {
       if (node === undefined) throw new Error("cluster not connected");
       return node.forward(target, frame);
@@ -116,6 +118,7 @@ export function startCluster(deps: ClusterLinkDeps): AppCluster {
     remote,
     liveReplicas: () => 1 + (node?.remote.replicaIds.length ?? 0),
     capacity: (buildId) => node?.remote.capacity(buildId),
+    buildsOf: (accountId) => node?.remote.buildsOf(accountId) ?? [],
     get node() {
       return node;
     },

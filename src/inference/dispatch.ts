@@ -33,10 +33,11 @@ export interface DispatchRequest {
   readonly signal: AbortSignal;
   /** When the whole request times out (Unix ms); before first content it ends the wait with 504. */
   readonly requestDeadline: number;
-  /** Self-route: only the caller's own machines (`accept`), never a queue: busy is 429 at once. */
-  readonly selfRoute?: boolean;
-  /** Extra filter on candidates (self-route: the caller's own machines). */
-  readonly accept?: (s: ProviderSession) => boolean;
+  /**
+   * Self-route: only the machines linked to this account, on this replica or another, never a queue:
+   * busy is 429 at once.
+   */
+  readonly selfRoute?: { readonly accountId: string };
 }
 
 /** A provider connected to another replica, as its digest names it. */
@@ -47,10 +48,10 @@ export interface RemoteTarget {
 
 /** Providers connected to other replicas (src/cluster/node.ts's ClusterNode is one). */
 export interface RemoteProviders {
-  /** Those serving the build with a free slot at their replica's last digest, best first. */
-  candidates(buildId: string): readonly RemoteTarget[];
-  /** True when a routable provider on another replica serves the build, free slot or not. */
-  serves(buildId: string): boolean;
+  /** Those serving the build with a free slot at their replica's last digest, best first; of `accountId` only when given. */
+  candidates(buildId: string, accountId?: string): readonly RemoteTarget[];
+  /** True when a routable provider on another replica (of `accountId` when given) serves the build, free slot or not. */
+  serves(buildId: string, accountId?: string): boolean;
   /** Sends one attempt to the replica that owns the provider; failures are the attempt's events. */
   forward(target: RemoteTarget, frame: Inference): Attempt;
 }
@@ -115,16 +116,18 @@ export async function dispatch(
   let failures = 0;
   let busyFailures = 0;
   const onAbort = () => current?.cancel("client_gone");
+  const own = request.selfRoute?.accountId;
+  const accept = own === undefined ? undefined : (s: ProviderSession) => s.identity.accountId === own;
   request.signal.addEventListener("abort", onAbort, { once: true });
   try {
     let n = 0;
     while (n < settings.maxAttempts) {
       if (request.signal.aborted) throw new ClientGone();
-      const session = fleet.candidates(request.buildId, (s) => !tried.has(s.id) && (!request.accept || request.accept(s)))[0];
-      const away = session || request.accept ? undefined : remote?.candidates(request.buildId).find((c) => !tried.has(c.providerId));
+      const session = fleet.candidates(request.buildId, (s) => !tried.has(s.id) && (!accept || accept(s)))[0];
+      const away = session ? undefined : remote?.candidates(request.buildId, own).find((c) => !tried.has(c.providerId));
       if (!session && !away) {
         // Nobody free. Wait for a slot only when someone could give one and nobody failed yet.
-        if (failures > 0 || !fleet.hasRoutable(request.buildId, request.accept)) break;
+        if (failures > 0 || !fleet.hasRoutable(request.buildId, accept)) break;
         if (request.selfRoute) throw Errors.capacityExhausted("every one of your provider machines serving this model is busy", 1);
         if (settings.maxQueuedPerModel === 0) break;
         if (fleet.waiting(request.buildId) >= settings.maxQueuedPerModel) {
@@ -178,8 +181,8 @@ export async function dispatch(
     throw Errors.serviceUnavailable("every provider for this model is busy", undefined, { "retry-after": "1" });
   }
   if (failures > 0) throw Errors.providerError("the provider failed before producing content");
-  const elsewhere = request.accept === undefined && remote?.serves(request.buildId) === true;
-  if (!elsewhere && (!fleet.serves(request.buildId) || !fleet.hasRoutable(request.buildId, request.accept))) {
+  const elsewhere = remote?.serves(request.buildId, own) === true;
+  if (!elsewhere && (!fleet.serves(request.buildId) || !fleet.hasRoutable(request.buildId, accept))) {
     throw Errors.modelUnavailable("no provider is serving this model right now", "model");
   }
   throw Errors.serviceUnavailable("every provider for this model is busy", undefined, { "retry-after": "1" });

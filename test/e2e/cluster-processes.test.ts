@@ -4,7 +4,8 @@
  * than the key's rpm; each logs its replica id at start. With a provider on B only, A lists it in
  * /v1/models and a chat request sent to A is answered by it. Skipped, saying so, without PostgreSQL,
  * Redis or (the second) NATS. A lists B's provider in /v1/providers/attestation and counts it in the
- * attestation figures of /v1/models as B does. Changes made through A's admin API (a price, an API key's and a device
+ * attestation figures of /v1/models as B does; a self-routed request to A reaches the account's machine
+ * on B. Changes made through A's admin API (a price, an API key's and a device
  * token's revocation) reach B's cached lookups and B's provider sessions within seconds, not at B's
  * 30-second token re-check.
  */
@@ -65,7 +66,7 @@ test.skipIf(db === undefined || !redis || !nats)(
     await using a = await startCoordinator({ ...env, UMBRA_REPLICA_ID: "a" }, { db: db?.url ?? "" });
     await using b = await startCoordinator({ ...env, UMBRA_REPLICA_ID: "b" }, { db: db?.url ?? "" });
     const build = "org/routed-build";
-    const { apiKey, providerToken } = await a.seed([build], {}, 100_000_000);
+    const { apiKey, providerToken, accountId } = await a.seed([build], {}, 100_000_000);
     const args = ["--coordinator", b.url, "--token", providerToken, "--engine", "echo", "--model", build, "--dev-attestation", "on"];
     await using pb = startProvider(args);
     await pb.connected;
@@ -92,6 +93,17 @@ test.skipIf(db === undefined || !redis || !nats)(
     const attestationOf = (m: Record<string, unknown>) => [m.attested_providers, m.trust_level, m.attestation];
     expect([fromB.data.length, onA, attestationOf(metaA)]).toEqual([1, fromB, attestationOf(metaB)]);
     expect(attestationOf(metaB).slice(0, 2)).toEqual([1, "hardware"]);
+    // Self-routing (the key's account owns B's machine): served from A too, and listed for a self-route-only key.
+    const own = await fetch(`${a.url}/v1/chat/completions`, {
+      method: "POST",
+      headers,
+      body: JSON.stringify({ model: build, max_tokens: 8, self_route: true, messages: [{ role: "user", content: "hi" }] }),
+    });
+    const selfOnly = await a.admin<{ key: string }>("POST", "/keys", { account_id: accountId, self_route_only: true });
+    const models = (await (await fetch(`${a.url}/v1/models`, { headers: { authorization: `Bearer ${selfOnly.key}` } })).json()) as {
+      data: { id: string }[];
+    };
+    expect([own.status, ((await own.json()) as { object?: string }).object, models.data.map((m) => m.id)]).toEqual([200, "chat.completion", [build]]);
   },
   60_000,
 );

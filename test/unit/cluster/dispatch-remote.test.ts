@@ -103,13 +103,30 @@ describe.skipIf(!available)("dispatch across replicas", () => {
     expect(none instanceof ApiError ? [none.status, none.code] : none).toEqual([503, "model_unavailable"]);
   });
 
-  test("a self-routed request never leaves its replica", async () => {
+  test("a self-routed request reaches the account's own machine on another replica, never another account's", async () => {
     const [a, c] = (await cluster("a", "c")) as [Replica, Replica];
     const p = await c.provider(BUILD);
     await waitFor(() => a.node.candidates(BUILD).length === 1, "C's provider in A's view");
-    const r = request({ selfRoute: true, accept: (s) => s.identity.accountId === "acct_c" });
-    const e = await dispatch(a.fleet, settings, r, Date.now, a.node).catch((x) => x);
-    expect(e instanceof ApiError ? e.status : e).toBe(503);
-    expect(p.frames).toEqual([]);
+    const other = await dispatch(a.fleet, settings, request({ selfRoute: { accountId: "acct_x" } }), Date.now, a.node).catch((x) => x);
+    expect([other instanceof ApiError ? [other.status, other.code] : other, p.frames]).toEqual([[503, "model_unavailable"], []]);
+    const committed = dispatch(a.fleet, settings, request({ selfRoute: { accountId: "acct_c" } }), Date.now, a.node);
+    committed.catch(() => {});
+    expect(await serve(p)).toBe(0);
+    const { attempt } = await committed;
+    expect([attempt.providerId, attempt.providerAccountId]).toEqual([p.session.id, "acct_c"]);
+    attempt.cancel("client_gone");
+  });
+
+  test("an owner whose provider belongs to another account than the digest said: the attempt fails, the work is cancelled", async () => {
+    const [a, c] = (await cluster("a", "c")) as [Replica, Replica];
+    const p = await c.provider(BUILD);
+    const remote = {
+      candidates: () => [{ providerId: p.session.id, accountId: "acct_wrong" }],
+      serves: () => true,
+      forward: a.node.forward.bind(a.node),
+    };
+    const e = await dispatch(a.fleet, settings, request(), Date.now, remote).catch((x) => x);
+    expect(e instanceof ApiError ? [e.status, e.code] : e).toEqual([502, "provider_error"]);
+    await waitFor(() => p.session.active === 0, "the slot freed on C");
   });
 });
