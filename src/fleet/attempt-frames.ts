@@ -37,10 +37,12 @@ const OVER_BUDGET: FrameOutcome = Object.freeze({ invalid: "output far beyond th
 export function applyAttemptFrame(attempt: Attempt, frame: AttemptFrame, ctx: FrameContext): FrameOutcome {
   const seal = attempt.sealed;
   const sealed = frame.type === "sealed_chunk" || frame.type === "sealed_tool_call" || frame.type === "sealed_complete";
-  if (seal !== undefined && (frame.type === "chunk" || frame.type === "tool_call" || frame.type === "complete")) {
+  if (attempt.sealedSession && (frame.type === "chunk" || frame.type === "tool_call" || frame.type === "complete")) {
     return { invalid: "plaintext frame in a sealed session" };
   }
-  if (sealed && seal === undefined) throw new ProtocolError("sealed frame in a plaintext session");
+  if (sealed && seal === undefined) {
+    throw new ProtocolError(attempt.sealedSession ? "sealed frame before its request was sent" : "sealed frame in a plaintext session");
+  }
   if (frame.type === "error") {
     attempt.push({ type: "error", code: frame.code });
     return RELAYED;

@@ -119,6 +119,7 @@ export class Attempt {
   private acceptedTime: number | undefined;
   private firstContentTime: number | undefined;
   private seal: AttemptSeal | undefined;
+  private sealedOnly = false;
   private digest: ResponseDigest | undefined;
 
   constructor(
@@ -168,6 +169,16 @@ export class Attempt {
   sealWith(seal: AttemptSeal): void {
     this.seal = seal;
     this.digest = new ResponseDigest();
+  }
+
+  /** Sealed sessions, from the attempt's start: only sealed frames may answer it, even before `sealWith`. */
+  expectSealed(): void {
+    this.sealedOnly = true;
+  }
+
+  /** True once `expectSealed` or `sealWith` was called. */
+  get sealedSession(): boolean {
+    return this.sealedOnly || this.seal !== undefined;
   }
 
   /** Sealed sessions: the digest of the content and tool calls relayed so far (receipts). */

@@ -289,6 +289,7 @@ export class ProviderSession implements AttemptOwner {
     }
     const bounds = { maxOutputChars: outputCharLimit(frame.request.max_tokens), limits };
     const attempt = new Attempt(frame.request_id, frame.attempt, this.id, this.identity.accountId, this.now(), this, bounds);
+    if (channel !== undefined) attempt.expectSealed(); // no plaintext answer even while the request is being sealed
     this.attempts.set(attempt.key, attempt);
     this.assigned++;
     try {
