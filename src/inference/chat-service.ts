@@ -155,8 +155,8 @@ export class ChatService {
 
   /** Rate limit (429; one request and its estimated tokens), then the worst-case cost (402). */
   private async reserve(admitted: Admitted, principal: Principal, life: RequestLifecycle): Promise<Reserved> {
-    const { pricing, billing, limiter, settings } = this.deps;
-    const { request, resolved, selfRoute, maxTokens, promptEstimate } = admitted;
+    const { limiter, settings } = this.deps;
+    const { maxTokens, promptEstimate } = admitted;
     let headers = NO_HEADERS;
     if (settings.metering) {
       const subject = principal.keyId ?? `account:${principal.accountId}`;
@@ -177,27 +177,35 @@ export class ChatService {
 
     // The worst case is reserved before anything reaches a provider: the prompt bound is the one the
     // provider's report is held to (messages, forwarded fields such as tool definitions, template text).
+    // Whatever fails from here on (pricing's store, the reservation) gives the rate-limit estimate back.
+    try {
+      return await this.hold(admitted, principal, life, headers);
+    } catch (e) {
+      life.unlimit();
+      throw e;
+    }
+  }
+
+  /** The reservation of the worst-case cost (402 when the money is not there), after the rate limit. */
+  private async hold(admitted: Admitted, principal: Principal, life: RequestLifecycle, headers: RateHeaders): Promise<Reserved> {
+    const { pricing, billing, settings } = this.deps;
+    const { request, resolved, selfRoute, maxTokens } = admitted;
     const forwarded = engineBody(request, maxTokens);
     const limits = usageLimits(forwarded);
     const rates = await pricing.ratesFor(resolved.id, resolved.build.id);
     // Time first, then randomness: rows keyed by request id are appended near the end of their
     // indexes instead of scattered over them, which keeps settlement writes cheap.
     const requestId = `req_${life.startedAt.toString(36).padStart(9, "0")}${randomBytes(9).toString("base64url")}`;
-    let hold: Hold | undefined;
-    if (settings.metering && !selfRoute) {
-      try {
-        hold = await billing.reserve({
-          requestId,
-          accountId: principal.accountId,
-          keyId: principal.keyId,
-          spendCap: principal.spendCap,
-          amount: reservationFor(limits.promptTokens, maxTokens, rates),
-        });
-      } catch (e) {
-        life.unlimit();
-        throw e;
-      }
-    }
+    const hold: Hold | undefined =
+      settings.metering && !selfRoute
+        ? await billing.reserve({
+            requestId,
+            accountId: principal.accountId,
+            keyId: principal.keyId,
+            spendCap: principal.spendCap,
+            amount: reservationFor(limits.promptTokens, maxTokens, rates),
+          })
+        : undefined;
     const money: RequestMoney = {
       requestId,
       accountId: principal.accountId,

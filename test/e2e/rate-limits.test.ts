@@ -199,7 +199,7 @@ describe("tokens per minute", () => {
     expect(inferences(p)).toHaveLength(3);
   });
 
-  test("true-up: an answer whose real usage is far below its estimate refunds the difference (JSON, stream, failure)", async () => {
+  test("true-up: an answer whose real usage is far below its estimate refunds the difference (JSON, stream, failures)", async () => {
     await using ctx = await setup();
     // echo reports 5 prompt tokens + one per word: "hi" -> 6 tokens. A message "fail" fails before content.
     await ctx.provider({
@@ -221,6 +221,16 @@ describe("tokens per minute", () => {
     await failed.text();
     // 10000 - 3 × 6 - 1009.
     expect(await remaining(await ctx.chat(apiKey, chatBody("hi", { max_tokens: 1000 })))).toBe("8973");
+    // A request whose prices cannot be read (the store failing) is a 500 that also gives its estimate back.
+    const prices = ctx.t.store.prices;
+    const get = prices.get.bind(prices);
+    prices.get = () => Promise.reject(new Error("store unavailable"));
+    const broken = await ctx.chat(apiKey, chatBody("hi", { max_tokens: 1000 }));
+    prices.get = get;
+    expect(broken.status).toBe(500);
+    await broken.text();
+    // 10000 - 4 × 6 - 1009.
+    expect(await remaining(await ctx.chat(apiKey, chatBody("hi", { max_tokens: 1000 })))).toBe("8967");
   });
 });
 
