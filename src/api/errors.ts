@@ -20,13 +20,13 @@ export function errorHandling(logger: Logger) {
     if (code === "NOT_FOUND") return errorResponse(Errors.notFound("no such route"));
     if (code === "PARSE") return errorResponse(Errors.invalidJson("the body is not valid JSON"));
     if (code === "VALIDATION") return errorResponse(Errors.invalidValue("the request does not match the expected shape"));
-    const apiError = toApiError(error);
-    if (apiError.status === 500) {
-      logger.error("unhandled error", {
-        error_name: error instanceof Error ? error.name : typeof error,
-        route: route || "unmatched",
-      });
-    }
-    return errorResponse(apiError);
+    return errorResponse(toLoggedApiError(logger, error, route || "unmatched"));
   });
+}
+
+/** The error's ApiError; a 500 (anything not an ApiError) is logged by class name and route template only. */
+export function toLoggedApiError(logger: Pick<Logger, "error">, error: unknown, route: string): ApiError {
+  const apiError = toApiError(error);
+  if (apiError.status === 500) logger.error("unhandled error", { error_name: error instanceof Error ? error.name : typeof error, route });
+  return apiError;
 }

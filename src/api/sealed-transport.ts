@@ -20,14 +20,17 @@ import {
   readSealedEnvelope,
   SEALED_CONTENT_TYPE,
 } from "../crypto/consumer-seal.ts";
-import { type ApiError, Errors, toApiError } from "../errors/api-error.ts";
+import { type ApiError, Errors } from "../errors/api-error.ts";
+import type { Logger } from "../observability/logger.ts";
 import { parseJson } from "./body.ts";
-import { errorResponse } from "./errors.ts";
+import { errorResponse, toLoggedApiError } from "./errors.ts";
 
 export interface SealedTransportDeps {
   readonly attestation: Pick<CoordinatorAttestation, "sealingKey">;
   /** Freshness and single use of sealed envelopes. */
   readonly sealedReplay: SealedReplayCache;
+  /** Where an unexpected failure inside a sealed request is logged (as the error boundary does for plain ones). */
+  readonly logger: Pick<Logger, "error">;
 }
 
 /** A route's handling of its whole request body; `request` carries the headers the transport reads. */
@@ -47,7 +50,7 @@ export function sealedTransport<C extends { readonly request: Request }>(
     try {
       response = await handler(plaintext, context);
     } catch (error) {
-      response = errorResponse(toApiError(error));
+      response = errorResponse(toLoggedApiError(deps.logger, error, path));
     }
     return sealResponse(response, sealer);
   };

@@ -118,6 +118,17 @@ describe("sealed consumer transport", () => {
     const opener = answers.opener(response.headers.get(RESPONSE_NONCE_HEADER));
     const error = JSON.parse(new TextDecoder().decode(opener.body(await response.json()))) as { error: { code: string } };
     expect(error.error.code).toBe("invalid_json");
+
+    // An unexpected failure inside (the price store throwing): a sealed 500, logged like a plain one.
+    const prices = ctx.t.store.prices;
+    const get = prices.get.bind(prices);
+    prices.get = () => Promise.reject(new Error(`store down ${CANARY}`));
+    const failed = await sealedChat(ctx.server.url, ctx.apiKey, { model: BUILD, messages: [{ role: "user", content: CANARY }] });
+    prices.get = get;
+    expect(failed).toMatchObject({ status: 500, sealed: true, json: { error: { code: "internal_error" } } });
+    const logged = ctx.t.logs.map((l) => JSON.parse(l) as Record<string, unknown>).filter((l) => l.msg === "unhandled error");
+    expect(logged).toEqual([expect.objectContaining({ level: "error", error_name: "Error", route: PATH })]);
+    expect(ctx.t.logs.join("\n")).not.toContain(CANARY);
   });
 
   test("each bad envelope is a plain 400 naming the field; nothing reaches a provider", async () => {
