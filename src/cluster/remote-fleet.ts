@@ -110,6 +110,14 @@ export class RemoteFleet {
     return [...this.replicas.keys()];
   }
 
+  /** Providers of the replicas heard from recently. */
+  get providerCount(): number {
+    this.expire();
+    let n = 0;
+    for (const r of this.replicas.values()) n += r.providers.length;
+    return n;
+  }
+
   /** Digest pages that failed validation. */
   get malformedPages(): number {
     return this.malformed;

@@ -61,6 +61,8 @@ export interface AppDeps {
    * (several replicas) instead of Wallets, and the app runs its HoldKeeper (renewals, sweeps) until close.
    */
   readonly moneyAuthority?: MoneyAuthority;
+  /** Postgres only: whether the store's read caches are in use now (its change feed delivers), for /metrics. */
+  readonly cachesLive?: () => boolean;
 }
 
 export interface App {
@@ -206,6 +208,14 @@ export function createApp(deps: AppDeps): App {
   const billing = new Billing(deps.moneyAuthority ? new AuthorityReservations(deps.moneyAuthority, logger) : wallets, config);
   // In process, or shared through Redis in cluster mode (--redis-url); its client closes with the app.
   const liveReplicas = deps.liveReplicas ?? cluster?.liveReplicas ?? (() => 1);
+  if (cluster) {
+    const cachesLive = deps.cachesLive;
+    metrics.watchCluster({
+      replicas: liveReplicas,
+      remoteProviders: () => cluster.node?.remote.providerCount ?? 0,
+      cachesLive: () => cachesLive?.(),
+    });
+  }
   const limits = createLimiter({ cluster: config.cluster, now, logger, metrics, liveReplicas });
   const admin = new AdminService(store, now, {
     providerTokenRevoked: (id) => fleet.disconnectToken(id),

@@ -15,7 +15,19 @@ export interface Metrics {
   observeSettlementCommit(settlements: number, seconds: number): void;
   /** Where rate limits are decided: shared in Redis, or on this replica alone (Redis unreachable). */
   observeRateLimitMode(mode: "redis" | "local"): void;
+  /** Cluster mode: gauges of the replica's view, read from `view` when /metrics is rendered. */
+  watchCluster(view: ClusterView): void;
   render(): Promise<string>;
+}
+
+/** What a replica sees of the cluster (src/coordinator/cluster-link.ts, the Postgres change feed). */
+export interface ClusterView {
+  /** This replica and those whose fleet digests arrive. */
+  replicas(): number;
+  /** Providers connected to the other replicas, at their last digests. */
+  remoteProviders(): number;
+  /** The read caches are in use: the store's change feed delivers (undefined: a store without one). */
+  cachesLive(): boolean | undefined;
 }
 
 export function createMetrics(): Metrics {
@@ -65,6 +77,28 @@ export function createMetrics(): Metrics {
   });
   return {
     registry,
+    watchCluster(view) {
+      const gauge = (name: string, help: string, read: () => number | undefined) =>
+        new Gauge({
+          name,
+          help,
+          registers: [registry],
+          collect() {
+            const value = read();
+            if (value !== undefined) this.set(value);
+          },
+        });
+      gauge("umbra_cluster_replicas", "Replicas this one sees: itself and those whose NATS fleet digests arrive", view.replicas);
+      gauge("umbra_cluster_remote_providers", "Providers connected to the other replicas, at their last digests", view.remoteProviders);
+      gauge(
+        "umbra_store_caches_live",
+        "1 while the Postgres change feed delivers and the read caches are used, 0 while they are bypassed",
+        () => {
+          const live = view.cachesLive();
+          return live === undefined ? undefined : Number(live);
+        },
+      );
+    },
     observeRateLimitMode(mode) {
       rateLimitMode.set({ mode: "redis" }, mode === "redis" ? 1 : 0);
       rateLimitMode.set({ mode: "local" }, mode === "local" ? 1 : 0);

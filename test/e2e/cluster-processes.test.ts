@@ -103,7 +103,11 @@ test.skipIf(db === undefined || !redis || !nats)(
     const models = (await (await fetch(`${a.url}/v1/models`, { headers: { authorization: `Bearer ${selfOnly.key}` } })).json()) as {
       data: { id: string }[];
     };
-    expect([own.status, ((await own.json()) as { object?: string }).object, models.data.map((m) => m.id)]).toEqual([200, "chat.completion", [build]]);
+    expect([own.status, ((await own.json()) as { object?: string }).object, models.data.map((m) => m.id)]).toEqual([
+      200,
+      "chat.completion",
+      [build],
+    ]);
   },
   60_000,
 );
@@ -132,6 +136,14 @@ test.skipIf(db === undefined || !redis || !nats)(
       ((await (await fetch(`${b.url}/v1/pricing`)).json()) as { prices: { model: string; input_price: number }[] }).prices;
     // B has read (and cached) the key, the build and the empty price list.
     expect([await chat(), await chat(), await pricesOnB()]).toEqual([200, 200, []]);
+    // A's /metrics: two replicas, B's provider, the read caches in use.
+    const gauges = async (url: string) => {
+      const text = await (await fetch(`${url}/metrics`)).text();
+      return ["umbra_cluster_replicas", "umbra_cluster_remote_providers", "umbra_store_caches_live"].map((name) =>
+        Number(new RegExp(`^${name} (\\S+)$`, "m").exec(text)?.[1]),
+      );
+    };
+    await waitFor(async () => (await gauges(a.url)).join() === "2,1,1", "A's cluster gauges", 10_000);
     const within = 5_000; // far below the 30 s re-check: only the change feed can be this quick
     await a.admin("PUT", `/prices/${build}`, { input_price: 1_000_000, output_price: 2_000_000 });
     const priced = await waitFor(async () => (await pricesOnB())[0]?.input_price === 1_000_000, "the price on B", within);
