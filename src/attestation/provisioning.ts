@@ -17,6 +17,10 @@
  *
  * Secrets (the plaintext JSON object; unknown names are refused):
  *   admin_token   required; the bearer of /admin/v1; at least 32 characters in production mode
+ *   db_password, redis_password, nats_password   optional; the passwords of Postgres, Redis and NATS (the
+ *                 coordinator opens its Postgres store only after provisioning, with them: `accept`)
+ * `accept` (the serve command's) takes the secrets before they count: when it throws, its ApiError is the
+ * answer and the coordinator stays awaiting (a wrong database password can be provisioned again).
  * Invariants: no secret is logged, written to disk or echoed in an answer; the log says only that
  * provisioning happened and which names it set.
  */
@@ -39,6 +43,21 @@ const OPEN_WHILE_AWAITING: readonly string[] = ["/healthz", "/v1/attestation", "
 const MAX_SECRET_CHARS = 4096;
 const PRODUCTION_MIN_ADMIN_TOKEN = 32;
 
+/** What a provisioning message may set. */
+export interface ProvisionedSecrets {
+  readonly adminToken: string;
+  readonly dbPassword?: string;
+  readonly redisPassword?: string;
+  readonly natsPassword?: string;
+}
+
+const SECRET_NAMES = {
+  admin_token: "adminToken",
+  db_password: "dbPassword",
+  redis_password: "redisPassword",
+  nats_password: "natsPassword",
+} as const;
+
 export interface ProvisioningOptions {
   readonly mode: Mode;
   /** true for --provisioning await. */
@@ -47,17 +66,17 @@ export interface ProvisioningOptions {
   readonly logger: Logger;
   /** Unix milliseconds. */
   readonly now: () => number;
-}
-
-interface Secrets {
-  readonly adminToken: string;
+  /** Takes the secrets before the coordinator counts as provisioned; throws an ApiError to refuse them. */
+  readonly accept?: (secrets: ProvisionedSecrets) => Promise<void>;
 }
 
 export class Provisioning {
   private current: ProvisioningState;
   /** base64url nonce -> expiry (unix ms), in issue order. */
   private readonly nonces = new Map<string, number>();
-  private secrets: Secrets | undefined;
+  private secrets: ProvisionedSecrets | undefined;
+  /** A message is being accepted: another waits its turn (409). */
+  private accepting = false;
 
   constructor(private readonly options: ProvisioningOptions) {
     this.current = options.awaiting ? "awaiting" : "off";
@@ -121,11 +140,32 @@ export class Provisioning {
     plaintext.fill(0);
     // Another message may have opened while this one was being opened.
     this.refuseUnlessAwaiting();
+    if (this.accepting) throw Errors.conflict("another provisioning message is being accepted; ask again in a moment");
+    this.nonces.delete(envelope.nonceText);
+    const names = Object.entries(SECRET_NAMES)
+      .filter(([, field]) => secrets[field] !== undefined)
+      .map(([name]) => name);
+    const unused = names.find((name) => name !== "admin_token");
+    if (unused !== undefined && this.options.accept === undefined) {
+      throw Errors.invalidValue(
+        `'${unused}' is not used by this coordinator: only one on Postgres (cluster mode) awaiting provisioning opens its connections with provisioned passwords`,
+        `secrets.${unused}`,
+      );
+    }
+    this.accepting = true;
+    try {
+      await this.options.accept?.(secrets);
+    } catch (e) {
+      this.options.logger.warn("provisioning refused", { reason: "secrets not accepted", secrets: names.join(",") });
+      throw e;
+    } finally {
+      this.accepting = false;
+    }
     this.secrets = secrets;
     this.nonces.clear();
     this.current = "provisioned";
-    this.options.logger.info("coordinator provisioned", { count: 1 });
-    return { state: "provisioned", secrets: ["admin_token"] };
+    this.options.logger.info("coordinator provisioned", { count: names.length, secrets: names.join(",") });
+    return { state: "provisioned", secrets: names };
   }
 
   private refuseUnlessAwaiting(): void {
@@ -133,7 +173,7 @@ export class Provisioning {
     if (this.current === "provisioned") throw Errors.conflict("this coordinator is already provisioned; restart it to provision again");
   }
 
-  private readSecrets(plaintext: Uint8Array): Secrets {
+  private readSecrets(plaintext: Uint8Array): ProvisionedSecrets {
     let value: unknown;
     try {
       value = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(plaintext));
@@ -144,20 +184,31 @@ export class Provisioning {
       throw Errors.invalidValue("the sealed secrets are not a JSON object", "secrets");
     }
     const fields = value as Record<string, unknown>;
+    const known = Object.keys(SECRET_NAMES);
     for (const name of Object.keys(fields)) {
-      if (name !== "admin_token") throw Errors.invalidValue(`unknown secret '${name.slice(0, 64)}'; known: admin_token`, "secrets");
+      if (!known.includes(name)) throw Errors.invalidValue(`unknown secret '${name.slice(0, 64)}'; known: ${known.join(", ")}`, "secrets");
     }
-    const token = fields.admin_token;
+    const text = (name: string): string | undefined => {
+      const v = fields[name];
+      if (v === undefined) return undefined;
+      if (typeof v !== "string" || v.length === 0 || v.length > MAX_SECRET_CHARS) {
+        throw Errors.invalidValue(`'${name}' must be a string of 1..${MAX_SECRET_CHARS} characters`, `secrets.${name}`);
+      }
+      return v;
+    };
+    const token = text("admin_token");
     if (token === undefined) throw Errors.invalidValue("the secret 'admin_token' is required", "secrets.admin_token");
-    if (typeof token !== "string" || token.length === 0 || token.length > MAX_SECRET_CHARS) {
-      throw Errors.invalidValue(`'admin_token' must be a string of 1..${MAX_SECRET_CHARS} characters`, "secrets.admin_token");
-    }
     if (this.options.mode === "production" && token.length < PRODUCTION_MIN_ADMIN_TOKEN) {
       throw Errors.invalidValue(
         `production mode needs an admin token of at least ${PRODUCTION_MIN_ADMIN_TOKEN} characters`,
         "secrets.admin_token",
       );
     }
-    return { adminToken: token };
+    const out: { -readonly [K in keyof ProvisionedSecrets]: ProvisionedSecrets[K] } = { adminToken: token };
+    for (const [name, field] of Object.entries(SECRET_NAMES)) {
+      const value = field === "adminToken" ? undefined : text(name);
+      if (value !== undefined && field !== "adminToken") out[field] = value;
+    }
+    return out;
   }
 }

@@ -38,8 +38,11 @@ export const generatedReplicaId = (): string => `r-${randomBytes(6).toString("he
 
 type Read = (name: ClusterSettingName | "db") => string | undefined;
 
-/** Cluster mode's settings, or null without them; `db` is the parsed --db. Throws ConfigError. */
-export function parseCluster(raw: Read, db: string, production: boolean): ClusterConfig | null {
+/**
+ * Cluster mode's settings, or null without them; `db` is the parsed --db. Throws ConfigError.
+ * `passwordsLater` (--provisioning await): Redis and NATS passwords may still arrive by provisioning.
+ */
+export function parseCluster(raw: Read, db: string, production: boolean, passwordsLater = false): ClusterConfig | null {
   const redisText = raw("redisUrl");
   const natsText = raw("natsUrl");
   const postgres = /^postgres(ql)?:\/\//i.test(db);
@@ -76,22 +79,15 @@ export function parseCluster(raw: Read, db: string, production: boolean): Cluste
     if (redis.protocol === "redis:" && !loopback(redis)) {
       throw new ConfigError(`production mode refuses plaintext Redis on ${hostOf(redis)}, which is not a loopback address: use rediss://`);
     }
-    // Whoever reaches an unauthenticated Redis can rewrite every key's limits.
-    if (!loopback(redis) && redisPassword === undefined) {
-      throw new ConfigError(`production mode needs Redis credentials off loopback (${hostOf(redis)}): set UMBRA_REDIS_PASSWORD_FILE`);
-    }
     for (const url of nats.filter((u) => !loopback(u))) {
       if (!natsTls) {
         throw new ConfigError(
           `production mode refuses plaintext NATS on ${hostOf(url)}, which is not a loopback address: use tls:// or --nats-tls on`,
         );
       }
-      if (natsPassword === undefined) {
-        throw new ConfigError(`production mode needs NATS credentials off loopback (${hostOf(url)}): set UMBRA_NATS_PASSWORD_FILE`);
-      }
     }
   }
-  return Object.freeze({
+  const cluster: ClusterConfig = Object.freeze({
     redisUrl: redisText,
     redisClient: parseSetting(CLUSTER_SETTINGS.redisClient, raw("redisClient")),
     redisTimeoutMs: parseSetting(CLUSTER_SETTINGS.redisTimeoutMs, raw("redisTimeoutMs")),
@@ -102,6 +98,25 @@ export function parseCluster(raw: Read, db: string, production: boolean): Cluste
     ...(redisPassword !== undefined ? { redisPassword } : {}),
     ...(natsPassword !== undefined ? { natsPassword } : {}),
   });
+  // Provisioned passwords are checked once they arrive (the serve command calls it again then).
+  if (production && !passwordsLater) requireClusterCredentials(cluster);
+  return cluster;
+}
+
+/**
+ * Production: Redis and NATS off loopback need credentials (whoever reaches an unauthenticated Redis can
+ * rewrite every key's limits; NATS carries forwarded requests). Throws ConfigError naming the setting.
+ */
+export function requireClusterCredentials(cluster: ClusterConfig): void {
+  const redis = new URL(cluster.redisUrl);
+  if (!loopback(redis) && cluster.redisPassword === undefined) {
+    throw new ConfigError(`production mode needs Redis credentials off loopback (${hostOf(redis)}): set UMBRA_REDIS_PASSWORD_FILE`);
+  }
+  for (const url of cluster.natsServers.map((s) => new URL(s)).filter((u) => !loopback(u))) {
+    if (cluster.natsPassword === undefined) {
+      throw new ConfigError(`production mode needs NATS credentials off loopback (${hostOf(url)}): set UMBRA_NATS_PASSWORD_FILE`);
+    }
+  }
 }
 
 function parseUrl(flag: string, text: string, schemes: readonly string[]): URL {

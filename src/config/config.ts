@@ -116,7 +116,8 @@ export function loadConfig(flags: FlagValues, env: Env, defaultMode: Mode = "pro
   const tlsPublicKeyFile = raw("tlsPublicKeyFile");
   const measurement = raw("expectedMeasurement");
   const jwt = readJwt(raw, production);
-  const cluster = parseCluster(raw, parseSetting(SETTINGS.db, raw("db")), production);
+  const awaiting = parseSetting(SETTINGS.provisioning, raw("provisioning")) === "await";
+  const cluster = parseCluster(raw, parseSetting(SETTINGS.db, raw("db")), production, awaiting);
 
   const config: Config = {
     mode,

@@ -7,7 +7,7 @@ import type { ProviderAttestation } from "../../attestation/provider/levels.ts";
 import { AdminService } from "../admin/admin-service.ts";
 import { createHttpApp, type HttpApp } from "../api/http.ts";
 import { type CoordinatorAttestation, createCoordinatorAttestation } from "../attestation/coordinator-attestation.ts";
-import { Provisioning } from "../attestation/provisioning.ts";
+import { Provisioning, type ProvisioningOptions } from "../attestation/provisioning.ts";
 import { type Authenticator, authenticateProvider, createAuthenticator, providerTokenExpired } from "../auth/authenticator.ts";
 import { DeviceFlow } from "../auth/device-flow.ts";
 import { createJwtVerifier } from "../auth/jwt.ts";
@@ -63,6 +63,8 @@ export interface AppDeps {
   readonly moneyAuthority?: MoneyAuthority;
   /** Postgres only: whether the store's read caches are in use now (its change feed delivers), for /metrics. */
   readonly cachesLive?: () => boolean;
+  /** Attestation and provisioning made before the app (createFront); the app makes its own otherwise. */
+  readonly front?: AppFront;
 }
 
 export interface App {
@@ -151,6 +153,41 @@ function startHoldKeeper(authority: MoneyAuthority, logger: Logger, stop: (reque
   return keeper;
 }
 
+/**
+ * The coordinator's attestation and provisioning, which outlive an app: the serve command makes them
+ * before the app when the store opens only with provisioned passwords (`accept`), and hands them to the
+ * app it builds then; otherwise the app makes its own.
+ */
+export interface AppFront {
+  readonly attestation: CoordinatorAttestation;
+  readonly provisioning: Provisioning;
+}
+
+export function createFront(
+  config: Config,
+  options: Pick<AppDeps, "tlsPublicKeySpki" | "devHostData"> & {
+    readonly logger: Logger;
+    readonly now: () => number;
+    readonly accept?: ProvisioningOptions["accept"];
+  },
+): AppFront {
+  const { logger, now } = options;
+  const attestation = createCoordinatorAttestation({
+    mode: config.mode,
+    source: config.attestation,
+    platform: config.attestationPlatform,
+    tlsPublicKeySpki: options.tlsPublicKeySpki ?? config.tlsPublicKeySpki,
+    expectedMeasurement: config.expectedMeasurement,
+    config: { sha256: configDigestHex(config), boundBy: config.configBinding },
+    ...(options.devHostData ? { devHostData: options.devHostData } : {}),
+    logger,
+    now,
+  });
+  const awaiting = config.provisioning === "await";
+  const accept = options.accept ? { accept: options.accept } : {};
+  return { attestation, provisioning: new Provisioning({ mode: config.mode, awaiting, attestation, logger, now, ...accept }) };
+}
+
 export function createApp(deps: AppDeps): App {
   const { config, store } = deps;
   const clock = deps.clock ?? systemClock;
@@ -236,18 +273,7 @@ export function createApp(deps: AppDeps): App {
     if (fleet.sessionsOfToken(changed) === 0) return;
     tokenLive(changed).then((live) => live || fleet.disconnectToken(changed), recheckFailed);
   });
-  const attestation = createCoordinatorAttestation({
-    mode: config.mode,
-    source: config.attestation,
-    platform: config.attestationPlatform,
-    tlsPublicKeySpki: deps.tlsPublicKeySpki ?? config.tlsPublicKeySpki,
-    expectedMeasurement: config.expectedMeasurement,
-    config: { sha256: configDigestHex(config), boundBy: config.configBinding },
-    ...(deps.devHostData ? { devHostData: deps.devHostData } : {}),
-    logger,
-    now,
-  });
-  const provisioning = new Provisioning({ mode: config.mode, awaiting: config.provisioning === "await", attestation, logger, now });
+  const { attestation, provisioning } = deps.front ?? createFront(config, { ...deps, logger, now });
   const authenticate = createAuthenticator(store, config.jwt && createJwtVerifier(config.jwt, now));
   const checkProviderToken = (authorization: string | null) => authenticateProvider(store, authorization, now());
   const chat = new ChatService({

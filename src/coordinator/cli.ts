@@ -14,14 +14,13 @@ import { configDigestHex } from "../config/config-digest.ts";
 import { processEnv } from "../config/settings.ts";
 import { StoreOpenError } from "../store/errors.ts";
 import { databaseName, isPostgres, openStore } from "../store/open.ts";
-import { createPgStore } from "../store/pg/index.ts";
 import { type DatabaseLock, lockDatabase } from "../store/sqlite/lock.ts";
 import { AcmeError } from "../tls/acme-error.ts";
 import { createCoordinatorTls } from "../tls/coordinator-tls.ts";
 import { VERSION } from "../version.ts";
-import { createApp } from "./app.ts";
+import { openServing, type Serving, standIn } from "./boot.ts";
 import { devBanner, seedDevelopment, startDevProvider } from "./dev.ts";
-import { ListenError, listen } from "./server.ts";
+import { ListenError, listen, type RunningServer } from "./server.ts";
 
 const USAGE = `umbra-coordinator ${VERSION}
 
@@ -60,14 +59,25 @@ async function serve(config: Config, dev: boolean): Promise<void> {
   const held = lock(config, dev ? "dev" : "serve");
   // The TLS key is made in memory before the app, so the attestation binds it from its first document.
   const tls = await createCoordinatorTls(config);
-  // Cluster mode: Postgres is the only money authority, every hold a row under this replica's id.
-  const pg = config.cluster ? await createPgStore(config.db, dbPassword(config)) : undefined;
-  const store = pg ?? (await openStore(config.db, { journal: true, ...dbPassword(config) }));
-  const moneyAuthority =
-    pg && config.cluster
-      ? { moneyAuthority: pg.moneyAuthority({ replica: config.cluster.replicaId }), cachesLive: () => pg.changes.epoch() !== null }
-      : {};
-  const app = createApp({ config, store, ...moneyAuthority, ...(tls ? { tlsPublicKeySpki: tls.key.spki } : {}) });
+  // On Postgres awaiting provisioning, the store opens with the provisioned passwords (boot.ts).
+  let server: RunningServer | undefined;
+  let current: Serving;
+  if (config.provisioning === "await" && isPostgres(config.db)) {
+    current = await standIn(config, tls?.key.spki, (next) => {
+      const previous = current;
+      current = next;
+      server?.replaceApp(next.app);
+      previous.app.close();
+      previous.store.close();
+      next.app.logger.info("store opened with the provisioned secrets", {
+        db: databaseName(config.db),
+        replica_id: config.cluster?.replicaId,
+      });
+    });
+  } else {
+    current = await openServing(config, tls ? { tlsPublicKeySpki: tls.key.spki } : {});
+  }
+  const { app, store } = current;
   // The bound configuration digest (docs/operations.md "Configuration binding"): refused before anything is served.
   try {
     await checkConfigBinding(config, app.attestation);
@@ -81,24 +91,25 @@ async function serve(config: Config, dev: boolean): Promise<void> {
   await app.flush();
   // Bound before this run writes anything of its own (dev's demo key and device token): a busy port
   // refuses the start with nothing minted.
-  const server = listen(
+  const running = listen(
     app,
     undefined,
     undefined,
     tls ? { tls: { keyPem: tls.key.privateKeyPem, certPem: tls.initial.certPem, renewable: tls.renewable } } : {},
   );
+  server = running;
   app.logger.info("coordinator listening", {
-    url: server.url,
+    url: running.url,
     mode: config.mode,
     db: databaseName(config.db),
     version: VERSION,
     tls_spki_sha256: tls?.key.spkiSha256,
     replica_id: config.cluster?.replicaId,
   });
-  tls?.start(app.logger, (certificate) => server.useCertificate(certificate.certPem));
+  tls?.start(app.logger, (certificate) => running.useCertificate(certificate.certPem));
   const seed = dev ? await seedDevelopment(app) : undefined;
-  const provider = seed ? await startDevProvider(app, server.url, seed.providerToken) : undefined;
-  if (seed) print(devBanner(server.url, seed, config.adminToken ?? ""));
+  const provider = seed ? await startDevProvider(app, running.url, seed.providerToken) : undefined;
+  if (seed) print(devBanner(running.url, seed, config.adminToken ?? ""));
   let stopping = false;
   /** Ends the drain early: a second SIGTERM or SIGINT (Ctrl-C twice) stops at once. */
   let skipDrain: (() => void) | undefined;
@@ -108,6 +119,8 @@ async function serve(config: Config, dev: boolean): Promise<void> {
       return;
     }
     stopping = true;
+    // The app serving now (the real one once provisioning replaced the stand-in).
+    const { app, store } = current;
     app.logger.info("coordinator stopping", { duration_ms: config.shutdownDrainMs });
     // Drain: new requests get 503 (and /readyz says so) while the answers in flight finish, for at most
     // the drain period; then whatever is left ends below.
@@ -130,7 +143,7 @@ async function serve(config: Config, dev: boolean): Promise<void> {
     // 5xx, or one in-band error event after the stream started), settled for what it relayed. Those
     // answers are written before the connections close (within the grace period).
     app.close();
-    await server.stop(SHUTDOWN_GRACE_MS);
+    await running.stop(SHUTDOWN_GRACE_MS);
     // Answers cut by the shutdown settle what they relayed; make every charge durable before leaving.
     await new Promise((resolve) => setImmediate(resolve));
     await app.flush();

@@ -31,6 +31,8 @@ export interface ProvisionOptions {
   /** What the operator expects: the measurement computed from the published image, or its measurements.json shapes. */
   readonly expected: ExpectedImage;
   readonly adminToken: string;
+  /** Passwords of Postgres, Redis and NATS for a coordinator on Postgres (cluster mode) that opens its connections after provisioning. */
+  readonly passwords?: { readonly db?: string; readonly redis?: string; readonly nats?: string };
   /** The TLS key the operator expects, DER SubjectPublicKeyInfo (else the https connection's, or none bound). */
   readonly tlsPublicKeySpki?: Uint8Array;
   readonly allowDevelopmentEvidence?: boolean;
@@ -115,7 +117,7 @@ const errorText = (body: Record<string, unknown>) => {
  *      measurement of a published shape or --expected-measurement, report data binding the TLS key seen
  *      and the published sealing key).
  *   2. GET URL/v1/provision: the coordinator's fresh nonce.
- *   3. Seal {"admin_token": ...} to the verified sealing key, bound to the verified report's measurement and
+ *   3. Seal {"admin_token": ..., and any of "db_password", "redis_password", "nats_password"} to the verified sealing key, bound to the verified report's measurement and
  *      report data and to the nonce (src/crypto/provision-seal.ts), and POST it to URL/v1/provision.
  * Throws ProvisionRefused (a failed check, or the coordinator's refusal).
  */
@@ -135,7 +137,14 @@ export async function provisionCoordinator(
   try {
     envelope = await sealProvisioning(
       target.sealingPublicKey,
-      new TextEncoder().encode(JSON.stringify({ admin_token: options.adminToken })),
+      new TextEncoder().encode(
+        JSON.stringify({
+          admin_token: options.adminToken,
+          db_password: options.passwords?.db,
+          redis_password: options.passwords?.redis,
+          nats_password: options.passwords?.nats,
+        }),
+      ),
       {
         measurement: target.measurement,
         reportData: target.reportData,
@@ -156,7 +165,7 @@ export async function provisionCoordinator(
 }
 
 const PROVISION_USAGE =
-  "usage: umbra-coordinator provision URL (--image measurements.json [--shape NAME] | --expected-measurement HEX) --admin-token-file FILE [--tls-public-key FILE] [--allow-development-evidence]";
+  "usage: umbra-coordinator provision URL (--image measurements.json [--shape NAME] | --expected-measurement HEX) --admin-token-file FILE [--db-password-file F] [--redis-password-file F] [--nats-password-file F] [--tls-public-key FILE] [--allow-development-evidence]";
 
 /** The `provision` verb. Returns the exit status. */
 export async function provisionCommand(
@@ -174,6 +183,9 @@ export async function provisionCommand(
         shape: { type: "string" },
         "expected-measurement": { type: "string" },
         "admin-token-file": { type: "string" },
+        "db-password-file": { type: "string" },
+        "redis-password-file": { type: "string" },
+        "nats-password-file": { type: "string" },
         "tls-public-key": { type: "string" },
         "allow-development-evidence": { type: "boolean" },
       },
@@ -213,10 +225,26 @@ export async function provisionCommand(
     printErr(`umbra-coordinator: ${e instanceof Error && e.name === "UsageError" ? e.message : "cannot read --admin-token-file"}`);
     return 2;
   }
+  const passwords: { db?: string; redis?: string; nats?: string } = {};
+  for (const name of ["db", "redis", "nats"] as const) {
+    const file = values[`${name}-password-file`];
+    if (typeof file !== "string") continue;
+    try {
+      passwords[name] = readFileSync(file, "utf8").trim();
+    } catch {
+      printErr(`umbra-coordinator: cannot read --${name}-password-file`);
+      return 2;
+    }
+    if (passwords[name] === "") {
+      printErr(`umbra-coordinator: --${name}-password-file is empty`);
+      return 2;
+    }
+  }
   try {
     const result = await provisionCoordinator(positionals[0] as string, {
       expected,
       adminToken,
+      passwords,
       ...(tlsPublicKeySpki ? { tlsPublicKeySpki } : {}),
       allowDevelopmentEvidence: values["allow-development-evidence"] === true,
     });

@@ -24,6 +24,11 @@ export interface RunningServer {
    */
   useCertificate(certPem: string): void;
   /**
+   * Serves `next` from now on (the app built once provisioned secrets arrived). Requests under way finish
+   * on the app they reached; the caller closes that one.
+   */
+  replaceApp(next: App): void;
+  /**
    * Stops listening. With `graceMs`, connections whose answer is still being written get up to that
    * long to finish it; then every connection still open is closed.
    */
@@ -87,12 +92,14 @@ function bind<T>(host: string, port: number, options: Bun.Serve.Options<T>): Bun
   }
 }
 
-export function listen(app: App, host = app.config.host, port = app.config.port, options: ListenOptions = {}): RunningServer {
-  const socket = providerSocket({ authenticate: app.authenticateProvider, fleet: app.fleet, logger: app.logger });
+export function listen(first: App, host = first.config.host, port = first.config.port, options: ListenOptions = {}): RunningServer {
+  let app = first;
+  const socketOf = (a: App) => providerSocket({ authenticate: a.authenticateProvider, fleet: a.fleet, logger: a.logger });
+  let socket = socketOf(app);
   const idleTimeout = options.idleTimeoutSeconds ?? IDLE_TIMEOUT_SECONDS;
   const tls = options.tls;
   // A renewable certificate's next listener binds the same port beside the current one.
-  const reusePort = app.config.reusePort || tls?.renewable === true;
+  const reusePort = first.config.reusePort || tls?.renewable === true;
   const serveOptions = (boundPort: number, certPem: string | undefined): Bun.Serve.Options<SocketData> => ({
     hostname: host,
     port: boundPort,
@@ -119,7 +126,13 @@ export function listen(app: App, host = app.config.host, port = app.config.port,
       }
       return app.http.handle(routed, { address });
     },
-    websocket: socket.websocket,
+    // The current app's handlers (a replaced app took no provider: the gate refused them until then).
+    websocket: {
+      ...socket.websocket,
+      open: (ws) => socket.websocket.open?.(ws),
+      message: (ws, message) => socket.websocket.message?.(ws, message),
+      close: (ws, code, reason) => socket.websocket.close?.(ws, code, reason),
+    },
     // Only reached when the app's own error boundary failed: logged (class name only), answered 500.
     error: (error) => {
       app.logger.error("unhandled error", { error_name: error instanceof Error ? error.name : typeof error, route: "server" });
@@ -133,6 +146,10 @@ export function listen(app: App, host = app.config.host, port = app.config.port,
   return {
     url: `${tls ? "https" : "http"}://${hostPort(host, boundPort)}`,
     port: boundPort,
+    replaceApp(next: App) {
+      app = next;
+      socket = socketOf(next);
+    },
     useCertificate(certPem: string) {
       if (!tls?.renewable) throw new ListenError("this listener was not started with a renewable certificate");
       const next = bind<SocketData>(host, boundPort, serveOptions(boundPort, certPem));

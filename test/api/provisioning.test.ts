@@ -168,16 +168,31 @@ describe("provisioning", () => {
   test("bad secrets are refused by name, never quoting a value", async () => {
     await using t = await testApp({ env: AWAIT });
     const unknown = await t.call("POST", "/v1/provision", {
-      body: await handSealed(t, await nonceOf(t), { admin_token: TOKEN, db_password: TOKEN }),
+      body: await handSealed(t, await nonceOf(t), { admin_token: TOKEN, ssh_key: TOKEN }),
     });
     const missing = await t.call("POST", "/v1/provision", { body: await handSealed(t, await nonceOf(t), {}) });
-    const messages = [unknown, missing].map((r) => (r.body as { error: { message: string } }).error.message);
-    expect([unknown.status, missing.status, messages, JSON.stringify(messages).includes(TOKEN)]).toEqual([
+    // A password this coordinator (SQLite) would not use: refused, not silently dropped.
+    const unused = await t.call("POST", "/v1/provision", {
+      body: await handSealed(t, await nonceOf(t), { admin_token: TOKEN, db_password: TOKEN }),
+    });
+    const messages = [unknown, missing, unused].map((r) => (r.body as { error: { message: string; param: string } }).error);
+    expect([unknown.status, missing.status, unused.status, messages, JSON.stringify(messages).includes(TOKEN)]).toEqual([
       400,
       400,
-      ["unknown secret 'db_password'; known: admin_token", "the secret 'admin_token' is required"],
+      400,
+      [
+        { message: "unknown secret 'ssh_key'; known: admin_token, db_password, redis_password, nats_password", param: "secrets" },
+        { message: "the secret 'admin_token' is required", param: "secrets.admin_token" },
+        {
+          message:
+            "'db_password' is not used by this coordinator: only one on Postgres (cluster mode) awaiting provisioning opens its connections with provisioned passwords",
+          param: "secrets.db_password",
+        },
+      ].map((e) => expect.objectContaining(e)),
       false,
     ]);
+    // Still awaiting: a good message provisions.
+    expect((await provision(t)).secrets).toEqual(["admin_token"]);
   });
 
   test("provisioning off: 404, and nothing is gated", async () => {

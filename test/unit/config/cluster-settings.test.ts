@@ -7,6 +7,7 @@ import { describe, expect, test } from "bun:test";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { ConfigError, loadConfig } from "../../../src/config/config.ts";
+import { withProvisionedPasswords } from "../../../src/coordinator/boot.ts";
 import { tempDir } from "../../support/harness.ts";
 
 const STRONG = "x".repeat(40);
@@ -141,6 +142,17 @@ describe("cluster mode", () => {
       [{ UMBRA_NATS_URL: "tls://u:hunter2@nats.internal:4222" }, "production mode refuses a password inside --nats-url"],
     ])("refused: %p", (env, message) => {
       expect(() => prod({ ...remote, ...env })).toThrow(message);
+    });
+
+    test("--provisioning await: Redis and NATS passwords may come by provisioning, and are checked when they do", () => {
+      const { UMBRA_REDIS_PASSWORD: _r, UMBRA_NATS_PASSWORD: _n, ...withoutPasswords } = remote;
+      const config = loadConfig({}, { ...withoutPasswords, UMBRA_PROVISIONING: "await" });
+      expect([config.cluster?.redisPassword, config.cluster?.natsPassword]).toEqual([undefined, undefined]);
+      expect(() => withProvisionedPasswords(config, { adminToken: STRONG, redisPassword: "r" })).toThrow(
+        "production mode needs NATS credentials off loopback (nats.internal)",
+      );
+      const provisioned = withProvisionedPasswords(config, { adminToken: STRONG, redisPassword: "r", natsPassword: "n", dbPassword: "d" });
+      expect([provisioned.cluster?.redisPassword, provisioned.cluster?.natsPassword, provisioned.dbPassword]).toEqual(["r", "n", "d"]);
     });
 
     test("no message repeats a password", () => {

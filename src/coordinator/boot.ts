@@ -1,0 +1,81 @@
+/**
+ * The serve command's app and store. Usually opened at once (`openServing`). A coordinator on Postgres
+ * started with --provisioning await opens its store, Redis and NATS only with the passwords provisioned
+ * through the attested channel (the VM image has no other place for a secret): until then a stand-in
+ * app (an in-memory store, no cluster links) serves what provisioning needs (health, attestation,
+ * /v1/provision; the gate refuses the rest). Provisioning's `accept` merges the passwords into the
+ * configuration, checks them (production: Redis and NATS credentials off loopback), opens the store and
+ * builds the real app on the same attestation and provisioning; the server then switches to it. A store
+ * that does not open refuses that message (400 naming db_password, the password never quoted) and the
+ * coordinator keeps awaiting another.
+ */
+import type { ProvisionedSecrets } from "../attestation/provisioning.ts";
+import { requireClusterCredentials } from "../config/cluster-config.ts";
+import { type Config, ConfigError } from "../config/config.ts";
+import { Errors } from "../errors/api-error.ts";
+import { createLogger } from "../observability/logger.ts";
+import { StoreOpenError } from "../store/errors.ts";
+import { openStore } from "../store/open.ts";
+import { createPgStore } from "../store/pg/index.ts";
+import type { Store } from "../store/types.ts";
+import { type App, type AppDeps, createApp, createFront } from "./app.ts";
+
+export interface Serving {
+  readonly app: App;
+  readonly store: Store;
+}
+
+type Extra = Pick<AppDeps, "tlsPublicKeySpki" | "front" | "logger">;
+
+/** Opens the store (Postgres as the money authority in cluster mode) and builds the app on it. Throws StoreOpenError. */
+export async function openServing(config: Config, extra: Extra = {}): Promise<Serving> {
+  const password = config.dbPassword === undefined ? {} : { password: config.dbPassword };
+  // Cluster mode: Postgres is the only money authority, every hold a row under this replica's id.
+  const pg = config.cluster ? await createPgStore(config.db, password) : undefined;
+  const store = pg ?? (await openStore(config.db, { journal: true, ...password }));
+  const authority =
+    pg && config.cluster
+      ? { moneyAuthority: pg.moneyAuthority({ replica: config.cluster.replicaId }), cachesLive: () => pg.changes.epoch() !== null }
+      : {};
+  return { app: createApp({ config, store, ...authority, ...extra }), store };
+}
+
+/** The configuration with the provisioned passwords in place of the configured ones. Throws ConfigError. */
+export function withProvisionedPasswords(config: Config, secrets: ProvisionedSecrets): Config {
+  const cluster = config.cluster && {
+    ...config.cluster,
+    ...(secrets.redisPassword !== undefined ? { redisPassword: secrets.redisPassword } : {}),
+    ...(secrets.natsPassword !== undefined ? { natsPassword: secrets.natsPassword } : {}),
+  };
+  if (cluster && config.mode === "production") requireClusterCredentials(cluster);
+  return { ...config, cluster, ...(secrets.dbPassword !== undefined ? { dbPassword: secrets.dbPassword } : {}) };
+}
+
+/**
+ * The stand-in until provisioning: `ready` gets the real app and store once a message's passwords opened
+ * them (before the coordinator counts as provisioned); the caller switches to them and closes the stand-in.
+ */
+export async function standIn(config: Config, tlsPublicKeySpki: Uint8Array | undefined, ready: (next: Serving) => void): Promise<Serving> {
+  const logger = createLogger(config.logLevel);
+  const spki = tlsPublicKeySpki ? { tlsPublicKeySpki } : {};
+  const front = createFront(config, {
+    ...spki,
+    logger,
+    now: () => Date.now(),
+    accept: async (secrets) => {
+      let next: Serving;
+      try {
+        next = await openServing(withProvisionedPasswords(config, secrets), { ...spki, front, logger });
+      } catch (e) {
+        if (e instanceof ConfigError) throw Errors.invalidValue(e.message, "secrets");
+        if (e instanceof StoreOpenError) {
+          throw Errors.invalidValue(`the database did not open (check db_password and --db): ${e.message}`, "secrets.db_password");
+        }
+        throw e;
+      }
+      ready(next);
+    },
+  });
+  const store = await openStore(":memory:");
+  return { app: createApp({ config: { ...config, db: ":memory:", cluster: null }, store, front, logger, ...spki }), store };
+}
