@@ -8,7 +8,7 @@
  *
  * Reserves, settlements and releases are batched (call-batcher.ts): each kind has at most one round trip
  * in flight, and the calls made meanwhile go together in the next, decided in one transaction (one
- * commit). `batchMax` 1 sends every call alone at once. The replica's side of the lease is `deadlines`
+ * commit; 0003's functions; a batch of one uses 0002's). `batchMax` 1 sends every call alone at once. The replica's side of the lease is `deadlines`
  * (hold-deadlines.ts): `overdue()` names the holds whose streams must stop.
  */
 import postgres, { type Sql } from "postgres";
@@ -79,10 +79,19 @@ export interface MoneyAuthorityOptions {
   readonly batchMax?: number;
 }
 
-const SHORTFALLS: ReadonlySet<string> = new Set<Shortfall>(["funds", "quota", "unknown", "duplicate"]);
+const SHORTFALLS: Readonly<Record<string, Shortfall>> = { UM001: "funds", UM002: "quota", UM003: "unknown", "23505": "duplicate" };
 
 /** The database refused the call: its transaction rolled back, so none of it happened. */
 const rolledBack = (e: unknown) => e instanceof postgres.PostgresError;
+
+function shortfallOf(e: unknown): Shortfall | undefined {
+  return e instanceof postgres.PostgresError ? SHORTFALLS[e.code] : undefined;
+}
+
+/** A batch of one goes through 0002's single-call function (fewer statements: the quiet path stays fast). */
+function oneOrMany<I, O>(one: (item: I) => Promise<O>, many: (items: readonly I[]) => Promise<O[]>) {
+  return async (items: readonly I[]): Promise<readonly O[]> => (items.length === 1 ? [await one(items[0] as I)] : many(items));
+}
 
 export function pgMoneyAuthority(client: Sql, options: MoneyAuthorityOptions): MoneyAuthority {
   const ttl = options.ttlMs ?? 30_000;
@@ -90,35 +99,65 @@ export function pgMoneyAuthority(client: Sql, options: MoneyAuthorityOptions): M
   const replica = options.replica;
   const max = options.batchMax ?? 256;
   const reserves = new CallBatcher<HoldRequest, ReserveOutcome>(
-    async (rs) => {
-      const rows = await client<{ item: number; shortfall: string | null; expires: Date | null }[]>`
-        SELECT item, shortfall, expires FROM umbra_reserve_batch(${rs.map((r) => r.requestId)}::text[],
-          ${rs.map((r) => r.accountId)}::text[], ${rs.map((r) => r.keyId)}::text[], ${rs.map((r) => r.amount)}::bigint[],
-          ${replica}, ${ttl})`;
-      return inOrder(rs.length, rows, (row, i): ReserveOutcome => {
-        if (row.shortfall === null) return { hold: { ...(rs[i] as HoldRequest), expiresAt: row.expires ?? new Date(0) } };
-        if (!SHORTFALLS.has(row.shortfall)) throw new Error(`unknown shortfall ${row.shortfall}`);
-        return { shortfall: row.shortfall as Shortfall };
-      });
-    },
+    oneOrMany(
+      async (r) => {
+        try {
+          const [row] = await client<{ expires: Date }[]>`
+            SELECT umbra_reserve(${r.requestId}, ${r.accountId}, ${r.keyId}, ${r.amount}, ${replica}, ${ttl}) AS expires`;
+          return { hold: { ...r, expiresAt: row?.expires ?? new Date(0) } };
+        } catch (e) {
+          const shortfall = shortfallOf(e);
+          if (shortfall === undefined) throw e;
+          return { shortfall };
+        }
+      },
+      async (rs) => {
+        const rows = await client<{ item: number; shortfall: string | null; expires: Date | null }[]>`
+          SELECT item, shortfall, expires FROM umbra_reserve_batch(${rs.map((r) => r.requestId)}::text[],
+            ${rs.map((r) => r.accountId)}::text[], ${rs.map((r) => r.keyId)}::text[], ${rs.map((r) => r.amount)}::bigint[],
+            ${replica}, ${ttl})`;
+        return inOrder(rs.length, rows, (row, i): ReserveOutcome => {
+          if (row.shortfall === null) return { hold: { ...(rs[i] as HoldRequest), expiresAt: row.expires ?? new Date(0) } };
+          if (!Object.values(SHORTFALLS).includes(row.shortfall as Shortfall)) throw new Error(`unknown shortfall ${row.shortfall}`);
+          return { shortfall: row.shortfall as Shortfall };
+        });
+      },
+    ),
     max,
     rolledBack,
   );
   const settlements = new CallBatcher<Settlement, SettleOutcome>(
-    async (ss) => {
-      const rows = await client<{ item: number; applied: boolean; had_hold: boolean; charged: string }[]>`
-        SELECT item, applied, had_hold, charged FROM umbra_settle_batch(${client.json(ss.map(settlementItem))}, ${PLATFORM_ACCOUNT_ID})`;
-      return inOrder(ss.length, rows, (row) => ({ applied: row.applied, hadHold: row.had_hold, charged: Number(row.charged) }));
-    },
+    oneOrMany(
+      async (s) => {
+        const u = s.usage;
+        const [row] = await client<{ applied: boolean; had_hold: boolean; charged: string }[]>`
+          SELECT * FROM umbra_settle(${s.requestId}, ${s.accountId}, ${s.keyId}, ${s.charge}, ${s.providerAccountId},
+            ${s.earning}, ${s.fee}, ${PLATFORM_ACCOUNT_ID}, ${s.at}, ${u.model}, ${u.buildId}, ${u.providerId},
+            ${u.promptTokens}, ${u.cachedTokens}, ${u.completionTokens}, ${u.startedAt}, ${u.firstContentMs},
+            ${u.durationMs}, ${u.outcome})`;
+        return { applied: row?.applied ?? false, hadHold: row?.had_hold ?? false, charged: Number(row?.charged ?? 0) };
+      },
+      async (ss) => {
+        const rows = await client<{ item: number; applied: boolean; had_hold: boolean; charged: string }[]>`
+          SELECT item, applied, had_hold, charged FROM umbra_settle_batch(${client.json(ss.map(settlementItem))}, ${PLATFORM_ACCOUNT_ID})`;
+        return inOrder(ss.length, rows, (row) => ({ applied: row.applied, hadHold: row.had_hold, charged: Number(row.charged) }));
+      },
+    ),
     max,
     rolledBack,
   );
   const releases = new CallBatcher<string, boolean>(
-    async (ids) => {
-      const rows = await client<{ item: number; released: boolean }[]>`
-        SELECT item, released FROM umbra_release_batch(${ids as string[]}::text[])`;
-      return inOrder(ids.length, rows, (row) => row.released);
-    },
+    oneOrMany(
+      async (id) => {
+        const [row] = await client<{ released: boolean }[]>`SELECT umbra_release(${id}) AS released`;
+        return row?.released ?? false;
+      },
+      async (ids) => {
+        const rows = await client<{ item: number; released: boolean }[]>`
+          SELECT item, released FROM umbra_release_batch(${ids as string[]}::text[])`;
+        return inOrder(ids.length, rows, (row) => row.released);
+      },
+    ),
     max,
     rolledBack,
   );

@@ -4,7 +4,8 @@
  * alone (funds, quota, unknown, duplicate, held); a settlement twice in a batch or across batches is
  * charged once; a batch the database refuses is retried call by call, so only the bad call fails; a
  * round trip whose answer is lost fails every call in it, and a settlement retried after its lost commit
- * charges nothing more; the single-call SQL functions answer as before. Skipped, saying so, without a server.
+ * charges nothing more. (A batch of one goes through 0002's functions: the other pg-money tests cover
+ * them, and the property test mixes both.) Skipped, saying so, without a server.
  */
 import { afterAll, beforeEach, describe, expect, test } from "bun:test";
 import postgres from "postgres";
@@ -191,31 +192,6 @@ if (!db) {
       expect(books.violations).toEqual([]);
       expect(books.accounts.acct).toEqual({ balance: 840, reserved: 0 });
       expect(books.charges).toEqual({ l1: { total: 80, entries: 1 }, l2: { total: 80, entries: 1 } });
-    });
-
-    test("the single-call SQL functions still answer as before, through the batch ones", async () => {
-      const [row] = await sql`SELECT umbra_reserve('one', 'acct', 'k1', 200, 'r9', 60000) > now() AS later`;
-      expect(row?.later).toBe(true);
-      const codes = async (q: Promise<unknown>) => q.then(() => "ok").catch((e: { code?: string }) => e.code);
-      expect(
-        await Promise.all([
-          codes(sql`SELECT umbra_reserve('one', 'acct', 'k2', 1, 'r9', 60000)`),
-          codes(sql`SELECT umbra_reserve('two', 'acct', 'k1', 101, 'r9', 60000)`),
-          codes(sql`SELECT umbra_reserve('three', 'acct', 'k2', 900, 'r9', 60000)`),
-          codes(sql`SELECT umbra_reserve('four', 'nobody', NULL, 1, 'r9', 60000)`),
-          codes(sql`SELECT umbra_reserve('five', 'acct', NULL, 0, 'r9', 60000)`),
-        ]),
-      ).toEqual(["23505", "UM002", "UM001", "UM003", "22023"]);
-      const [settled] = await sql<
-        { applied: boolean; had_hold: boolean; charged: string }[]
-      >`SELECT * FROM umbra_settle('one', 'acct', 'k1', 150, 'prov', 135, 15, 'acct_platform', 1,
-        'm', 'b', 'p', 1, 0, 1, 1, 1, 1, 'completed')`;
-      expect({ ...settled, charged: Number(settled?.charged) }).toEqual({ applied: true, had_hold: true, charged: 150 });
-      await sql`SELECT umbra_reserve('six', 'acct', NULL, 10, 'r9', 60000)`;
-      expect([...(await sql`SELECT umbra_release('six') AS r, umbra_release('six') AS again`)]).toEqual([{ r: true, again: false }]);
-      const books = await readBooks(sql);
-      expect(books.violations).toEqual([]);
-      expect(books.accounts.acct).toEqual({ balance: 850, reserved: 0 });
     });
   });
 }

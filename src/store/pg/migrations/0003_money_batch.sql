@@ -4,7 +4,7 @@
 -- decided in the order given (reserve) or in request id order (settle, release). Every row a batch
 -- changes is locked before its first change, in 0002's order: holds (request id, "C" collation) ->
 -- usage -> balances (account id, "C") -> api_keys (id, "C"), so batches and single calls on any
--- replica cannot deadlock. 0002's single-call functions now call these, one item each.
+-- replica cannot deadlock. 0002's single-call functions stay as they are (a batch of one uses them).
 CREATE FUNCTION umbra_reserve_batch(p_request_ids text[], p_account_ids text[], p_key_ids text[],
     p_amounts bigint[], p_replica text, p_ttl_ms bigint)
     RETURNS TABLE(item integer, shortfall text, expires timestamptz) LANGUAGE plpgsql AS $$
@@ -144,11 +144,11 @@ BEGIN
         ORDER BY x.request_id COLLATE "C", x.item
       ON CONFLICT DO NOTHING RETURNING usage.request_id)
   SELECT array_agg(ins.request_id) INTO v_applied FROM ins;
-  SELECT array_agg(y.item ORDER BY y.seq), array_agg(y.request_id ORDER BY y.seq), array_agg(y.account ORDER BY y.seq),
-      array_agg(y.key ORDER BY y.seq), array_agg(y.amount ORDER BY y.seq), array_agg(y.had ORDER BY y.seq),
-      array_agg(y.applied ORDER BY y.seq), array_agg(y.charge ORDER BY y.seq),
-      array_agg(CASE WHEN y.provider_account_id IS NOT NULL THEN greatest(least(y.earning, y.charge - y.fee), 0) ELSE 0 END ORDER BY y.seq),
-      array_agg(y.fee ORDER BY y.seq), array_agg(y.provider_account_id ORDER BY y.seq), array_agg(y.at_ms ORDER BY y.seq)
+  -- One pass in request id order fills every array (aggregates read the ordered subquery in its order).
+  SELECT array_agg(y.item), array_agg(y.request_id), array_agg(y.account), array_agg(y.key), array_agg(y.amount),
+      array_agg(y.had), array_agg(y.applied), array_agg(y.charge),
+      array_agg(CASE WHEN y.provider_account_id IS NOT NULL THEN greatest(least(y.earning, y.charge - y.fee), 0) ELSE 0 END),
+      array_agg(y.fee), array_agg(y.provider_account_id), array_agg(y.at_ms)
     INTO r_item, r_id, r_account, r_key, r_amount, r_had, r_applied, r_charge, r_earn, r_fee, r_provider, r_at
     FROM (SELECT z.*, CASE WHEN z.had THEN greatest(least(z.fee_asked, z.charge), 0) ELSE 0 END AS fee FROM (
       SELECT w.*, CASE WHEN w.had AND w.applied THEN greatest(least(w.charge_asked, w.amount), 0) ELSE 0 END AS charge FROM (
@@ -160,7 +160,7 @@ BEGIN
           FROM jsonb_to_recordset(p_items) AS x0(item integer, request_id text, charge bigint, fee bigint, earning bigint,
             provider_account_id text, at_ms bigint)) x
         LEFT JOIN unnest(v_hold_ids, v_hold_accounts, v_hold_keys, v_hold_amounts) AS h(request_id, account_id, key_id, amount)
-          ON h.request_id = x.request_id AND x.first) w) z) y;
+          ON h.request_id = x.request_id AND x.first) w) z ORDER BY z.seq) y;
   IF EXISTS (SELECT 1 FROM unnest(r_fee) f WHERE f > 0) THEN
     INSERT INTO accounts (id, name, jwt_subject, created_at) VALUES (p_platform_account_id, 'Platform', NULL, 0)
       ON CONFLICT DO NOTHING;
@@ -214,37 +214,3 @@ BEGIN
     PERFORM umbra_unhold(v_hold.account_id, v_hold.key_id, v_hold.amount_micro_usd, 0, 0);
   END LOOP;
 END $$;
---> statement-breakpoint
-CREATE OR REPLACE FUNCTION umbra_reserve(p_request_id text, p_account_id text, p_key_id text, p_amount bigint,
-    p_replica text, p_ttl_ms bigint) RETURNS timestamptz LANGUAGE plpgsql AS $$
-DECLARE r record;
-BEGIN
-  SELECT * INTO r FROM umbra_reserve_batch(ARRAY[p_request_id], ARRAY[p_account_id], ARRAY[p_key_id], ARRAY[p_amount],
-    p_replica, p_ttl_ms);
-  CASE r.shortfall
-    WHEN 'funds' THEN RAISE EXCEPTION 'insufficient funds' USING ERRCODE = 'UM001';
-    WHEN 'quota' THEN RAISE EXCEPTION 'spend cap reached' USING ERRCODE = 'UM002';
-    WHEN 'unknown' THEN RAISE EXCEPTION 'no such account, or no such key for the account' USING ERRCODE = 'UM003';
-    WHEN 'duplicate' THEN RAISE EXCEPTION 'a hold is open under this request id' USING ERRCODE = '23505';
-    ELSE RETURN r.expires;
-  END CASE;
-END $$;
---> statement-breakpoint
-CREATE OR REPLACE FUNCTION umbra_settle(p_request_id text, p_account_id text, p_key_id text, p_charge bigint,
-    p_provider_account_id text, p_earning bigint, p_fee bigint, p_platform_account_id text, p_at bigint,
-    p_model text, p_build_id text, p_provider_id text, p_prompt_tokens bigint, p_cached_tokens bigint,
-    p_completion_tokens bigint, p_started_at bigint, p_first_content_ms bigint, p_duration_ms bigint,
-    p_outcome text)
-    RETURNS TABLE(applied boolean, had_hold boolean, charged bigint) LANGUAGE sql AS $$
-  SELECT b.applied, b.had_hold, b.charged FROM umbra_settle_batch(jsonb_build_array(jsonb_build_object(
-    'item', 1, 'request_id', p_request_id, 'account_id', p_account_id, 'key_id', p_key_id, 'charge', p_charge,
-    'provider_account_id', p_provider_account_id, 'earning', p_earning, 'fee', p_fee, 'at_ms', p_at, 'model', p_model,
-    'build_id', p_build_id, 'provider_id', p_provider_id, 'prompt_tokens', p_prompt_tokens,
-    'cached_tokens', p_cached_tokens, 'completion_tokens', p_completion_tokens, 'started_at', p_started_at,
-    'first_content_ms', p_first_content_ms, 'duration_ms', p_duration_ms, 'outcome', p_outcome)),
-    p_platform_account_id) b
-$$;
---> statement-breakpoint
-CREATE OR REPLACE FUNCTION umbra_release(p_request_id text) RETURNS boolean LANGUAGE sql AS $$
-  SELECT b.released FROM umbra_release_batch(ARRAY[p_request_id]) b
-$$;
