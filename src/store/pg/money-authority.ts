@@ -8,8 +8,9 @@
  *
  * Reserves, settlements and releases are batched (call-batcher.ts): each kind has at most one round trip
  * in flight, and the calls made meanwhile go together in the next, decided in one transaction (one
- * commit; 0003's functions; a batch of one uses 0002's). `batchMax` 1 sends every call alone at once. The replica's side of the lease is `deadlines`
- * (hold-deadlines.ts): `overdue()` names the holds whose streams must stop.
+ * commit; 0003's functions; a batch of one uses 0002's). `batchMax` 1 sends every call alone at once.
+ * The replica's side of the lease is `deadlines` (hold-deadlines.ts): `overdue()` names the holds whose
+ * streams must stop.
  */
 import postgres, { type Sql } from "postgres";
 import { PLATFORM_ACCOUNT_ID, type Settlement } from "../types.ts";
