@@ -4,7 +4,8 @@
 -- decided in the order given (reserve) or in request id order (settle, release). Every row a batch
 -- changes is locked before its first change, in 0002's order: holds (request id, "C" collation) ->
 -- usage -> balances (account id, "C") -> api_keys (id, "C"), so batches and single calls on any
--- replica cannot deadlock. 0002's single-call functions stay as they are (a batch of one uses them).
+-- replica cannot deadlock (umbra_renew, last, now takes its holds in that order too). 0002's
+-- single-call functions stay as they are (a batch of one uses them).
 CREATE FUNCTION umbra_reserve_batch(p_request_ids text[], p_account_ids text[], p_key_ids text[],
     p_amounts bigint[], p_replica text, p_ttl_ms bigint)
     RETURNS TABLE(item integer, shortfall text, expires timestamptz) LANGUAGE plpgsql AS $$
@@ -214,3 +215,13 @@ BEGIN
     PERFORM umbra_unhold(v_hold.account_id, v_hold.key_id, v_hold.amount_micro_usd, 0, 0);
   END LOOP;
 END $$;
+--> statement-breakpoint
+-- Renewal as 0002's, but taking its holds in request id order ("C"), as batched settlements and
+-- releases do: a renewal and a batch that share holds could otherwise lock them in opposite orders.
+CREATE OR REPLACE FUNCTION umbra_renew(p_replica text, p_ttl_ms bigint)
+    RETURNS TABLE(request_id text, expires_at timestamptz) LANGUAGE sql AS $$
+  UPDATE holds SET expires_at = now() + p_ttl_ms * interval '1 millisecond'
+    WHERE holds.request_id IN (SELECT h.request_id FROM holds h WHERE h.owner_replica = p_replica
+      ORDER BY h.request_id COLLATE "C" FOR UPDATE)
+    RETURNING holds.request_id, holds.expires_at
+$$;
