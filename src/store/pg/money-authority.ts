@@ -82,8 +82,9 @@ export interface MoneyAuthorityOptions {
 
 const SHORTFALLS: Readonly<Record<string, Shortfall>> = { UM001: "funds", UM002: "quota", UM003: "unknown", "23505": "duplicate" };
 
-/** The database refused the call: its transaction rolled back, so none of it happened. */
-const rolledBack = (e: unknown) => e instanceof postgres.PostgresError;
+/** The database refused the call with an ERROR: its transaction rolled back, so none of it happened. A
+ * FATAL (the session ended) may come after a commit: its outcome is unknown, like a lost connection's. */
+const rolledBack = (e: unknown) => e instanceof postgres.PostgresError && e.severity === "ERROR";
 
 function shortfallOf(e: unknown): Shortfall | undefined {
   return e instanceof postgres.PostgresError ? SHORTFALLS[e.code] : undefined;
