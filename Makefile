@@ -85,6 +85,7 @@ clean:
 # Benchmarks (not tests): results in bench/results/. See bench/README.md.
 bench: deps
 	$(BUN) bench/money.ts
+	$(BUN) bench/hot-account.ts
 	$(BUN) bench/run.ts
 	$(BUN) bench/stream-relay.ts
 	$(BUN) bench/startup.ts

@@ -1,6 +1,6 @@
 /**
  * The Postgres store's change feed and read caches. A connection of its own LISTENs on umbra_changes,
- * which the triggers of migrations/0003_change_feed.sql send after every committed change to keys,
+ * which the triggers of migrations/0004_change_feed.sql send after every committed change to keys,
  * provider tokens, builds, aliases and prices: each replica's caches drop what any replica (or the admin
  * CLI) changed, and subscribers hear of every changed row (a revoked device token ends its sessions
  * wherever they are connected).

@@ -1,16 +1,20 @@
 /**
  * The money authority on Postgres: every reservation is a hold row, and the database alone decides
- * (migrations/0002_money_fns.sql). One round trip per call: `reserve` is umbra_reserve (balance and key
- * cap checked and held, or a shortfall reason: funds, quota, unknown, duplicate), `settle` is umbra_settle
- * (idempotent on the request id; at most the hold is charged; without a hold nothing more is charged),
- * `release` gives a hold back, `renew` extends every hold of this replica, `sweep` releases expired ones
- * (any replica may run it). CHECKs keep 0 <= reserved <= balance and spent + held <= cap in the database.
+ * (migrations/0002_money_fns.sql, 0003_money_batch.sql). `reserve` holds on the balance and the key's cap
+ * or names the shortfall (funds, quota, unknown, duplicate), `settle` is idempotent on the request id
+ * and charges at most the hold (nothing more without one), `release` gives a hold back, `renew` extends
+ * every hold of this replica, `sweep` releases expired ones (any replica may run it). CHECKs keep
+ * 0 <= reserved <= balance and spent + held <= cap in the database.
  *
+ * Reserves, settlements and releases are batched (call-batcher.ts): each kind has at most one round trip
+ * in flight, and the calls made meanwhile go together in the next, decided in one transaction (one
+ * commit; 0003's functions; a batch of one uses 0002's). `batchMax` 1 sends every call alone at once.
  * The replica's side of the lease is `deadlines` (hold-deadlines.ts): `overdue()` names the holds whose
- * streams must stop because no renewal succeeded in time. Not wired into Billing yet.
+ * streams must stop.
  */
-import type { Sql } from "postgres";
+import postgres, { type Sql } from "postgres";
 import { PLATFORM_ACCOUNT_ID, type Settlement } from "../types.ts";
+import { type BatchCounts, CallBatcher } from "./call-batcher.ts";
 import { HoldDeadlines } from "./hold-deadlines.ts";
 
 /** Why a reserve was refused: the account's available money, the key's spend cap, no such account or
@@ -59,6 +63,8 @@ export interface MoneyAuthority {
   sweep(batch?: number): Promise<number>;
   /** The replica's renewal bookkeeping. */
   readonly deadlines: HoldDeadlines;
+  /** Calls and round trips so far, per batched kind. */
+  batches(): { readonly reserve: BatchCounts; readonly settle: BatchCounts; readonly release: BatchCounts };
 }
 
 export interface MoneyAuthorityOptions {
@@ -70,49 +76,114 @@ export interface MoneyAuthorityOptions {
   readonly marginMs?: number;
   /** Monotonic milliseconds (performance.now unless given). */
   readonly now?: () => number;
+  /** Most calls of one kind in one round trip; 256 unless given. 1: no batching. */
+  readonly batchMax?: number;
 }
 
 const SHORTFALLS: Readonly<Record<string, Shortfall>> = { UM001: "funds", UM002: "quota", UM003: "unknown", "23505": "duplicate" };
 
+/** The database refused the call with an ERROR: its transaction rolled back, so none of it happened. A
+ * FATAL (the session ended) may come after a commit: its outcome is unknown, like a lost connection's. */
+const rolledBack = (e: unknown) => e instanceof postgres.PostgresError && e.severity === "ERROR";
+
 function shortfallOf(e: unknown): Shortfall | undefined {
-  const code = typeof e === "object" && e !== null && "code" in e ? String((e as { code: unknown }).code) : "";
-  return SHORTFALLS[code];
+  return e instanceof postgres.PostgresError ? SHORTFALLS[e.code] : undefined;
+}
+
+/** A batch of one goes through 0002's single-call function (fewer statements: the quiet path stays fast). */
+function oneOrMany<I, O>(one: (item: I) => Promise<O>, many: (items: readonly I[]) => Promise<O[]>) {
+  return async (items: readonly I[]): Promise<readonly O[]> => (items.length === 1 ? [await one(items[0] as I)] : many(items));
 }
 
 export function pgMoneyAuthority(client: Sql, options: MoneyAuthorityOptions): MoneyAuthority {
   const ttl = options.ttlMs ?? 30_000;
   const deadlines = new HoldDeadlines(ttl, options.marginMs ?? Math.floor(ttl / 6), options.now);
   const replica = options.replica;
+  const max = options.batchMax ?? 256;
+  const reserves = new CallBatcher<HoldRequest, ReserveOutcome>(
+    oneOrMany(
+      async (r) => {
+        try {
+          const [row] = await client<{ expires: Date }[]>`
+            SELECT umbra_reserve(${r.requestId}, ${r.accountId}, ${r.keyId}, ${r.amount}, ${replica}, ${ttl}) AS expires`;
+          return { hold: { ...r, expiresAt: row?.expires ?? new Date(0) } };
+        } catch (e) {
+          const shortfall = shortfallOf(e);
+          if (shortfall === undefined) throw e;
+          return { shortfall };
+        }
+      },
+      async (rs) => {
+        const rows = await client<{ item: number; shortfall: string | null; expires: Date | null }[]>`
+          SELECT item, shortfall, expires FROM umbra_reserve_batch(${rs.map((r) => r.requestId)}::text[],
+            ${rs.map((r) => r.accountId)}::text[], ${rs.map((r) => r.keyId)}::text[], ${rs.map((r) => r.amount)}::bigint[],
+            ${replica}, ${ttl})`;
+        return inOrder(rs.length, rows, (row, i): ReserveOutcome => {
+          if (row.shortfall === null) return { hold: { ...(rs[i] as HoldRequest), expiresAt: row.expires ?? new Date(0) } };
+          if (!Object.values(SHORTFALLS).includes(row.shortfall as Shortfall)) throw new Error(`unknown shortfall ${row.shortfall}`);
+          return { shortfall: row.shortfall as Shortfall };
+        });
+      },
+    ),
+    max,
+    rolledBack,
+  );
+  const settlements = new CallBatcher<Settlement, SettleOutcome>(
+    oneOrMany(
+      async (s) => {
+        const u = s.usage;
+        const [row] = await client<{ applied: boolean; had_hold: boolean; charged: string }[]>`
+          SELECT * FROM umbra_settle(${s.requestId}, ${s.accountId}, ${s.keyId}, ${s.charge}, ${s.providerAccountId},
+            ${s.earning}, ${s.fee}, ${PLATFORM_ACCOUNT_ID}, ${s.at}, ${u.model}, ${u.buildId}, ${u.providerId},
+            ${u.promptTokens}, ${u.cachedTokens}, ${u.completionTokens}, ${u.startedAt}, ${u.firstContentMs},
+            ${u.durationMs}, ${u.outcome})`;
+        return { applied: row?.applied ?? false, hadHold: row?.had_hold ?? false, charged: Number(row?.charged ?? 0) };
+      },
+      async (ss) => {
+        // JSON text sent as text: drizzle, sharing this client, makes its json serializers pass values through.
+        const items = JSON.stringify(ss.map(settlementItem));
+        const rows = await client<{ item: number; applied: boolean; had_hold: boolean; charged: string }[]>`
+          SELECT item, applied, had_hold, charged FROM umbra_settle_batch(${items}::text::jsonb, ${PLATFORM_ACCOUNT_ID})`;
+        return inOrder(ss.length, rows, (row) => ({ applied: row.applied, hadHold: row.had_hold, charged: Number(row.charged) }));
+      },
+    ),
+    max,
+    rolledBack,
+  );
+  const releases = new CallBatcher<string, boolean>(
+    oneOrMany(
+      async (id) => {
+        const [row] = await client<{ released: boolean }[]>`SELECT umbra_release(${id}) AS released`;
+        return row?.released ?? false;
+      },
+      async (ids) => {
+        const rows = await client<{ item: number; released: boolean }[]>`
+          SELECT item, released FROM umbra_release_batch(${ids as string[]}::text[])`;
+        return inOrder(ids.length, rows, (row) => row.released);
+      },
+    ),
+    max,
+    rolledBack,
+  );
   return {
     replica,
     deadlines,
     async reserve(r) {
+      if (!Number.isSafeInteger(r.amount) || r.amount <= 0) throw new Error(`hold amount must be a positive integer, got ${r.amount}`);
       const sentAt = deadlines.time();
-      try {
-        const [row] = await client<{ expires: Date }[]>`
-          SELECT umbra_reserve(${r.requestId}, ${r.accountId}, ${r.keyId}, ${r.amount}, ${replica}, ${ttl}) AS expires`;
-        deadlines.track(r.requestId, sentAt);
-        return { hold: { ...r, expiresAt: row?.expires ?? new Date(0) } };
-      } catch (e) {
-        const shortfall = shortfallOf(e);
-        if (shortfall === undefined) throw e;
-        return { shortfall };
-      }
+      const out = await reserves.call({ requestId: r.requestId, accountId: r.accountId, keyId: r.keyId, amount: r.amount });
+      if ("hold" in out) deadlines.track(r.requestId, sentAt);
+      return out;
     },
     async settle(s) {
-      const u = s.usage;
-      const [row] = await client<{ applied: boolean; had_hold: boolean; charged: string }[]>`
-        SELECT * FROM umbra_settle(${s.requestId}, ${s.accountId}, ${s.keyId}, ${s.charge}, ${s.providerAccountId},
-          ${s.earning}, ${s.fee}, ${PLATFORM_ACCOUNT_ID}, ${s.at}, ${u.model}, ${u.buildId}, ${u.providerId},
-          ${u.promptTokens}, ${u.cachedTokens}, ${u.completionTokens}, ${u.startedAt}, ${u.firstContentMs},
-          ${u.durationMs}, ${u.outcome})`;
+      const out = await settlements.call(s);
       deadlines.forget(s.requestId);
-      return { applied: row?.applied ?? false, hadHold: row?.had_hold ?? false, charged: Number(row?.charged ?? 0) };
+      return out;
     },
     async release(requestId) {
-      const [row] = await client<{ released: boolean }[]>`SELECT umbra_release(${requestId}) AS released`;
+      const out = await releases.call(requestId);
       deadlines.forget(requestId);
-      return row?.released ?? false;
+      return out;
     },
     async renew() {
       const sentAt = deadlines.time();
@@ -132,5 +203,46 @@ export function pgMoneyAuthority(client: Sql, options: MoneyAuthorityOptions): M
         if (n < batch) return total;
       }
     },
+    batches: () => ({ reserve: reserves.counts(), settle: settlements.counts(), release: releases.counts() }),
+  };
+}
+
+/** Item i's outcome (the functions answer with each item's 1-based position, in their own order). */
+function inOrder<R extends { item: number }, O>(n: number, rows: readonly R[], decode: (row: R, i: number) => O): O[] {
+  const out: O[] = new Array(n);
+  const seen = new Set<number>();
+  for (const row of rows) {
+    const i = Number(row.item) - 1;
+    if (!(i >= 0 && i < n) || seen.has(i)) throw new Error(`the batch answered for item ${row.item} of ${n}`);
+    seen.add(i);
+    out[i] = decode(row, i);
+  }
+  if (seen.size !== n) throw new Error(`the batch answered ${seen.size} of ${n} items`);
+  return out;
+}
+
+/** A settlement as umbra_settle_batch reads it (its parameters by name; `item` is the position). */
+function settlementItem(s: Settlement, i: number) {
+  const u = s.usage;
+  return {
+    item: i + 1,
+    request_id: s.requestId,
+    account_id: s.accountId,
+    key_id: s.keyId,
+    charge: s.charge,
+    provider_account_id: s.providerAccountId,
+    earning: s.earning,
+    fee: s.fee,
+    at_ms: s.at,
+    model: u.model,
+    build_id: u.buildId,
+    provider_id: u.providerId,
+    prompt_tokens: u.promptTokens,
+    cached_tokens: u.cachedTokens,
+    completion_tokens: u.completionTokens,
+    started_at: u.startedAt,
+    first_content_ms: u.firstContentMs,
+    duration_ms: u.durationMs,
+    outcome: u.outcome,
   };
 }

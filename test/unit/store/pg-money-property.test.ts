@@ -5,6 +5,8 @@
  * After every batch: 0 <= reserved <= balance, reserved = the account's holds, the key's held = its holds,
  * the ledger sums to the balance, nothing is charged twice or beyond its hold, a settlement without a
  * hold charges nothing, and what was admitted fits what was available (the batch's books balance exactly).
+ * Two replicas batch their calls (calls made together share a round trip; the test checks that some
+ * did), the third sends each alone, so batches and single calls interleave.
  * A few seconds by default; UMBRA_MONEY_PROPERTY_RUNS=200 (and UMBRA_MONEY_PROPERTY_SEED) for longer.
  */
 import { afterAll, describe, expect, test } from "bun:test";
@@ -63,7 +65,7 @@ const op: fc.Arbitrary<Op> = fc.oneof(
 const scenario = fc.record({
   balances: fc.tuple(fc.integer({ min: 0, max: 1500 }), fc.integer({ min: 0, max: 1500 })),
   cap: fc.option(fc.integer({ min: 0, max: 1200 })),
-  batches: fc.array(fc.array(op, { minLength: 1, maxLength: 6 }), { minLength: 1, maxLength: 8 }),
+  batches: fc.array(fc.array(op, { minLength: 1, maxLength: 10 }), { minLength: 1, maxLength: 8 }),
 });
 
 const db = await testDatabase([SUITE]);
@@ -75,6 +77,8 @@ if (!db) {
   const admin = postgres(db.url, { max: 2, onnotice: () => {} });
   afterAll(() => admin.end({ timeout: 5 }));
   let next = 0;
+  /** The most calls one round trip of a batching replica carried, over every run. */
+  let largest = 0;
 
   test(`${SUITE}: ${RUNS} runs (seed ${SEED}) of concurrent batches over three replicas`, async () => {
     await fc.assert(
@@ -85,7 +89,7 @@ if (!db) {
         await seedKey(admin, "kA", "A", cap);
         await seedKey(admin, "kB", "B", null);
         await using r0 = replicaOn(db.url, { replica: `long-${next}`, ttlMs: 60_000, max: 2 });
-        await using r1 = replicaOn(db.url, { replica: `other-${next}`, ttlMs: 60_000, max: 2 });
+        await using r1 = replicaOn(db.url, { replica: `other-${next}`, ttlMs: 60_000, max: 2, batchMax: 1 });
         await using r2 = replicaOn(db.url, { replica: `brief-${next}`, ttlMs: BRIEF_TTL, marginMs: 10, max: 2 });
         const replicas: MoneyAuthority[] = [r0.authority, r1.authority, r2.authority];
         const by = (i: number) => replicas[i % replicas.length] as MoneyAuthority;
@@ -167,12 +171,15 @@ if (!db) {
           "the brief replica's holds expired",
         );
         await r0.authority.sweep();
+        for (const r of [r0, r2]) for (const c of Object.values(r.authority.batches())) largest = Math.max(largest, c.largest);
+        expect(Object.values(r1.authority.batches()).every((c) => c.largest <= 1)).toBe(true);
         const end = await readBooks(admin);
         expect(end.violations).toEqual([]);
         expect(Object.values(end.holds).every((h) => h.amount > 0)).toBe(true);
       }),
       { numRuns: RUNS, seed: SEED, endOnFailure: true },
     );
+    expect(largest).toBeGreaterThan(1);
   }, 120_000);
 }
 

@@ -8,14 +8,16 @@ import type { EmbeddedMigration } from "../../migrations/index.ts";
 import m0000 from "./0000_init.sql" with { type: "text" };
 import m0001 from "./0001_holds.sql" with { type: "text" };
 import m0002 from "./0002_money_fns.sql" with { type: "text" };
-import m0003 from "./0003_change_feed.sql" with { type: "text" };
+import m0003 from "./0003_money_batch.sql" with { type: "text" };
+import m0004 from "./0004_change_feed.sql" with { type: "text" };
 import journal from "./meta/_journal.json" with { type: "json" };
 
 const TEXTS: Readonly<Record<string, string>> = {
   "0000_init": m0000,
   "0001_holds": m0001,
   "0002_money_fns": m0002,
-  "0003_change_feed": m0003,
+  "0003_money_batch": m0003,
+  "0004_change_feed": m0004,
 };
 
 export const PG_MIGRATIONS: readonly EmbeddedMigration[] = journal.entries.map((e) => {
