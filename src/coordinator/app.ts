@@ -250,6 +250,7 @@ export function createApp(deps: AppDeps): App {
     metrics,
     now,
     ...(cluster ? { remote: cluster.remote } : {}),
+    ...(deps.moneyAuthority ? { held: (id: string) => deps.moneyAuthority?.deadlines.held(id) ?? true } : {}),
   });
   // Renewals and sweeps of this replica's holds; a hold it could not keep stops its answer.
   const keeper = deps.moneyAuthority && startHoldKeeper(deps.moneyAuthority, logger, (ids) => chat.stopUnheld(ids));

@@ -63,7 +63,10 @@ async function serve(config: Config, dev: boolean): Promise<void> {
   // Cluster mode: Postgres is the only money authority, every hold a row under this replica's id.
   const pg = config.cluster ? await createPgStore(config.db, dbPassword(config)) : undefined;
   const store = pg ?? (await openStore(config.db, { journal: true, ...dbPassword(config) }));
-  const moneyAuthority = pg && config.cluster ? { moneyAuthority: pg.moneyAuthority({ replica: config.cluster.replicaId, ttlMs: config.cluster.holdTtlMs }) } : {};
+  const moneyAuthority =
+    pg && config.cluster
+      ? { moneyAuthority: pg.moneyAuthority({ replica: config.cluster.replicaId, ttlMs: config.cluster.holdTtlMs }) }
+      : {};
   const app = createApp({ config, store, ...moneyAuthority, ...(tls ? { tlsPublicKeySpki: tls.key.spki } : {}) });
   // The bound configuration digest (docs/operations.md "Configuration binding"): refused before anything is served.
   try {
