@@ -5,8 +5,9 @@
  * charges at most the hold. A settlement whose hold had gone (swept after its replica stopped renewing)
  * charges nothing and is logged for review. A settlement the database did not answer (restarting) is
  * sent again, idempotent on the request id, backing off up to `retry.maxMs`, for as long as the hold's
- * lease; only then does it fail. Renewals and sweeps are the HoldKeeper's (store/pg/hold-keeper.ts).
- * Chosen only when the app is given an authority; off by default.
+ * lease; only then does it fail, the hold abandoned (the replica's next renewal gives it back).
+ * Renewals and sweeps are the HoldKeeper's (store/pg/hold-keeper.ts). Chosen only when the app is
+ * given an authority; off by default.
  */
 import { Errors } from "../errors/api-error.ts";
 import type { Logger } from "../observability/logger.ts";
@@ -72,6 +73,7 @@ export class AuthorityReservations implements Reservations {
       } catch (e) {
         if (performance.now() + wait > until) {
           this.logger.error("settlement not written: the database did not answer", { request_id: settlement.requestId, count: tries });
+          this.authority.abandon(settlement.requestId);
           throw e;
         }
         await new Promise((resolve) => setTimeout(resolve, wait));

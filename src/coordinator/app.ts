@@ -144,6 +144,7 @@ function startHoldKeeper(authority: MoneyAuthority, logger: Logger, stop: (reque
       stop(ids);
     },
     onError: () => logger.warn("hold renewal or sweep failed", { reason: "database" }),
+    onReleased: (count) => logger.warn("holds released: their requests ended without a settlement", { count }),
   });
   keeper.start();
   return keeper;

@@ -3,8 +3,9 @@
  * (migrations/0002_money_fns.sql). One round trip per call: `reserve` is umbra_reserve (balance and key
  * cap checked and held, or a shortfall reason: funds, quota, unknown, duplicate), `settle` is umbra_settle
  * (idempotent on the request id; at most the hold is charged; without a hold nothing more is charged),
- * `release` gives a hold back, `renew` extends every hold of this replica, `sweep` releases expired ones
- * (any replica may run it). CHECKs keep 0 <= reserved <= balance and spent + held <= cap in the database.
+ * `release` gives a hold back, `renew` extends every hold of this replica and releases those it no longer
+ * knows (a reserve whose answer was lost, a settlement `abandon`ed), `sweep` releases expired ones (any
+ * replica may run it). CHECKs keep 0 <= reserved <= balance and spent + held <= cap in the database.
  *
  * The replica's side of the lease is `deadlines` (hold-deadlines.ts): `overdue()` names the holds whose
  * streams must stop because no renewal succeeded in time. Not wired into Billing yet.
@@ -45,6 +46,8 @@ export interface RenewOutcome {
   readonly renewed: number;
   /** Holds this replica tracked that the database no longer has (swept): their streams must stop. */
   readonly lost: readonly string[];
+  /** Holds of this replica it did not track (no request of its own holds them any more): given back. */
+  readonly released: number;
 }
 
 export interface MoneyAuthority {
@@ -53,8 +56,13 @@ export interface MoneyAuthority {
   settle(settlement: Settlement): Promise<SettleOutcome>;
   /** Gives the hold back uncharged; false when it was gone. */
   release(requestId: string): Promise<boolean>;
-  /** Extends every hold this replica owns to now + TTL (database clock). Throws when the database does. */
+  /**
+   * Extends every hold this replica owns to now + TTL (database clock), and releases those no request of
+   * this process holds (not tracked, no reserve in flight). Throws when the database does.
+   */
   renew(): Promise<RenewOutcome>;
+  /** A hold whose settlement could not be written: forgotten here, so the next renewal gives it back. */
+  abandon(requestId: string): void;
   /** Releases expired holds in batches of `batch` until none is left; returns how many. */
   sweep(batch?: number): Promise<number>;
   /** The replica's renewal bookkeeping. */
@@ -83,11 +91,14 @@ export function pgMoneyAuthority(client: Sql, options: MoneyAuthorityOptions): M
   const ttl = options.ttlMs ?? 30_000;
   const deadlines = new HoldDeadlines(ttl, options.marginMs ?? Math.floor(ttl / 6), options.now);
   const replica = options.replica;
+  /** Reserves sent and not answered yet: a renewal may already see their rows. */
+  const reserving = new Set<string>();
   return {
     replica,
     deadlines,
     async reserve(r) {
       const sentAt = deadlines.time();
+      reserving.add(r.requestId);
       try {
         const [row] = await client<{ expires: Date }[]>`
           SELECT umbra_reserve(${r.requestId}, ${r.accountId}, ${r.keyId}, ${r.amount}, ${replica}, ${ttl}) AS expires`;
@@ -97,6 +108,8 @@ export function pgMoneyAuthority(client: Sql, options: MoneyAuthorityOptions): M
         const shortfall = shortfallOf(e);
         if (shortfall === undefined) throw e;
         return { shortfall };
+      } finally {
+        reserving.delete(r.requestId);
       }
     },
     async settle(s) {
@@ -117,11 +130,15 @@ export function pgMoneyAuthority(client: Sql, options: MoneyAuthorityOptions): M
     async renew() {
       const sentAt = deadlines.time();
       const rows = await client<{ request_id: string }[]>`SELECT request_id FROM umbra_renew(${replica}, ${ttl})`;
-      const lost = deadlines.renewed(
-        sentAt,
-        rows.map((x) => x.request_id),
-      );
-      return { renewed: rows.length, lost };
+      const ids = rows.map((x) => x.request_id);
+      const lost = deadlines.renewed(sentAt, ids);
+      // Rows no request of this process holds: a reserve whose answer never came, an abandoned settlement.
+      const orphans = ids.filter((id) => deadlines.deadline(id) === undefined && !reserving.has(id));
+      for (const id of orphans) await client`SELECT umbra_release(${id})`;
+      return { renewed: ids.length - orphans.length, lost, released: orphans.length };
+    },
+    abandon(requestId) {
+      deadlines.forget(requestId);
     },
     async sweep(batch = 500) {
       let total = 0;
