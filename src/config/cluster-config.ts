@@ -5,7 +5,8 @@
  * is missing; Postgres alone stays one coordinator. Passwords are secrets apart from the URLs (not in the
  * configuration digest); production refuses one inside a URL, plaintext Redis or NATS off loopback, and
  * NATS without credentials off loopback. The prefix and the replica id become Redis keys and NATS subject
- * tokens: letters, digits, `_` and `-`. The replica id defaults to one generated per process.
+ * tokens: letters, digits, `_` and `-`. The replica id defaults to one generated per process; the hold
+ * lease (`--hold-ttl-ms`) is the same for every replica (in the digest).
  */
 import { randomBytes } from "node:crypto";
 import type { RedisClientKind } from "../limits/redis-client.ts";
@@ -29,6 +30,8 @@ export interface ClusterConfig {
   readonly prefix: string;
   /** This replica's name; per process, so not in the configuration digest. */
   readonly replicaId: string;
+  /** The lease of a money hold (ms): renewed every third, swept by any replica once expired. */
+  readonly holdTtlMs: number;
 }
 
 const NAME = /^[A-Za-z0-9_-]{1,64}$/;
@@ -95,6 +98,7 @@ export function parseCluster(raw: Read, db: string, production: boolean, passwor
     natsTls,
     prefix,
     replicaId,
+    holdTtlMs: parseSetting(CLUSTER_SETTINGS.holdTtlMs, raw("holdTtlMs")),
     ...(redisPassword !== undefined ? { redisPassword } : {}),
     ...(natsPassword !== undefined ? { natsPassword } : {}),
   });

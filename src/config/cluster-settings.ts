@@ -1,6 +1,6 @@
 /**
  * Cluster mode's setting entries (issue 21; docs/operations.md "Running several replicas"): Redis, NATS,
- * the key/subject prefix, the replica id, and --reuse-port. Their rules, read together, are in
+ * the key/subject prefix, the replica id, the hold lease, and --reuse-port. Their rules, read together, are in
  * config/cluster-config.ts; coordinator-settings.ts includes this table in SETTINGS.
  */
 import { REDIS_CLIENTS, REDIS_TIMEOUT_MS } from "../limits/redis-client.ts";
@@ -32,6 +32,15 @@ export const CLUSTER_SETTINGS = {
   clusterPrefix: { flag: "cluster-prefix", env: "UMBRA_CLUSTER_PREFIX", kind: "string", default: "umbra", help: "key/subject prefix" },
   // Default: generated per process (printed at start).
   replicaId: { flag: "replica-id", env: "UMBRA_REPLICA_ID", kind: "string", help: "this replica's name" },
+  holdTtlMs: {
+    flag: "hold-ttl-ms",
+    env: "UMBRA_HOLD_TTL_MS",
+    kind: "int",
+    default: 30_000,
+    min: 3000,
+    max: 600_000,
+    help: "lease of a request's money hold: renewed every third, swept once expired",
+  },
   reusePort: { flag: "reuse-port", env: "UMBRA_REUSE_PORT", kind: "switch", default: "off", help: "share --listen's port" },
 } as const satisfies SettingTable;
 
@@ -48,4 +57,5 @@ export const CLUSTER_DERIVED = [
   "natsTls",
   "clusterPrefix",
   "replicaId",
+  "holdTtlMs",
 ] as const satisfies readonly ClusterSettingName[];

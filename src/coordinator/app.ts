@@ -148,6 +148,7 @@ function startHoldKeeper(authority: MoneyAuthority, logger: Logger, stop: (reque
       stop(ids);
     },
     onError: () => logger.warn("hold renewal or sweep failed", { reason: "database" }),
+    onReleased: (count) => logger.warn("holds released: their requests ended without a settlement", { count }),
   });
   keeper.start();
   return keeper;
@@ -289,6 +290,7 @@ export function createApp(deps: AppDeps): App {
     metrics,
     now,
     ...(cluster ? { remote: cluster.remote } : {}),
+    ...(deps.moneyAuthority ? { held: (id: string) => deps.moneyAuthority?.deadlines.held(id) ?? true } : {}),
   });
   // Renewals and sweeps of this replica's holds; a hold it could not keep stops its answer.
   const keeper = deps.moneyAuthority && startHoldKeeper(deps.moneyAuthority, logger, (ids) => chat.stopUnheld(ids));

@@ -35,7 +35,10 @@ export async function openServing(config: Config, extra: Extra = {}): Promise<Se
   const store = pg ?? (await openStore(config.db, { journal: true, ...password }));
   const authority =
     pg && config.cluster
-      ? { moneyAuthority: pg.moneyAuthority({ replica: config.cluster.replicaId }), cachesLive: () => pg.changes.epoch() !== null }
+      ? {
+          moneyAuthority: pg.moneyAuthority({ replica: config.cluster.replicaId, ttlMs: config.cluster.holdTtlMs }),
+          cachesLive: () => pg.changes.epoch() !== null,
+        }
       : {};
   return { app: createApp({ config, store, ...authority, ...extra }), store };
 }

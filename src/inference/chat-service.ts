@@ -26,7 +26,7 @@ import type { Store } from "../store/types.ts";
 import { type ChatRequest, effectiveBudget, engineBody, parseChatRequest } from "./chat-request.ts";
 import { type Committed, type DispatchSettings, dispatch, type RemoteProviders } from "./dispatch.ts";
 import { type Answering, InFlight, RequestLifecycle } from "./request-lifecycle.ts";
-import { collectCompletion, completionId, type Outcome, type ResponseContext, streamCompletion } from "./responses.ts";
+import { collectCompletion, completionId, type Outcome, type ResponseContext, streamCompletion, unheldError } from "./responses.ts";
 import type { ToolSchemas } from "./tool-schemas.ts";
 
 export interface ChatSettings extends DispatchSettings {
@@ -63,6 +63,11 @@ export interface ChatDeps {
   readonly logger: Logger;
   readonly metrics: Metrics;
   readonly now: () => number;
+  /**
+   * Cluster mode: false once a request's hold is past its deadline (lost); asked before each event an
+   * answer relays, so that nothing is relayed after it even when the hold keeper has not run yet.
+   */
+  readonly held?: (requestId: string) => boolean;
 }
 
 const NO_HEADERS: RateHeaders = Object.freeze({});
@@ -112,7 +117,7 @@ export class ChatService {
    * now, a stream with the in-band error, the provider cancelled; it settles for what it relayed.
    */
   stopUnheld(requestIds: readonly string[]): void {
-    const lost = Errors.serviceUnavailable("this request's reservation could not be kept: the answer was stopped; retry the request");
+    const lost = unheldError();
     for (const id of requestIds) this.answering.get(id)?.stop(lost);
   }
 
@@ -269,7 +274,14 @@ export class ChatService {
     const requestId = reserved.money.requestId;
     this.answering.set(requestId, life);
     void life.ended().then(() => this.answering.delete(requestId));
-    const ctx: ResponseContext = { id: completionId(), model: request.model, maxTokens, created: Math.floor(life.startedAt / 1000) };
+    const held = this.deps.held;
+    const ctx: ResponseContext = {
+      id: completionId(),
+      model: request.model,
+      maxTokens,
+      created: Math.floor(life.startedAt / 1000),
+      ...(held && reserved.money.hold ? { held: () => held(requestId) } : {}),
+    };
     const answering: Answering = { money: reserved.money, attempt, promptEstimate, maxTokens, stream: request.stream };
     const onEnd = (o: Outcome) => life.finish(o, answering);
     if (request.stream) {

@@ -6,7 +6,9 @@
  * after commit is one `data: {"error": ...}` event and no [DONE]; no keepalive comments.
  * Framing is pure functions; the pump writes what was received in one piece and ends an answer whose
  * consumer left, fell MAX_BACKLOG_CHARS behind (fleet/attempt.ts) or outlived the request deadline,
- * settling it at once: no reservation waits for a reader that never comes.
+ * settling it at once: no reservation waits for a reader that never comes. Before each event is used,
+ * `held` (cluster mode) is asked whether the request's hold is still kept: once it is not, nothing more
+ * is relayed (a replica resumed after a stall relays nothing it received meanwhile).
  */
 import { randomBytes } from "node:crypto";
 import { RECEIPT_VERSION } from "../crypto/receipts.ts";
@@ -21,6 +23,22 @@ export interface ResponseContext {
   readonly maxTokens: number;
   readonly created: number;
   readonly id: string;
+  /** False once the request's money hold is lost (store/pg/hold-deadlines.ts): the answer stops there. */
+  readonly held?: () => boolean;
+}
+
+/** The reason an attempt ends with once its hold is lost. */
+const UNHELD = "cancelled: hold lost";
+
+/** How an answer whose hold was lost ends: a stream's in-band error (a JSON answer's is the deadline's 504). */
+export const unheldError = () =>
+  Errors.serviceUnavailable("this request's reservation could not be kept: the answer was stopped; retry the request");
+
+/** The event to use next: `event`, or, once the hold is lost, the attempt cancelled as by the deadline. */
+function unlessUnheld(ctx: ResponseContext, attempt: Attempt, event: AttemptEvent): AttemptEvent {
+  if (ctx.held === undefined || ctx.held()) return event;
+  attempt.cancel("deadline");
+  return { type: "lost", reason: UNHELD };
 }
 
 export interface Outcome {
@@ -79,7 +97,9 @@ const notRead = () => Errors.timeout("the stream was not read in time: the answe
 function failureOf(event: AttemptEvent): ApiError {
   if (event.type === "invalid") return Errors.invalidProviderOutput("the provider's output failed verification");
   if (event.type === "lost" && event.reason === SLOW_CONSUMER) return notRead();
-  if (event.type === "lost" && event.reason === "cancelled: deadline") return Errors.timeout("the request timed out");
+  if (event.type === "lost" && (event.reason === "cancelled: deadline" || event.reason === UNHELD)) {
+    return Errors.timeout("the request timed out");
+  }
   if (event.type === "error" && event.code === "timeout") return Errors.timeout("the provider timed out");
   return Errors.providerError("the provider failed while generating the response");
 }
@@ -108,7 +128,7 @@ export async function collectCompletion(committed: Committed, ctx: ResponseConte
   let reasoning = "";
   const toolCalls: ToolCallJson[] = [];
   let toolChars = 0;
-  let event: AttemptEvent = committed.first;
+  let event: AttemptEvent = unlessUnheld(ctx, committed.attempt, committed.first);
   for (;;) {
     if (event.type === "chunk") {
       if (event.delta.content) content += event.delta.content;
@@ -148,7 +168,7 @@ export async function collectCompletion(committed: Committed, ctx: ResponseConte
       });
       throw failureOf(event);
     }
-    event = await committed.attempt.next();
+    event = unlessUnheld(ctx, committed.attempt, await committed.attempt.next());
   }
 }
 
@@ -277,9 +297,10 @@ class StreamPump {
     let out = "";
     for (;;) {
       if (out !== "" && this.pending === undefined && attempt.backlog === 0) return encoder.encode(out);
-      const event = this.pending ?? (await attempt.next());
+      const received = this.pending ?? (await attempt.next());
       this.pending = undefined;
       if (this.finished) return undefined;
+      const event = unlessUnheld(this.ctx, attempt, received);
       switch (event.type) {
         case "accepted":
           continue;
@@ -309,7 +330,8 @@ class StreamPump {
         }
         default: {
           const status = event.type === "lost" && event.reason === SLOW_CONSUMER ? "cancelled" : "failed";
-          const last = encoder.encode(out + errorEvent(failureOf(event)));
+          const error = event.type === "lost" && event.reason === UNHELD ? unheldError() : failureOf(event);
+          const last = encoder.encode(out + errorEvent(error));
           await this.end({ status, usage: undefined, finishReason: undefined, completionChars: this.chars });
           this.closing = true;
           return last;

@@ -25,6 +25,7 @@ function cluster(replicaId: string, prefix: string, natsUrl = NATS_URL): Cluster
     redisUrl: REDIS_URL,
     redisClient: "bun",
     redisTimeoutMs: 5000,
+    holdTtlMs: 30_000,
     natsServers: [natsUrl],
     natsTls: false,
     prefix,

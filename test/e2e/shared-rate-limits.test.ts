@@ -26,6 +26,7 @@ function cluster(client: ClusterConfig["redisClient"], replicaId: string, prefix
     redisUrl,
     redisClient: client,
     redisTimeoutMs: 5000,
+    holdTtlMs: 30_000,
     natsServers: ["nats://127.0.0.1:4222"],
     natsTls: false,
     prefix,

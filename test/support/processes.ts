@@ -13,19 +13,33 @@ export const ROOT = join(import.meta.dir, "../..");
 export const BUN = join(ROOT, "node_modules/.bin/bun");
 const ADMIN = "process-admin-token-0123456789abcdef0123456789";
 
-/** Reads a process's stream until `pattern` matches; returns the first group. Keeps draining after. */
-async function waitForLine(stream: ReadableStream<Uint8Array>, pattern: RegExp, what: string): Promise<string> {
+/**
+ * Reads a process's stream until `pattern` matches; returns the first group. Keeps draining after,
+ * handing `keep` every piece of text read (before and after the match).
+ */
+async function waitForLine(
+  stream: ReadableStream<Uint8Array>,
+  pattern: RegExp,
+  what: string,
+  keep?: (text: string) => void,
+): Promise<string> {
   const reader = stream.getReader();
   const decoder = new TextDecoder();
   let text = "";
   for (;;) {
     const { done, value } = await reader.read();
     if (done) throw new Error(`${what} exited before it was ready:\n${text.slice(-2000)}`);
-    text += decoder.decode(value, { stream: true });
+    const piece = decoder.decode(value, { stream: true });
+    keep?.(piece);
+    text += piece;
     const match = pattern.exec(text);
     if (match) {
       void (async () => {
-        for (;;) if ((await reader.read()).done) return;
+        for (;;) {
+          const next = await reader.read().catch(() => ({ done: true as const, value: undefined }));
+          if (next.done) return;
+          keep?.(decoder.decode(next.value, { stream: true }));
+        }
       })();
       return match[1] ?? match[0];
     }
@@ -38,6 +52,8 @@ export interface CoordinatorProcess extends AsyncDisposable {
   readonly started: Readonly<Record<string, unknown>>;
   readonly proc: Subprocess<"ignore", "pipe", "pipe">;
   readonly dir: string;
+  /** Everything it has written to stderr (its log) so far. */
+  log(): string;
   admin<T = Record<string, unknown>>(method: string, path: string, body?: unknown): Promise<T>;
   /** Creates an account with credit, a key, and a provider token; registers each build (no prices). */
   seed(
@@ -71,10 +87,12 @@ export async function startCoordinator(
     stdout: "pipe",
     stderr: "pipe",
   });
-  const started = JSON.parse(await waitForLine(proc.stderr, /(\{[^\n]*"msg":"coordinator listening"[^\n]*\})\n/, "coordinator")) as Record<
-    string,
-    unknown
-  >;
+  let log = "";
+  const started = JSON.parse(
+    await waitForLine(proc.stderr, /(\{[^\n]*"msg":"coordinator listening"[^\n]*\})\n/, "coordinator", (text) => {
+      log += text;
+    }),
+  ) as Record<string, unknown>;
   const url = String(started.url);
   const admin = adminClient(url, ADMIN);
   return {
@@ -82,6 +100,7 @@ export async function startCoordinator(
     started,
     proc,
     dir,
+    log: () => log,
     admin,
     async seed(builds, key = {}, credit = 1_000_000_000) {
       const account = await admin<{ id: string }>("POST", "/accounts", { name: "e2e" });

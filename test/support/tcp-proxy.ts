@@ -1,8 +1,9 @@
 /**
  * A TCP proxy on 127.0.0.1 port 0 in front of a real server, for tests of a dependency that stops
  * answering: `freeze()` silently drops every byte both ways on every connection (a black hole: sockets
- * stay open, nothing is answered); `thaw()` forwards again. Small payloads only (a partial write is not
- * retried). `await using` closes it and its connections.
+ * stay open, nothing is answered); `cut()` closes every connection and closes each new one at once (a
+ * server that is down); `thaw()` forwards again. Small payloads only (a partial write is not retried).
+ * `await using` closes it and its connections.
  */
 import type { Socket, TCPSocketListener } from "bun";
 
@@ -14,11 +15,13 @@ interface Link {
 export interface TcpProxy extends AsyncDisposable {
   readonly port: number;
   freeze(): void;
+  cut(): void;
   thaw(): void;
 }
 
 export function startTcpProxy(target: { readonly hostname: string; readonly port: number }): TcpProxy {
   let frozen = false;
+  let down = false;
   const clients = new Set<Socket<Link>>();
   const server: TCPSocketListener<Link> = Bun.listen<Link>({
     hostname: "127.0.0.1",
@@ -26,6 +29,10 @@ export function startTcpProxy(target: { readonly hostname: string; readonly port
     socket: {
       open(client) {
         client.data = { early: [] };
+        if (down) {
+          client.end();
+          return;
+        }
         clients.add(client);
         Bun.connect({
           hostname: target.hostname,
@@ -65,8 +72,13 @@ export function startTcpProxy(target: { readonly hostname: string; readonly port
     freeze: () => {
       frozen = true;
     },
+    cut: () => {
+      down = true;
+      for (const c of clients) c.end();
+    },
     thaw: () => {
       frozen = false;
+      down = false;
     },
     [Symbol.asyncDispose]: async () => {
       for (const c of clients) c.end();

@@ -59,6 +59,12 @@ export class HoldDeadlines {
     return out;
   }
 
+  /** False once the hold is past its deadline (or lost); true before, and for a hold not tracked. */
+  held(requestId: string): boolean {
+    const h = this.holds.get(requestId);
+    return h === undefined || h.deadline > this.now();
+  }
+
   /** A hold's deadline, undefined when it is not tracked. */
   deadline(requestId: string): number | undefined {
     return this.holds.get(requestId)?.deadline;

@@ -25,6 +25,8 @@ export interface HoldKeeperOptions {
   readonly onOverdue: (requestIds: readonly string[]) => void;
   /** A renewal or sweep that failed (the database did not answer); the deadlines run on. */
   readonly onError: (e: unknown) => void;
+  /** Holds a renewal gave back because no request of this replica held them any more. */
+  readonly onReleased?: (count: number) => void;
 }
 
 export class HoldKeeper {
@@ -67,7 +69,8 @@ export class HoldKeeper {
 
   private async renewAndSweep(): Promise<void> {
     try {
-      await this.authority.renew();
+      const { released } = await this.authority.renew();
+      if (released > 0) this.options.onReleased?.(released);
       await this.authority.sweep();
     } catch (e) {
       this.options.onError(e);

@@ -3,14 +3,14 @@
  * (migrations/0002_money_fns.sql, 0003_money_batch.sql). `reserve` holds on the balance and the key's cap
  * or names the shortfall (funds, quota, unknown, duplicate), `settle` is idempotent on the request id
  * and charges at most the hold (nothing more without one), `release` gives a hold back, `renew` extends
- * every hold of this replica, `sweep` releases expired ones (any replica may run it). CHECKs keep
+ * every hold of this replica and releases those it no longer knows (a reserve whose answer was lost, a
+ * settlement `abandon`ed), `sweep` releases expired ones (any replica may run it). CHECKs keep
  * 0 <= reserved <= balance and spent + held <= cap in the database.
  *
  * Reserves, settlements and releases are batched (call-batcher.ts): each kind has at most one round trip
  * in flight, and the calls made meanwhile go together in the next, decided in one transaction (one
- * commit; 0003's functions; a batch of one uses 0002's). `batchMax` 1 sends every call alone at once.
- * The replica's side of the lease is `deadlines` (hold-deadlines.ts): `overdue()` names the holds whose
- * streams must stop.
+ * commit; 0003's functions; a batch of one uses 0002's); `batchMax` 1 sends each call alone. The
+ * replica's side of the lease is `deadlines` (hold-deadlines.ts): the holds whose streams must stop.
  */
 import postgres, { type Sql } from "postgres";
 import { PLATFORM_ACCOUNT_ID, type Settlement } from "../types.ts";
@@ -49,6 +49,8 @@ export interface RenewOutcome {
   readonly renewed: number;
   /** Holds this replica tracked that the database no longer has (swept): their streams must stop. */
   readonly lost: readonly string[];
+  /** Holds of this replica it did not track (no request of its own holds them any more): given back. */
+  readonly released: number;
 }
 
 export interface MoneyAuthority {
@@ -57,8 +59,13 @@ export interface MoneyAuthority {
   settle(settlement: Settlement): Promise<SettleOutcome>;
   /** Gives the hold back uncharged; false when it was gone. */
   release(requestId: string): Promise<boolean>;
-  /** Extends every hold this replica owns to now + TTL (database clock). Throws when the database does. */
+  /**
+   * Extends every hold this replica owns to now + TTL (database clock), and releases those no request of
+   * this process holds (not tracked, no reserve in flight). Throws when the database does.
+   */
   renew(): Promise<RenewOutcome>;
+  /** A hold whose settlement could not be written: forgotten here, so the next renewal gives it back. */
+  abandon(requestId: string): void;
   /** Releases expired holds in batches of `batch` until none is left; returns how many. */
   sweep(batch?: number): Promise<number>;
   /** The replica's renewal bookkeeping. */
@@ -165,15 +172,22 @@ export function pgMoneyAuthority(client: Sql, options: MoneyAuthorityOptions): M
     max,
     rolledBack,
   );
+  /** Reserves sent and not answered yet: a renewal may already see their rows. */
+  const reserving = new Set<string>();
   return {
     replica,
     deadlines,
     async reserve(r) {
       if (!Number.isSafeInteger(r.amount) || r.amount <= 0) throw new Error(`hold amount must be a positive integer, got ${r.amount}`);
       const sentAt = deadlines.time();
-      const out = await reserves.call({ requestId: r.requestId, accountId: r.accountId, keyId: r.keyId, amount: r.amount });
-      if ("hold" in out) deadlines.track(r.requestId, sentAt);
-      return out;
+      reserving.add(r.requestId);
+      try {
+        const out = await reserves.call({ requestId: r.requestId, accountId: r.accountId, keyId: r.keyId, amount: r.amount });
+        if ("hold" in out) deadlines.track(r.requestId, sentAt);
+        return out;
+      } finally {
+        reserving.delete(r.requestId);
+      }
     },
     async settle(s) {
       const out = await settlements.call(s);
@@ -188,11 +202,15 @@ export function pgMoneyAuthority(client: Sql, options: MoneyAuthorityOptions): M
     async renew() {
       const sentAt = deadlines.time();
       const rows = await client<{ request_id: string }[]>`SELECT request_id FROM umbra_renew(${replica}, ${ttl})`;
-      const lost = deadlines.renewed(
-        sentAt,
-        rows.map((x) => x.request_id),
-      );
-      return { renewed: rows.length, lost };
+      const ids = rows.map((x) => x.request_id);
+      const lost = deadlines.renewed(sentAt, ids);
+      // Rows no request of this process holds: a reserve whose answer never came, an abandoned settlement.
+      const orphans = ids.filter((id) => deadlines.deadline(id) === undefined && !reserving.has(id));
+      for (const id of orphans) await client`SELECT umbra_release(${id})`;
+      return { renewed: ids.length - orphans.length, lost, released: orphans.length };
+    },
+    abandon(requestId) {
+      deadlines.forget(requestId);
     },
     async sweep(batch = 500) {
       let total = 0;

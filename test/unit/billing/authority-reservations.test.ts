@@ -1,7 +1,8 @@
 /**
  * Billing over the Postgres money authority (src/billing/authority-reservations.ts) on real Postgres:
  * the same 402s as Wallets', a settlement charged at most its hold with the provider paid, and one whose
- * hold was swept charging nothing and logged for review. Skipped, saying so, without a server.
+ * hold was swept charging nothing and logged for review, a settlement the database did not answer sent
+ * again until it did (charged once) or for the lease only. Skipped, saying so, without a server.
  */
 import { afterAll, beforeEach, describe, expect, test } from "bun:test";
 import postgres from "postgres";
@@ -98,6 +99,40 @@ if (!db) {
       expect(lines.map((l) => [l.level, l.msg, l.fields])).toEqual([
         ["warn", "settled without its hold: nothing charged", { request_id: "late", account_id: "acct" }],
       ]);
+    });
+
+    test("a settlement the database did not answer is sent again: charged once; it fails only after the lease", async () => {
+      let failing = 2;
+      const real = pgMoneyAuthority(sql, { replica: "r", ttlMs: 60_000, marginMs: 0 });
+      const flaky = {
+        ...real,
+        settle: (s: Parameters<typeof real.settle>[0]) =>
+          failing-- > 0 ? Promise.reject(new Error("connection refused")) : real.settle(s),
+      };
+      const billing = new Billing(new AuthorityReservations(flaky, recordingLogger(lines), { firstMs: 1, maxMs: 2 }), {
+        platformFeePercent: 10,
+      });
+      const hold = await billing.reserve(request("retried", 500));
+      await billing.settle(money("retried", hold), ending(100, 100));
+      const books = await readBooks(sql);
+      expect([books.violations, books.charges.retried, books.accounts.acct]).toEqual([
+        [],
+        { total: 300, entries: 1 },
+        { balance: 700, reserved: 0 },
+      ]);
+      expect(lines.map((l) => [l.level, l.msg, l.fields])).toEqual([
+        ["info", "settlement written after a retry", { request_id: "retried", count: 3 }],
+      ]);
+
+      failing = Number.POSITIVE_INFINITY;
+      const gone = new Billing(new AuthorityReservations(flaky, recordingLogger(lines), { firstMs: 1, maxMs: 2, forMs: 20 }), {
+        platformFeePercent: 10,
+      });
+      const second = await gone.reserve(request("never", 100));
+      await expect(gone.settle(money("never", second), ending(10, 10))).rejects.toThrow("connection refused");
+      expect([lines.at(-1)?.level, lines.at(-1)?.msg]).toEqual(["error", "settlement not written: the database did not answer"]);
+      // Abandoned: the replica's next renewal gives the hold back, nothing charged.
+      expect([(await flaky.renew()).released, (await readBooks(sql)).accounts.acct]).toEqual([1, { balance: 700, reserved: 0 }]);
     });
   });
 }

@@ -27,6 +27,7 @@ describe("cluster mode", () => {
       natsTls: false,
       prefix: "umbra",
       replicaId: true,
+      holdTtlMs: 30_000,
     });
     expect(dev(CLUSTER).cluster?.replicaId).not.toBe(c?.replicaId);
   });
@@ -40,6 +41,7 @@ describe("cluster mode", () => {
         UMBRA_NATS_URL: "tls://n1.internal:4222, nats://n2.internal:4222",
         UMBRA_REDIS_TIMEOUT_MS: "250",
         UMBRA_CLUSTER_PREFIX: "umbra-eu",
+        UMBRA_HOLD_TTL_MS: "5000",
         UMBRA_REDIS_PASSWORD: "r-secret",
         UMBRA_NATS_PASSWORD: "n-secret",
       },
@@ -55,6 +57,7 @@ describe("cluster mode", () => {
       natsTls: true,
       prefix: "umbra-eu",
       replicaId: "east-1",
+      holdTtlMs: 5000,
     });
   });
 
@@ -95,6 +98,7 @@ describe("cluster mode", () => {
     ["UMBRA_NATS_TLS", "on", "--nats-tls"],
     ["UMBRA_CLUSTER_PREFIX", "umbra", "--cluster-prefix"],
     ["UMBRA_REPLICA_ID", "a", "--replica-id"],
+    ["UMBRA_HOLD_TTL_MS", "5000", "--hold-ttl-ms"],
   ])("%s without cluster mode is refused", (name, value, flag) => {
     expect(() => dev({ UMBRA_DB: PG, [name]: value })).toThrow(`${flag} applies to cluster mode (--redis-url and --nats-url) only`);
   });
@@ -109,6 +113,8 @@ describe("cluster mode", () => {
     [{ UMBRA_CLUSTER_PREFIX: "umbra.eu" }, "--cluster-prefix: 'umbra.eu' must be 1 to 64 letters, digits, _ or -"],
     [{ UMBRA_REPLICA_ID: "a b" }, "--replica-id"],
     [{ UMBRA_REPLICA_ID: "x".repeat(65) }, "--replica-id"],
+    [{ UMBRA_HOLD_TTL_MS: "2999" }, "--hold-ttl-ms"],
+    [{ UMBRA_HOLD_TTL_MS: "600001" }, "--hold-ttl-ms"],
   ])("bad values name their flag: %p", (env, message) => {
     expect(() => dev({ ...CLUSTER, ...env })).toThrow(message);
     expect(() => dev({ ...CLUSTER, ...env })).toThrow(ConfigError);

@@ -123,6 +123,7 @@ describe("cluster settings in the digest", () => {
     ["UMBRA_CLUSTER_PREFIX", "other"],
     ["UMBRA_REDIS_CLIENT", "ioredis"],
     ["UMBRA_NATS_TLS", "on"],
+    ["UMBRA_HOLD_TTL_MS", "5000"],
   ])("a change of %s changes it", (name, value) => {
     expect(digestOf({ ...cluster, [name]: value })).not.toBe(digestOf(cluster));
   });

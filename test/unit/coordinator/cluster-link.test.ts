@@ -12,6 +12,7 @@ function cluster(natsServers: string[], extra: Partial<ClusterConfig> = {}): Clu
     redisUrl: "redis://127.0.0.1:6379",
     redisClient: "bun",
     redisTimeoutMs: 100,
+    holdTtlMs: 30_000,
     natsServers,
     natsTls: false,
     prefix: "p",

@@ -134,6 +134,33 @@ describe("streamCompletion", () => {
     expect(released).toEqual(["deadline"]);
   });
 
+  test("a hold lost while events waited (a stalled replica resumed): none of them is relayed, one in-band error", async () => {
+    const { attempt: a, released } = attempt();
+    const outcomes: Outcome[] = [];
+    let held = true;
+    const stream = await streamCompletion(committed(a, "Hi"), { ...CTX, held: () => held }, async (o) => void outcomes.push(o));
+    const reader = stream.getReader();
+    const first = new TextDecoder().decode((await reader.read()).value);
+    // Received while the replica was stopped, found after its hold's deadline: not relayed.
+    held = false;
+    a.push({ type: "chunk", delta: { content: "late" } });
+    a.push({ type: "chunk", delta: { content: "later" } });
+    const rest = new TextDecoder().decode((await reader.read()).value);
+    expect({
+      first: first.includes('"content":"Hi"'),
+      rest: JSON.parse(rest.slice("data: ".length)),
+      done: (await reader.read()).done,
+      released,
+      outcomes,
+    }).toEqual({
+      first: true,
+      rest: { error: { message: expect.stringContaining("reservation"), type: "service_unavailable", code: "service_unavailable" } },
+      done: true,
+      released: ["deadline"],
+      outcomes: [{ status: "failed", usage: undefined, completionChars: 2, finishReason: undefined }],
+    });
+  });
+
   test("a reader that goes away cancels the attempt (client_gone) once", async () => {
     const { attempt: a, released } = attempt();
     const outcomes: Outcome[] = [];
@@ -154,6 +181,24 @@ describe("collectCompletion", () => {
     const error = await collectCompletion(committed(a, "Hi"), CTX, async () => {}).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(ApiError);
     expect([(error as ApiError).status, (error as ApiError).code]).toEqual([502, "provider_error"]);
+  });
+
+  test("a hold lost before complete: a 504 timeout, the complete answer not returned, the attempt cancelled", async () => {
+    const { attempt: a, released } = attempt();
+    let held = true;
+    const outcomes: Outcome[] = [];
+    const pending = collectCompletion(committed(a, "Hi"), { ...CTX, held: () => held }, async (o) => void outcomes.push(o)).catch(
+      (e: unknown) => e,
+    );
+    held = false;
+    a.push({ type: "chunk", delta: { content: " there" } });
+    const error = (await pending) as ApiError;
+    expect([error.status, error.code, released, outcomes.map((o) => [o.status, o.completionChars])]).toEqual([
+      504,
+      "timeout",
+      ["deadline"],
+      [["failed", 2]],
+    ]);
   });
 
   test("throws a 504 timeout when the request deadline cancels it", async () => {

@@ -47,6 +47,17 @@ test("a failed renewal changes nothing: the deadlines run out; settled holds are
   expect(d.size).toBe(1);
 });
 
+test("held: true before the deadline and for a hold not tracked; false from the deadline on and once lost", () => {
+  const { d, at } = clocked();
+  d.track("a", 1_000);
+  d.track("swept", 1_000);
+  d.renewed(1_100, ["a"]);
+  at(1_349);
+  expect([d.held("a"), d.held("swept"), d.held("settled")]).toEqual([true, false, true]);
+  at(1_350);
+  expect(d.held("a")).toBe(false);
+});
+
 test("the margin must leave some of the TTL", () => {
   expect(() => new HoldDeadlines(100, 100)).toThrow("margin");
 });

@@ -12,7 +12,7 @@ import { manualTimers, turns } from "../../support/manual-timers.ts";
 function setup() {
   const timers = manualTimers();
   const deadlines = new HoldDeadlines(300, 60, timers.now);
-  let renew: () => Promise<RenewOutcome> = async () => ({ renewed: 0, lost: [] });
+  let renew: () => Promise<RenewOutcome> = async () => ({ renewed: 0, lost: [], released: 0 });
   const calls: string[] = [];
   const authority = {
     replica: "r",
@@ -83,7 +83,7 @@ test("a failed renewal is reported; a hold the renewal found swept is overdue at
   s.keeper.start();
   await turns();
   expect(s.errors).toHaveLength(1);
-  s.setRenew(async () => ({ renewed: 0, lost: ["a"] }));
+  s.setRenew(async () => ({ renewed: 0, lost: ["a"], released: 0 }));
   s.deadlines.track("b", 10);
   s.timers.advance(120);
   await turns();

@@ -152,12 +152,35 @@ if (!db) {
       await sql`UPDATE holds SET expires_at = now() - interval '1 second' WHERE request_id IN ('mine', 'lost')`;
       await sql`DELETE FROM holds WHERE request_id = 'lost'`; // as if swept: the books are not read here
       const r = await a.renew();
-      expect(r).toEqual({ renewed: 1, lost: ["lost"] });
+      expect(r).toEqual({ renewed: 1, lost: ["lost"], released: 0 });
       expect(a.deadlines.overdue()).toEqual(["lost"]);
       const [row] = await sql`SELECT expires_at > now() + interval '50 seconds' AS later FROM holds WHERE request_id = 'mine'`;
       expect(row?.later).toBe(true);
       await expired("theirs");
       expect(await a.sweep()).toBe(1);
+    });
+
+    test("renew gives back the holds this replica no longer knows: an abandoned settlement, a reserve answered elsewhere", async () => {
+      await reserve("kept", 100);
+      await reserve("abandoned", 100);
+      a.abandon("abandoned");
+      // A hold of this replica's name this process never tracked (a reserve whose answer was lost).
+      await reserve("unanswered", 100, "k1", pgMoneyAuthority(sql, { replica: "r1", ttlMs: 60_000 }));
+      expect(await a.renew()).toEqual({ renewed: 1, lost: [], released: 2 });
+      const books = await readBooks(sql);
+      expect([Object.keys(books.holds), books.accounts.acct, books.keys.k1?.held, books.violations]).toEqual([
+        ["kept"],
+        { balance: 1000, reserved: 100 },
+        100,
+        [],
+      ]);
+    });
+
+    test("a reserve still in flight is not taken for a hold nobody knows", async () => {
+      // The renewal runs while the reserve's answer is on its way: the row is there, not tracked yet.
+      const pending = Promise.all([reserve("racing", 100), a.renew()]);
+      const [held, renewal] = await pending;
+      expect(["hold" in held, renewal.released, Object.keys((await readBooks(sql)).holds)]).toEqual([true, 0, ["racing"]]);
     });
 
     test("many concurrent reserves on one account across four pools admit exactly what the balance allows", async () => {
