@@ -206,7 +206,7 @@ export function pgMoneyAuthority(client: Sql, options: MoneyAuthorityOptions): M
       const lost = deadlines.renewed(sentAt, ids);
       // Rows no request of this process holds: a reserve whose answer never came, an abandoned settlement.
       const orphans = ids.filter((id) => deadlines.deadline(id) === undefined && !reserving.has(id));
-      for (const id of orphans) await client`SELECT umbra_release(${id})`;
+      if (orphans.length > 0) await Promise.all(orphans.map((id) => releases.call(id)));
       return { renewed: ids.length - orphans.length, lost, released: orphans.length };
     },
     abandon(requestId) {
