@@ -7,6 +7,7 @@
 import { Elysia } from "elysia";
 import { type ApiError, Errors, toApiError } from "../errors/api-error.ts";
 import type { Logger } from "../observability/logger.ts";
+import { isStoreUnavailable } from "../store/errors.ts";
 
 export function errorResponse(error: ApiError): Response {
   return new Response(JSON.stringify(error.toEnvelope()), {
@@ -24,8 +25,15 @@ export function errorHandling(logger: Logger) {
   });
 }
 
-/** The error's ApiError; a 500 (anything not an ApiError) is logged by class name and route template only. */
-export function toLoggedApiError(logger: Pick<Logger, "error">, error: unknown, route: string): ApiError {
+/**
+ * The error's ApiError. A database that cannot be reached now is 503 with Retry-After (logged as a
+ * warning); anything else that is not an ApiError is a 500, logged by class name and route template only.
+ */
+export function toLoggedApiError(logger: Pick<Logger, "error" | "warn">, error: unknown, route: string): ApiError {
+  if (isStoreUnavailable(error)) {
+    logger.warn("database unavailable", { route });
+    return Errors.serviceUnavailable("the database cannot be reached right now; retry shortly", undefined, { "retry-after": "1" });
+  }
   const apiError = toApiError(error);
   if (apiError.status === 500) logger.error("unhandled error", { error_name: error instanceof Error ? error.name : typeof error, route });
   return apiError;

@@ -30,7 +30,7 @@ export interface SealedTransportDeps {
   /** Freshness and single use of sealed envelopes. */
   readonly sealedReplay: SealedReplayCache;
   /** Where an unexpected failure inside a sealed request is logged (as the error boundary does for plain ones). */
-  readonly logger: Pick<Logger, "error">;
+  readonly logger: Pick<Logger, "error" | "warn">;
 }
 
 /** A route's handling of its whole request body; `request` carries the headers the transport reads. */

@@ -11,3 +11,28 @@ export class DuplicateError extends Error {
 export class StoreOpenError extends Error {
   override readonly name = "StoreOpenError";
 }
+
+/** Connection failures of the Postgres driver (postgres.js codes and socket errors). */
+const UNREACHABLE = new Set([
+  "CONNECTION_CLOSED",
+  "CONNECTION_ENDED",
+  "CONNECTION_DESTROYED",
+  "CONNECT_TIMEOUT",
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "EPIPE",
+  "ETIMEDOUT",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+]);
+
+/**
+ * True for an error that says the database cannot be reached now (not that a request was wrong): a lost
+ * or refused connection, SQLSTATE class 08 (connection exception), a server shutting down or starting
+ * (57P01-57P03), too many connections (53300). The API answers it 503 with Retry-After.
+ */
+export function isStoreUnavailable(e: unknown): boolean {
+  if (typeof e !== "object" || e === null || !("code" in e)) return false;
+  const code = String((e as { code: unknown }).code);
+  return UNREACHABLE.has(code) || code.startsWith("08") || ["57P01", "57P02", "57P03", "53300"].includes(code);
+}

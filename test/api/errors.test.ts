@@ -136,6 +136,29 @@ describe("errors that are not ApiErrors", () => {
     expect(logs.join("\n")).not.toContain(SECRET);
   });
 
+  test.each([
+    ["a lost connection (postgres.js)", "CONNECTION_CLOSED"],
+    ["a refused connection", "ECONNREFUSED"],
+    ["a server shutting down (57P01)", "57P01"],
+    ["a connection exception (08006)", "08006"],
+  ])("a database that cannot be reached (%s) -> 503 with Retry-After, logged as a warning", async (_, code) => {
+    await using t = await testApp();
+    const { apiKey } = await seedAccount(t);
+    const unreachable = async () => {
+      throw Object.assign(new Error(SECRET), { code });
+    };
+    const { app, logs } = failingApp(t, (s) => ({ ...s, keys: { ...s.keys, findByHash: unreachable } }));
+    const r = await call(app, "GET", "/v1/models", { token: apiKey });
+    expect([r.status, r.headers.get("retry-after"), (r.body as { error: { code: string } }).error.code]).toEqual([
+      503,
+      "1",
+      "service_unavailable",
+    ]);
+    const lines = logs.map((l) => JSON.parse(l) as Record<string, unknown>);
+    expect(lines).toContainEqual(expect.objectContaining({ level: "warn", msg: "database unavailable", route: "/v1/models" }));
+    expect([lines.some((l) => l.msg === "unhandled error"), logs.join("\n").includes(SECRET)]).toEqual([false, false]);
+  });
+
   test("a throwing price store -> 500 on the public /v1/pricing", async () => {
     await using t = await testApp();
     const { app, logs } = failingApp(t, (s) => ({ ...s, prices: { ...s.prices, list: async () => boom() } }));
