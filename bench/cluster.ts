@@ -215,7 +215,7 @@ function hostProbeMs(): number {
 async function serviceVersions(): Promise<Record<string, string>> {
   const sql = postgres(PG_URL, { max: 1, onnotice: () => {} });
   try {
-    const [row] = await sql<{ v: string }[]>`SHOW server_version`;
+    const [row] = await sql<{ v: string }[]>`SELECT current_setting('server_version') AS v`;
     return { postgres: row?.v ?? "unknown" };
   } finally {
     await sql.end({ timeout: 1 });
