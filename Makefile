@@ -90,6 +90,7 @@ bench: deps
 	$(BUN) bench/stream-relay.ts
 	$(BUN) bench/startup.ts
 	$(BUN) bench/overhead.ts
+	$(BUN) bench/cluster.ts
 
 # Soak (issue 7): SOAK_SECONDS (default 600) of mixed traffic with faults against real processes, then the
 # books, holds, metrics against usage rows, memory and file descriptors. test/reliability/soak.ts.

@@ -18,8 +18,15 @@
 interface Options {
   /** Base URL; requests go to `${url}/v1/chat/completions`. */
   url: string;
+  /**
+   * Several base URLs instead of `url` (e.g. the replicas of one deployment): closed loop, worker i sends
+   * to urls[i % n]; open loop, the i-th request goes to urls[i % n].
+   */
+  urls?: string[];
   /** Sent as `authorization: Bearer <key>`. */
   key?: string;
+  /** Several keys instead of `key`, taken in turn as `urls` are (worker or request i: keys[i % n]). */
+  keys?: string[];
   /** Extra request headers (e.g. a gateway's routing headers). */
   headers?: Record<string, string>;
   model: string;
@@ -46,11 +53,21 @@ const body = JSON.stringify({
   ...(options.stream && options.includeUsage ? { stream_options: { include_usage: true } } : {}),
   messages: [{ role: "user", content }],
 });
-const headers: Record<string, string> = { "content-type": "application/json", ...options.headers };
-if (options.key) headers.authorization = `Bearer ${options.key}`;
-const endpoint = `${options.url}/v1/chat/completions`;
+const base: Record<string, string> = { "content-type": "application/json", ...options.headers };
+const keys = options.keys ?? (options.key ? [options.key] : []);
+const headerSets = keys.length === 0 ? [base] : keys.map((k) => ({ ...base, authorization: `Bearer ${k}` }));
+const endpoints = (options.urls ?? [options.url]).map((u) => `${u}/v1/chat/completions`);
+interface Target {
+  endpoint: string;
+  headers: Record<string, string>;
+}
+/** Where the i-th worker (closed loop) or request (open loop) sends, with which key. */
+const targetOf = (i: number): Target => ({
+  endpoint: endpoints[i % endpoints.length] as string,
+  headers: headerSets[i % headerSets.length] as Record<string, string>,
+});
 
-async function once(): Promise<boolean> {
+async function once({ endpoint, headers }: Target): Promise<boolean> {
   const response = await fetch(endpoint, { method: "POST", headers, body });
   const text = await response.text();
   if (response.status !== 200) return false;
@@ -65,11 +82,11 @@ let errors = 0;
 let finished = 0;
 let recording = false;
 
-async function timed(): Promise<void> {
+async function timed(target: Target): Promise<void> {
   const start = performance.now();
   let ok = false;
   try {
-    ok = await once();
+    ok = await once(target);
   } catch {
     ok = false;
   }
@@ -83,14 +100,15 @@ async function run(seconds: number): Promise<number> {
   const started = performance.now();
   const until = started + seconds * 1000;
   if (options.mode === "closed") {
-    const workers = Array.from({ length: options.concurrency ?? 32 }, async () => {
-      while (performance.now() < until) await timed();
+    const workers = Array.from({ length: options.concurrency ?? 32 }, async (_, w) => {
+      while (performance.now() < until) await timed(targetOf(w));
     });
     await Promise.all(workers);
   } else {
     const interval = 1000 / (options.rate ?? 100);
     const inflight: Promise<void>[] = [];
     let next = started;
+    let sent = 0;
     while (next < until) {
       const wait = next - performance.now();
       // Bun.sleep rounds waits below 1 ms down to nothing, so a request less than 1 ms from its slot
@@ -99,7 +117,7 @@ async function run(seconds: number): Promise<number> {
       const now = performance.now();
       while (next < now + 1 && next < until) {
         if (recording) lags.push(Math.max(0, now - next));
-        inflight.push(timed());
+        inflight.push(timed(targetOf(sent++)));
         next += interval;
       }
     }
