@@ -32,6 +32,16 @@ export async function openServing(config: Config, extra: Extra = {}): Promise<Se
   const password = config.dbPassword === undefined ? {} : { password: config.dbPassword };
   // Cluster mode: Postgres is the only money authority, every hold a row under this replica's id.
   const pg = config.cluster ? await createPgStore(config.db, password) : undefined;
+  // One process per replica id: holds are rows under it (replica-claim.ts). Refused before anything runs.
+  let claimLost: (id: string) => void = () => {};
+  if (pg && config.cluster) {
+    try {
+      await pg.claimReplica(config.cluster.replicaId, (id) => claimLost(id));
+    } catch (e) {
+      await pg.end();
+      throw e;
+    }
+  }
   const store = pg ?? (await openStore(config.db, { journal: true, ...password }));
   const authority =
     pg && config.cluster
@@ -40,7 +50,10 @@ export async function openServing(config: Config, extra: Extra = {}): Promise<Se
           cachesLive: () => pg.changes.epoch() !== null,
         }
       : {};
-  return { app: createApp({ config, store, ...authority, ...extra }), store };
+  const app = createApp({ config, store, ...authority, ...extra });
+  claimLost = (id) =>
+    app.logger.error("replica id claimed by another process after a reconnect: give each replica its own id", { replica_id: id });
+  return { app, store };
 }
 
 /** The configuration with the provisioned passwords in place of the configured ones. Throws ConfigError. */

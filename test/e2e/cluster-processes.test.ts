@@ -1,6 +1,6 @@
 /**
  * Cluster mode as real processes: two `serve` replicas on one Postgres database, one Redis, the machine's
- * NATS and one cluster prefix. Each with a real provider, they admit between them no more chat requests
+ * NATS and one cluster prefix (a third under the second's replica id is refused). Each with a real provider, they admit between them no more chat requests
  * than the key's rpm; each logs its replica id at start. With a provider on B only, A lists it in
  * /v1/models and a chat request sent to A is answered by it. Skipped, saying so, without PostgreSQL,
  * Redis or (the second) NATS. A lists B's provider in /v1/providers/attestation and counts it in the
@@ -12,7 +12,7 @@
 import { afterAll, expect, test } from "bun:test";
 import { NATS_URL, testNats } from "../support/nats.ts";
 import { testDatabase } from "../support/pg.ts";
-import { startCoordinator, startProvider } from "../support/processes.ts";
+import { runCoordinator, startCoordinator, startProvider } from "../support/processes.ts";
 import { REDIS_URL, removeKeys, testRedis } from "../support/redis.ts";
 import { waitFor } from "../support/wait.ts";
 
@@ -39,6 +39,11 @@ test.skipIf(db === undefined || !redis)(
     await using b = await startCoordinator({ ...env, UMBRA_REPLICA_ID: "b" }, { db: db?.url ?? "" });
     // Each names itself in its start line: A with the id generated for its process.
     expect([/^r-[0-9a-f]{12}$/.test(String(a.started.replica_id)), b.started.replica_id]).toEqual([true, "b"]);
+    // A third process under B's id is refused before it serves anything: holds are rows under the id.
+    const twin = await runCoordinator(["serve", "--listen", "127.0.0.1:0", "--db", db?.url ?? ""], {
+      env: { ...env, UMBRA_MODE: "development", UMBRA_ADMIN_TOKEN: "t".repeat(40), UMBRA_REPLICA_ID: "b" },
+    });
+    expect([twin.code, twin.stderr.includes("another running replica uses --replica-id b on this database")]).toEqual([1, true]);
     const { apiKey, providerToken } = await a.seed([BUILD], { rpm: RPM }, 100_000_000);
     const provider = (url: string) => startProvider(["--coordinator", url, "--token", providerToken, "--engine", "echo", "--model", BUILD]);
     await using pa = provider(a.url);

@@ -13,6 +13,7 @@ import { pgApiKeys, pgProviderTokens } from "./keys.ts";
 import { pgMoney } from "./money.ts";
 import { type MoneyAuthority, type MoneyAuthorityOptions, pgMoneyAuthority } from "./money-authority.ts";
 import { openListener, openPostgres, type PgOpenOptions } from "./open.ts";
+import { claimReplica, type ReplicaClaim } from "./replica-claim.ts";
 import { pgUsage } from "./usage.ts";
 
 export interface PgStore extends Store {
@@ -22,6 +23,8 @@ export interface PgStore extends Store {
   moneyAuthority(options: MoneyAuthorityOptions): MoneyAuthority;
   /** The change feed behind the read caches. */
   readonly changes: ChangeFeed;
+  /** Claims a replica id for this process (replica-claim.ts); `lost` hears of a claim lost after a reconnect. */
+  claimReplica(replicaId: string, lost?: (replicaId: string) => void): Promise<ReplicaClaim>;
 }
 
 export interface PgStoreOptions extends PgOpenOptions {
@@ -32,9 +35,10 @@ export interface PgStoreOptions extends PgOpenOptions {
 export async function createPgStore(url: string, options: PgStoreOptions = {}): Promise<PgStore> {
   const { client, db } = await openPostgres(url, options);
   const changes = new ChangeFeed(client, (handlers) => openListener(url, options, handlers), options.changeFeed);
+  const claims: ReplicaClaim[] = [];
   let ended: Promise<void> | undefined;
   const end = () => {
-    ended ??= Promise.all([changes.close(), client.end({ timeout: 5 })]).then(() => {});
+    ended ??= Promise.all([changes.close(), client.end({ timeout: 5 }), ...claims.map((c) => c.release())]).then(() => {});
     return ended;
   };
   return {
@@ -54,6 +58,15 @@ export async function createPgStore(url: string, options: PgStoreOptions = {}): 
     end,
     moneyAuthority: (options) => pgMoneyAuthority(client, options),
     changes,
+    async claimReplica(replicaId, lost) {
+      const claim = await claimReplica(
+        replicaId,
+        (onclose) => openListener(url, options, { onnotify: () => {}, onclose }, "umbra-replica-claim"),
+        lost,
+      );
+      claims.push(claim);
+      return claim;
+    },
     onProviderTokenChange: (listener) => changes.subscribe((table, id) => table === "provider_tokens" && listener(id)),
   };
 }

@@ -59,13 +59,13 @@ export function withoutSecret(url: string, message: string): string {
 }
 
 /**
- * A client of one connection for the change feed (change-feed.ts): never idle-closed, named
- * umbra-change-feed in pg_stat_activity, its notifications and its loss handed to `handlers`.
+ * A client of one connection for the change feed (change-feed.ts) or a replica's claim (replica-claim.ts):
+ * never idle-closed, named `name` in pg_stat_activity, its notifications and its loss handed to `handlers`.
  * `onnotify` is an option postgres.js reads (src/index.js parseOptions) but does not declare; `sql.listen`
  * is not used because it re-listens after a lost connection without saying so, hiding missed changes.
  * test/unit/store/pg-change-feed.test.ts fails if either handler stops being called.
  */
-export function openListener(url: string, options: PgOpenOptions, handlers: Parameters<OpenListener>[0]): Sql {
+export function openListener(url: string, options: PgOpenOptions, handlers: Parameters<OpenListener>[0], name = "umbra-change-feed"): Sql {
   const withNotify: postgres.Options<Record<string, never>> & { onnotify: (channel: string, payload: string) => void } = {
     max: 1,
     idle_timeout: 0,
@@ -73,7 +73,7 @@ export function openListener(url: string, options: PgOpenOptions, handlers: Para
     connect_timeout: 10,
     fetch_types: false,
     onnotice: () => {},
-    connection: { application_name: "umbra-change-feed" },
+    connection: { application_name: name },
     onnotify: handlers.onnotify,
     onclose: handlers.onclose,
     ...(options.password === undefined ? {} : { password: options.password }),
