@@ -25,6 +25,8 @@ export interface ClusterLink {
   /** Periods without a message after which the other side is taken for dead. */
   readonly missedKeepalives: number;
   readonly now: () => number;
+  /** The forwarded streams open now, told at once when the connection drops (ClusterNode). */
+  readonly open?: Set<{ disconnected(): void }>;
 }
 
 /** The provider a forwarded attempt is for (from another replica's digest). */
@@ -35,7 +37,9 @@ export interface RemoteTarget {
 
 /** Sends one attempt to the replica that owns `target`; never throws (failures are events). */
 export function forward(link: ClusterLink, target: RemoteTarget, frame: Inference): Attempt {
-  return new ForwardedStream(link, target, frame).attempt;
+  const stream = new ForwardedStream(link, target, frame);
+  if (!stream.closed) link.open?.add(stream);
+  return stream.attempt;
 }
 
 class ForwardedStream implements AttemptOwner {
@@ -45,7 +49,7 @@ class ForwardedStream implements AttemptOwner {
   private next = 0;
   private heard: number;
   private timer: ReturnType<typeof setInterval> | undefined;
-  private closed = false;
+  closed = false;
 
   constructor(
     private readonly link: ClusterLink,
@@ -131,6 +135,11 @@ class ForwardedStream implements AttemptOwner {
     this.send({ k: "ack", s: this.next - 1 });
   }
 
+  /** The NATS connection dropped: nothing more can arrive (failover before first content, else one error). */
+  disconnected(): void {
+    this.fail("the NATS connection dropped");
+  }
+
   /** The stream broke: the owner is told to cancel, the attempt ends with `lost`. */
   private fail(reason: string): void {
     if (this.closed) return;
@@ -151,6 +160,7 @@ class ForwardedStream implements AttemptOwner {
     if (this.closed) return;
     if (cancel !== undefined) this.send({ k: "cancel", r: cancel });
     this.closed = true;
+    this.link.open?.delete(this);
     clearInterval(this.timer);
     this.timer = undefined;
     try {

@@ -45,12 +45,20 @@ export class ClusterNode {
   private digests: Subscription | undefined;
   private synced = -1;
   private seq = 0;
+  private stopped = false;
 
   constructor(private readonly o: ClusterNodeOptions) {
     if (!isToken(o.replicaId) || !/^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/.test(o.prefix)) {
       throw new RangeError("the replica id and subject prefix must be NATS subject tokens");
     }
-    this.link = { nc: o.nc, prefix: o.prefix, keepaliveMs: o.keepaliveMs ?? 2000, missedKeepalives: o.missedKeepalives ?? 3, now: o.now };
+    this.link = {
+      nc: o.nc,
+      prefix: o.prefix,
+      keepaliveMs: o.keepaliveMs ?? 2000,
+      missedKeepalives: o.missedKeepalives ?? 3,
+      now: o.now,
+      open: new Set(),
+    };
     const digestMs = o.digestMs ?? 1000;
     this.remote = new RemoteFleet(o.replicaId, { digestMs, missedDigests: o.missedDigests ?? 3, minTrust: o.minTrust, now: o.now });
     this.owner = new Owner(this.link, o.fleet, o.logger);
@@ -72,7 +80,30 @@ export class ClusterNode {
     };
     every(this.o.syncMs ?? 100, () => this.sync());
     every(this.o.digestMs ?? 1000, () => this.publishDigest());
+    void this.watchConnection();
     return this;
+  }
+
+  /**
+   * A dropped connection ends, at once, what crossed it: the other replicas are forgotten (no candidates
+   * until their digests arrive again), forwarded attempts sent from here end `lost` (failover before
+   * first content), and attempts served here for other replicas are cancelled (their forwarders fail
+   * over too). The client reconnects by itself; presence subscriptions are restored with it.
+   */
+  private async watchConnection(): Promise<void> {
+    try {
+      for await (const status of this.o.nc.status()) {
+        if (status.type !== "disconnect" || this.stopped) continue;
+        this.o.logger.warn("cluster connection dropped: forwarded requests end, local providers only until it is back", {
+          replica_id: this.o.replicaId,
+        });
+        this.remote.clear();
+        for (const stream of [...(this.link.open ?? [])]) stream.disconnected();
+        this.owner.stop();
+      }
+    } catch {
+      // the connection closed for good
+    }
   }
 
   get prefix(): string {
@@ -145,6 +176,7 @@ export class ClusterNode {
 
   /** Stops presence and digests and cancels the forwarded streams served here; the connection stays open. */
   stop(): void {
+    this.stopped = true;
     for (const t of this.timers) clearInterval(t);
     this.timers.length = 0;
     for (const sub of this.presence.values()) sub.unsubscribe();

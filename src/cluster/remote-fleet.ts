@@ -88,6 +88,12 @@ export class RemoteFleet {
     }
   }
 
+  /** Forgets every other replica (this one's NATS connection dropped: none of them can be reached). */
+  clear(): void {
+    if (this.replicas.size > 0) this.changes++;
+    this.replicas.clear();
+  }
+
   /** Drops replicas silent for `missedDigests` periods. */
   expire(): void {
     const cutoff = this.options.now() - this.options.digestMs * this.options.missedDigests;

@@ -37,8 +37,8 @@ export function natsPrefix(): string {
   return `umbra-test-${crypto.randomUUID().replaceAll("-", "")}`;
 }
 
-export function natsConnect(): Promise<NatsConnection> {
-  return connect({ servers: NATS_URL, timeout: 2000, reconnect: false });
+export function natsConnect(servers = NATS_URL, reconnect = false): Promise<NatsConnection> {
+  return connect({ servers, timeout: 2000, reconnect, ...(reconnect ? { reconnectTimeWait: 100, maxReconnectAttempts: -1 } : {}) });
 }
 
 /** A provider session whose frames the test reads (`frames`) and answers (`session.onFrame`). */
@@ -60,8 +60,13 @@ export interface Timing {
   readonly digestMs: number;
 }
 
-/** A replica on its own NATS connection (stop it with `close`). */
-export async function replica(id: string, prefix: string, timing: Timing = { keepaliveMs: 100, digestMs: 100 }): Promise<Replica> {
+/** A replica on its own NATS connection (stop it with `close`); `via` another address (a proxy), reconnecting. */
+export async function replica(
+  id: string,
+  prefix: string,
+  timing: Timing = { keepaliveMs: 100, digestMs: 100 },
+  via?: string,
+): Promise<Replica> {
   const logger = recordingLogger([]);
   const fleet = new Fleet({
     minTrust: "none",
@@ -76,7 +81,7 @@ export async function replica(id: string, prefix: string, timing: Timing = { kee
     logger,
     now: Date.now,
   });
-  const nc = await natsConnect();
+  const nc = await natsConnect(via ?? NATS_URL, via !== undefined);
   const node = new ClusterNode({
     nc,
     prefix,

@@ -7,9 +7,11 @@
  */
 import { afterEach, describe, expect, test } from "bun:test";
 import { RequestError } from "@nats-io/transport-node";
+import type { RemoteTarget } from "../../../src/cluster/forwarder.ts";
 import type { Attempt, AttemptEvent } from "../../../src/fleet/attempt.ts";
 import type { Inference } from "../../../src/protocol/frames.ts";
-import { close, natsPrefix, type Replica, replica, testNats } from "../../support/nats.ts";
+import { close, NATS_URL, natsPrefix, type Replica, replica, testNats } from "../../support/nats.ts";
+import { startTcpProxy } from "../../support/tcp-proxy.ts";
 import { waitFor } from "../../support/wait.ts";
 
 const BUILD = "org/model-build-4bit";
@@ -208,5 +210,31 @@ describe.skipIf(!available)("forwarded dispatch over NATS", () => {
     expect(a?.node.remote.capacity(BUILD).providerCount).toBe(1);
     // The public list of A moves with it: C's entry is gone.
     expect([(a as Replica).node.remote.version > version, (a as Replica).node.remote.publicAttestations().length]).toEqual([true, 1]);
+  });
+
+  test("a dropped NATS connection ends what crossed it at once: forwarded attempts lost, others forgotten, served ones cancelled", async () => {
+    const prefix = natsPrefix();
+    const url = new URL(NATS_URL);
+    await using proxy = startTcpProxy({ hostname: url.hostname, port: Number(url.port || 4222) });
+    // Long keepalives: without the drop being noticed, the attempts would wait 3 x 5 s of silence.
+    const slow = { keepaliveMs: 5_000, digestMs: 100 };
+    const a = await replica("a", prefix, slow, `nats://127.0.0.1:${proxy.port}`);
+    const c = await replica("c", prefix, slow);
+    opened.push(a, c);
+    const toC = await c.provider(BUILD);
+    const onA = await a.provider(BUILD);
+    const target = await waitFor(() => a.node.remote.candidates(BUILD)[0], "C's provider in A's view");
+    await waitFor(() => c.node.remote.candidates(BUILD)[0], "A's provider in C's view");
+    const sent = a.node.forward(target, inference());
+    await waitFor(() => toC.frames.length === 1, "A's request at C's provider");
+    const served = c.node.forward(c.node.remote.candidates(BUILD)[0] as RemoteTarget, inference());
+    await waitFor(() => onA.frames.length === 1, "C's request at A's provider");
+    const started = Date.now();
+    proxy.cut();
+    expect(await drain(sent)).toEqual([{ type: "lost", reason: "the NATS connection dropped" }]);
+    // A's side: C forgotten, the attempt it served for C cancelled (its provider told).
+    await waitFor(() => onA.frames.some((f) => f.type === "cancel"), "the attempt A served for C cancelled");
+    expect([a.node.remote.candidates(BUILD), a.node.remote.replicaIds, Date.now() - started < 5_000]).toEqual([[], [], true]);
+    served.cancel("client_gone");
   });
 });
