@@ -49,6 +49,7 @@ class ForwardedStream implements AttemptOwner {
   private next = 0;
   private heard: number;
   private timer: ReturnType<typeof setInterval> | undefined;
+  /** Released: its attempt ended (at once, when the request could not be sent). */
   closed = false;
 
   constructor(
