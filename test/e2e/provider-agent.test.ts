@@ -170,7 +170,8 @@ describe("attempts", () => {
     }
     const sent = fake.messages.slice(before);
     const frames = sent.reduce((n, m) => n + m.frames, 0);
-    expect(frames).toBeGreaterThanOrEqual(8 * 6);
+    // At least accepted, one chunk and complete per attempt (deltas due in one turn may share a chunk).
+    expect(frames).toBeGreaterThanOrEqual(8 * 3);
     expect(sent.some((m) => m.batch && m.frames > 1)).toBe(true);
     expect(sent.length).toBeLessThan(frames);
     expect(fake.violations).toEqual([]);
