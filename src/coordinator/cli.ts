@@ -12,6 +12,7 @@ import type { Mode } from "../attestation/coordinator-attestation.ts";
 import { CONFIG_OPTIONS, type Config, ConfigError, loadConfig, parseFlags } from "../config/config.ts";
 import { configDigestHex } from "../config/config-digest.ts";
 import { processEnv } from "../config/settings.ts";
+import { keepServingOnCrash } from "../observability/crash.ts";
 import { StoreOpenError } from "../store/errors.ts";
 import { databaseName, isPostgres, openStore } from "../store/open.ts";
 import { type DatabaseLock, lockDatabase } from "../store/sqlite/lock.ts";
@@ -78,6 +79,7 @@ async function serve(config: Config, dev: boolean): Promise<void> {
     current = await openServing(config, tls ? { tlsPublicKeySpki: tls.key.spki } : {});
   }
   const { app, store } = current;
+  keepServingOnCrash(() => current.app.logger);
   // The bound configuration digest (docs/operations.md "Configuration binding"): refused before anything is served.
   try {
     await checkConfigBinding(config, app.attestation);

@@ -122,6 +122,11 @@ test.skipIf(pg === undefined || !redis || !nats)(
         (await sql<{ id: string; outcome: string }[]>`SELECT request_id AS id, outcome FROM usage`).map((u) => [u.id, u.outcome]),
       );
       const ok = seen.filter((s) => s.result === "ok");
+      // A coordinator that died says why in its last log lines (kept out of the comparison below).
+      for (const c of [a, b]) {
+        if (c.proc.exitCode !== null) console.error(`coordinator exited ${c.proc.exitCode}:\n${c.log().split("\n").slice(-12).join("\n")}`);
+        for (const line of c.log().split("\n")) if (line.includes("kept serving")) console.error(`coordinator survived: ${line}`);
+      }
       expect({
         other: seen.filter((s) => s.result === "other"),
         okWithoutId: ok.filter((s) => s.requestId === null).length,
