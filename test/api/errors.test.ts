@@ -147,6 +147,10 @@ describe("errors that are not ApiErrors", () => {
     const unreachable = async () => {
       throw Object.assign(new Error(SECRET), { code });
     };
+    const wrapped = async () => {
+      // As drizzle throws it: a DrizzleQueryError whose cause is the driver's error.
+      throw Object.assign(new Error(`Failed query: ${SECRET}`), { cause: Object.assign(new Error(SECRET), { code }) });
+    };
     const { app, logs } = failingApp(t, (s) => ({ ...s, keys: { ...s.keys, findByHash: unreachable } }));
     const r = await call(app, "GET", "/v1/models", { token: apiKey });
     expect([r.status, r.headers.get("retry-after"), (r.body as { error: { code: string } }).error.code]).toEqual([
@@ -154,6 +158,8 @@ describe("errors that are not ApiErrors", () => {
       "1",
       "service_unavailable",
     ]);
+    const viaDrizzle = failingApp(t, (s) => ({ ...s, keys: { ...s.keys, findByHash: wrapped } }));
+    expect((await call(viaDrizzle.app, "GET", "/v1/models", { token: apiKey })).status).toBe(503);
     const lines = logs.map((l) => JSON.parse(l) as Record<string, unknown>);
     expect(lines).toContainEqual(expect.objectContaining({ level: "warn", msg: "database unavailable", route: "/v1/models" }));
     expect([lines.some((l) => l.msg === "unhandled error"), logs.join("\n").includes(SECRET)]).toEqual([false, false]);
