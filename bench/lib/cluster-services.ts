@@ -10,6 +10,7 @@ import { randomBytes } from "node:crypto";
 import { connect } from "@nats-io/transport-node";
 import { RedisClient } from "bun";
 import postgres from "postgres";
+import { removeKeys as removeRedisKeys } from "../../test/support/redis.ts";
 import { cpuMicros } from "./proc.ts";
 
 export const PG_URL = process.env.BENCH_PG_URL || "postgres://postgres@127.0.0.1:5432/postgres";
@@ -92,19 +93,7 @@ export async function benchDatabase(): Promise<BenchDatabase> {
 export const benchPrefix = () => `umbra-bench-${randomBytes(6).toString("hex")}`;
 
 /** Deletes every Redis key of `prefix` (the limiter's keys are `{prefix:subject}:req` and `:tok`). */
-export async function removeKeys(prefix: string): Promise<void> {
-  const client = new RedisClient(REDIS_URL, { autoReconnect: false });
-  try {
-    let cursor = "0";
-    do {
-      const [next, keys] = (await client.send("SCAN", [cursor, "MATCH", `{${prefix}:*`, "COUNT", "1000"])) as [string, string[]];
-      if (keys.length > 0) await client.send("DEL", keys);
-      cursor = next;
-    } while (cursor !== "0");
-  } finally {
-    client.close();
-  }
-}
+export const removeKeys = (prefix: string): Promise<void> => removeRedisKeys(prefix, REDIS_URL);
 
 /** CPU time used so far by each backend connected to database `name` (pid -> microseconds; /proc, same host). */
 export async function backendCpuMicros(name: string): Promise<Map<number, number>> {

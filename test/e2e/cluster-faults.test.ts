@@ -25,7 +25,7 @@ const redis = await testRedis("test/e2e/cluster-faults.test.ts");
 const nats = await testNats("test/e2e/cluster-faults.test.ts");
 const skip = db === undefined || !redis || !nats;
 const prefixes: string[] = [];
-afterAll(() => Promise.all(prefixes.map(removeKeys)));
+afterAll(() => Promise.all(prefixes.map((p) => removeKeys(p))));
 const sql = db && postgres(db.url, { max: 2, onnotice: () => {} });
 afterAll(() => sql?.end({ timeout: 5 }));
 

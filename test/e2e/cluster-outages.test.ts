@@ -24,7 +24,7 @@ const redis = await testRedis("test/e2e/cluster-outages.test.ts");
 const nats = await testNats("test/e2e/cluster-outages.test.ts");
 const skip = db === undefined || !redis || !nats;
 const prefixes: string[] = [];
-afterAll(() => Promise.all(prefixes.map(removeKeys)));
+afterAll(() => Promise.all(prefixes.map((p) => removeKeys(p))));
 
 const CANARY = `canary${crypto.randomUUID().replaceAll("-", "").slice(0, 12)}`;
 const target = (url: string) => ({ hostname: new URL(url).hostname, port: Number(new URL(url).port) });

@@ -26,7 +26,7 @@ const db = await testDatabase([SUITE]);
 const redis = await testRedis("test/e2e/cluster-three.test.ts");
 const nats = await testNats("test/e2e/cluster-three.test.ts");
 const prefixes: string[] = [];
-afterAll(() => Promise.all(prefixes.map(removeKeys)));
+afterAll(() => Promise.all(prefixes.map((p) => removeKeys(p))));
 const skip = db === undefined || !redis || !nats;
 
 /** A word no log line may contain: every prompt carries it, and the echo providers answer with it. */

@@ -48,7 +48,8 @@ function newToken(input: Partial<FullNewToken> & Pick<FullNewToken, "id" | "acco
   return { tokenHash: `token-hash-${input.id}`, hint: `…${input.id.slice(-4)}`, createdAt: T0, expiresAt: null, ...input };
 }
 
-function newBuild(input: Partial<ModelBuild> & Pick<ModelBuild, "id">): ModelBuild {
+/** A build with every optional field null (created T0, owned by org, chat) but those given. */
+export function newBuild(input: Partial<ModelBuild> & Pick<ModelBuild, "id">): ModelBuild {
   return {
     created: T0,
     ownedBy: "org",

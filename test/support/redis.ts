@@ -44,9 +44,9 @@ export function testPrefix(): string {
   return `umbra-test:${crypto.randomUUID()}`;
 }
 
-/** Deletes every key of `prefix` (both dimensions of every subject). */
-export async function removeKeys(prefix: string): Promise<void> {
-  const client = new RedisClient(REDIS_URL, { autoReconnect: false });
+/** Deletes every key of `prefix` (both dimensions of every subject) on the Redis at `url`. */
+export async function removeKeys(prefix: string, url = REDIS_URL): Promise<void> {
+  const client = new RedisClient(url, { autoReconnect: false });
   try {
     let cursor = "0";
     do {

@@ -7,6 +7,7 @@
  */
 import { describe, expect, test } from "bun:test";
 import type { Store } from "../../../src/store/types.ts";
+import { newBuild } from "../../store/conformance.ts";
 import { testDatabase } from "../../support/pg.ts";
 import { seededRandom } from "../../support/random.ts";
 
@@ -23,14 +24,7 @@ async function seed(store: Store, i: number): Promise<void> {
   const key = { id: `k-${i}`, accountId: `a-${i}`, keyHash: `h-${i}`, hint: `…${i}`, name: `key ${i}`, allowedModels: [`m-${i}`] };
   await store.keys.create({ ...key, spendCap: null, rpm: i, tpm: null, selfRouteOnly: false, createdAt: T0 });
   await store.prices.set({ model: `m-${i}`, inputPrice: i * 3, outputPrice: i * 5, cacheReadPrice: null }, T0);
-  await store.catalog.upsertBuild(
-    {
-      ...{ id: `b-${i}`, created: T0, ownedBy: "org", modelType: "chat", name: null, displayName: null, huggingFaceId: null },
-      ...{ description: null, quantization: null, deprecationDate: null, inputModalities: [`in-${i}`], outputModalities: null },
-      ...{ supportedSamplingParameters: null, supportedFeatures: null, contextLength: i, maxOutputLength: null },
-    },
-    T0,
-  );
+  await store.catalog.upsertBuild(newBuild({ id: `b-${i}`, created: T0, inputModalities: [`in-${i}`], contextLength: i }), T0);
   await store.usage.record({
     ...{ requestId: `r-${i}`, accountId: `a-${i}`, keyId: `k-${i}`, model: `m-${i}`, buildId: `b-${i}`, providerId: null },
     ...{

@@ -9,6 +9,7 @@ import { afterAll, describe, expect, test } from "bun:test";
 import postgres from "postgres";
 import { createPgStore, type PgStore } from "../../../src/store/pg/index.ts";
 import type { Store } from "../../../src/store/types.ts";
+import { newBuild } from "../../store/conformance.ts";
 import { testDatabase } from "../../support/pg.ts";
 import { startTcpProxy } from "../../support/tcp-proxy.ts";
 import { waitFor } from "../../support/wait.ts";
@@ -37,27 +38,7 @@ async function seed(s: Store, n: string) {
     createdAt: T0,
   };
   await s.keys.create(key);
-  await s.catalog.upsertBuild(
-    {
-      id: `org/m-${n}`,
-      created: 1,
-      ownedBy: "org",
-      modelType: "chat",
-      name: null,
-      displayName: null,
-      huggingFaceId: null,
-      description: null,
-      quantization: null,
-      deprecationDate: null,
-      inputModalities: null,
-      outputModalities: null,
-      supportedSamplingParameters: null,
-      supportedFeatures: null,
-      contextLength: null,
-      maxOutputLength: null,
-    },
-    T0,
-  );
+  await s.catalog.upsertBuild(newBuild({ id: `org/m-${n}`, created: 1 }), T0);
 }
 
 /** An update B's feed does not hear of (its trigger off for the statement's transaction). */

@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { createSqliteStore } from "../../../src/store/sqlite/index.ts";
 import { EpochCache, type Freshness } from "../../../src/store/sqlite/read-cache.ts";
 import type { Settlement } from "../../../src/store/types.ts";
+import { newBuild } from "../../store/conformance.ts";
 import { tempDir } from "../../support/harness.ts";
 import { settlementOf } from "../../support/settlements.ts";
 import { waitFor } from "../../support/wait.ts";
@@ -19,27 +20,7 @@ async function seeded(path: string) {
   await store.accounts.create({ id: "acct-1", name: "a", at: 1 });
   await store.accounts.credit({ accountId: "acct-1", amount: 1_000, at: 1 });
   await store.keys.create(keyRecord("key-1", "hash-1"));
-  await store.catalog.upsertBuild(
-    {
-      id: "org/build",
-      created: 1,
-      ownedBy: "org",
-      modelType: "chat",
-      name: null,
-      displayName: null,
-      huggingFaceId: null,
-      description: null,
-      quantization: null,
-      deprecationDate: null,
-      inputModalities: null,
-      outputModalities: null,
-      supportedSamplingParameters: null,
-      supportedFeatures: null,
-      contextLength: null,
-      maxOutputLength: null,
-    },
-    1,
-  );
+  await store.catalog.upsertBuild(newBuild({ id: "org/build", created: 1 }), 1);
   await store.prices.set({ model: "org/build", inputPrice: 10, outputPrice: 20, cacheReadPrice: null }, 1);
   return store;
 }
