@@ -21,7 +21,7 @@ import { BUN, ROOT } from "../test/support/processes.ts";
 import { backendCpuDelta, backendCpuMicros, missingServices, PG_URL } from "./lib/cluster-services.ts";
 import { BUILD, type Deployment, type DeployOptions, deploy } from "./lib/deployment.ts";
 import { benchList, benchNumber } from "./lib/env.ts";
-import { cpuMicros } from "./lib/proc.ts";
+import { cpuMicros, cpuMicrosByName, machineBusyMicros } from "./lib/proc.ts";
 import { writeResult } from "./lib/results.ts";
 import { median, percentile, round } from "./lib/stats.ts";
 
@@ -44,6 +44,8 @@ interface LoadResult {
   requests: number;
   total_requests: number;
   errors: number;
+  /** Failed requests by status and code (bench/load.ts). */
+  error_kinds?: Record<string, number>;
   rps: number;
   p50_ms: number;
   p99_ms: number;
@@ -58,10 +60,20 @@ if (missing.length > 0) {
   process.exit(0);
 }
 
-/** One load generator run against `d` (all its replicas' URLs unless `urls` is given). */
+/** Service processes whose CPU each run records, by command name; Postgres's less the deployment's own backends. */
+const SERVICES = ["postgres", "redis-server", "nats-server"] as const;
+
+/**
+ * One load generator run against `d` (all its replicas' URLs unless `urls` is given), with CPU per request
+ * of each process of the deployment, its Postgres backends, the other Postgres processes (WAL writer,
+ * checkpointer; other databases' backends too on a shared host), Redis, NATS, the load generator, and the
+ * whole machine (every core's busy time: on a quiet host, what one request costs everything together).
+ */
 async function load(d: Deployment, options: Record<string, unknown>, urls = d.urls): Promise<LoadResult> {
   const before = Object.fromEntries(Object.entries(d.pids).map(([k, pid]) => [k, cpuMicros(pid)]));
   const pgBefore = d.database ? await backendCpuMicros(d.database) : undefined;
+  const servicesBefore = cpuMicrosByName(SERVICES);
+  const machineBefore = machineBusyMicros();
   const proc = Bun.spawn(
     [BUN, join(ROOT, "bench/load.ts"), JSON.stringify({ url: urls[0], urls, keys: d.apiKeys, model: BUILD, ...options })],
     {
@@ -71,11 +83,23 @@ async function load(d: Deployment, options: Record<string, unknown>, urls = d.ur
   );
   const out = await new Response(proc.stdout).text();
   if ((await proc.exited) !== 0) throw new Error("load generator failed");
+  const machine = machineBusyMicros() - machineBefore;
+  const servicesAfter = cpuMicrosByName(SERVICES);
   const result = JSON.parse(out) as Omit<LoadResult, "cpu_us">;
   const n = Math.max(1, result.total_requests);
   const cpu_us: Record<string, number> = {};
   for (const [k, pid] of Object.entries(d.pids)) cpu_us[k] = Math.round((cpuMicros(pid) - (before[k] as number)) / n);
-  if (d.database && pgBefore) cpu_us.postgres_backends = Math.round(backendCpuDelta(pgBefore, await backendCpuMicros(d.database)) / n);
+  let backends = 0;
+  if (d.database && pgBefore) {
+    backends = backendCpuDelta(pgBefore, await backendCpuMicros(d.database));
+    cpu_us.postgres_backends = Math.round(backends / n);
+  }
+  for (const name of SERVICES) {
+    const used = backendCpuDelta(servicesBefore.get(name) ?? new Map(), servicesAfter.get(name) ?? new Map());
+    cpu_us[name === "postgres" ? "postgres_other" : name] = Math.round((name === "postgres" ? used - backends : used) / n);
+  }
+  cpu_us.load_generator = Math.round(Number(proc.resourceUsage()?.cpuTime.total ?? 0) / n);
+  cpu_us.machine = Math.round(machine / n);
   return { ...result, cpu_us };
 }
 
@@ -91,6 +115,18 @@ async function charged(d: Deployment): Promise<void> {
 }
 
 const errorsOf = (...runs: LoadResult[][]) => runs.flat().reduce((n, x) => n + x.errors, 0);
+
+/** Failed requests by what went wrong, per side, summed over the runs (empty sides left out). */
+function errorKinds(sides: Record<string, LoadResult[]>): Record<string, Record<string, number>> {
+  const out: Record<string, Record<string, number>> = {};
+  for (const [side, runs] of Object.entries(sides)) {
+    for (const [kind, n] of runs.flatMap((x) => Object.entries(x.error_kinds ?? {}))) {
+      const kinds = (out[side] ??= {});
+      kinds[kind] = (kinds[kind] ?? 0) + n;
+    }
+  }
+  return out;
+}
 
 /**
  * Closed-loop rounds of side `a` against side `b` (fresh deployments per round, `start` makes them);
@@ -134,6 +170,7 @@ function ratioRow(names: readonly [string, string], run: { stream: boolean; a: L
     round_ratios: ratios.map((x) => round(x)),
     cpu_us_per_request: { [names[0]]: cpuMedians(run.a), [names[1]]: cpuMedians(run.b) },
     errors: errorsOf(run.a, run.b),
+    error_kinds: errorKinds({ [names[0]]: run.a, [names[1]]: run.b }),
   };
 }
 
@@ -179,6 +216,7 @@ async function forwardedRounds(rate: number) {
       },
       cpu_us_per_request: { local: cpuMedians(run.local), forwarded: cpuMedians(run.forwarded) },
       errors: errorsOf(run.forwarded, run.local),
+      error_kinds: errorKinds({ forwarded: run.forwarded, local: run.local }),
     };
   });
 }
@@ -236,6 +274,24 @@ async function serviceVersions(): Promise<Record<string, string>> {
   }
 }
 
+/**
+ * The ratio cluster mode could reach on this host if its replica and provider cost what SQLite mode's do
+ * and its database's backends cost nothing (the machine's CPU per request less those differences): what
+ * Redis, NATS, Postgres's other processes, the kernel's extra loopback traffic and the load generator
+ * leave. Both sides saturate the same cores, so throughput goes as the inverse of machine CPU per request.
+ */
+function withCeiling<T extends { cpu_us_per_request: Record<string, Record<string, number>> }>(row: T) {
+  const c = row.cpu_us_per_request.cluster ?? {};
+  const q = row.cpu_us_per_request.sqlite ?? {};
+  const at = (xs: Record<string, number>, k: string) => xs[k] ?? 0;
+  const rest =
+    at(c, "machine") -
+    (at(c, "coordinator_a") - at(q, "coordinator_a")) -
+    (at(c, "provider_a") - at(q, "provider_a")) -
+    at(c, "postgres_backends");
+  return { ...row, machine_ratio: round(at(q, "machine") / at(c, "machine")), ceiling: round(at(q, "machine") / rest) };
+}
+
 // ---- the run ----
 
 const startedAt = Date.now();
@@ -256,7 +312,7 @@ const throughputRuns = sections.includes("throughput")
       sqlite: () => deploy("sqlite", 1, [0], deployOptions),
     })
   : [];
-const throughput = throughputRuns.map((run) => ratioRow(THROUGHPUT, run));
+const throughput = throughputRuns.map((run) => withCeiling(ratioRow(THROUGHPUT, run)));
 // Well below what one cluster replica sustained here (the slowest case), so that latency is not queueing;
 // at most BENCH_RATE. Without the throughput section, BENCH_RATE.
 const clusterRps = Math.min(...throughputRuns.map((run) => median(run.a.map((x) => x.rps))));
@@ -316,7 +372,7 @@ const pick = (rows: Record<string, unknown>[], keys: string[]) => rows.map((row)
 console.log(`Cluster mode (${result.machine.cores} cores, Bun ${Bun.version}, host probe ${probe} ms):`);
 if (throughput.length > 0) {
   console.log(`One replica in cluster mode against one on SQLite, closed loop at ${concurrency}, median of ${rounds} rounds:`);
-  console.table(pick(throughput, ["case", "cluster_rps", "sqlite_rps", "ratio", "round_ratios", "errors"]));
+  console.table(pick(throughput, ["case", "cluster_rps", "sqlite_rps", "ratio", "round_ratios", "machine_ratio", "ceiling", "errors"]));
   console.table(throughput.map((x) => ({ case: x.case, ...flatCpu(x.cpu_us_per_request) })));
 }
 if (scale.length > 0) {
@@ -338,6 +394,9 @@ if (forwarded.length > 0) {
       "errors",
     ]),
   );
+}
+for (const row of [...throughput, ...scale, ...forwarded]) {
+  if (row.errors > 0) console.log(`${row.case}: failed requests by side and kind: ${JSON.stringify(row.error_kinds)}`);
 }
 console.log("Targets:");
 console.table(targets);

@@ -13,7 +13,7 @@
  * contain that text (e.g. the answer's last word, to prove content arrived). A streamed request is timed
  * to the last byte.
  * Usage: bun bench/load.ts '<json options>'  -> prints one JSON result line:
- *   {requests, total_requests (warm-up included), errors, rps, p50_ms, p99_ms, lag_p99_ms, lag_max_ms, samples_ms?}
+ *   {requests, total_requests (warm-up included), errors, error_kinds, rps, p50_ms, p99_ms, lag_p99_ms, lag_max_ms, samples_ms?}
  */
 interface Options {
   /** Base URL; requests go to `${url}/v1/chat/completions`. */
@@ -67,33 +67,41 @@ const targetOf = (i: number): Target => ({
   headers: headerSets[i % headerSets.length] as Record<string, string>,
 });
 
-async function once({ endpoint, headers }: Target): Promise<boolean> {
+/** Undefined for a good answer, else what went wrong: the status and the error code, or what the answer lacked. */
+async function once({ endpoint, headers }: Target): Promise<string | undefined> {
   const response = await fetch(endpoint, { method: "POST", headers, body });
   const text = await response.text();
-  if (response.status !== 200) return false;
-  if (options.expect !== undefined && !text.includes(options.expect)) return false;
-  return options.stream ? text.endsWith("data: [DONE]\n\n") : text.includes('"finish_reason"');
+  const code = () => /"code":"([a-z_]+)"/.exec(text)?.[1] ?? "no code";
+  if (response.status !== 200) return `${response.status} ${code()}`;
+  if (options.expect !== undefined && !text.includes(options.expect)) return "200 without the expected text";
+  if (options.stream) return text.endsWith("data: [DONE]\n\n") ? undefined : `stream ended early: ${code()}`;
+  return text.includes('"finish_reason"') ? undefined : "200 without finish_reason";
 }
 
 const latencies: number[] = [];
 const lags: number[] = [];
 let errors = 0;
+/** Failed requests by what went wrong (status and code, or the exception's message). */
+const errorKinds: Record<string, number> = {};
 /** Every request finished, warm-up included (to divide the servers' CPU time by). */
 let finished = 0;
 let recording = false;
 
 async function timed(target: Target): Promise<void> {
   const start = performance.now();
-  let ok = false;
+  let failure: string | undefined;
   try {
-    ok = await once(target);
-  } catch {
-    ok = false;
+    failure = await once(target);
+  } catch (e) {
+    failure = e instanceof Error ? e.message : String(e);
   }
   finished++;
   if (!recording) return;
-  if (ok) latencies.push(performance.now() - start);
-  else errors++;
+  if (failure === undefined) latencies.push(performance.now() - start);
+  else {
+    errors++;
+    errorKinds[failure] = (errorKinds[failure] ?? 0) + 1;
+  }
 }
 
 async function run(seconds: number): Promise<number> {
@@ -138,6 +146,7 @@ process.stdout.write(
     requests: latencies.length,
     total_requests: finished,
     errors,
+    error_kinds: errorKinds,
     rps: latencies.length / elapsed,
     p50_ms: pct(latencies, 50),
     p99_ms: pct(latencies, 99),

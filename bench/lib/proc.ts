@@ -47,3 +47,24 @@ export function threadCpuMs(pid: number): number {
   }
   return ns / 1e6;
 }
+
+/** CPU time all cores have spent busy so far (user, nice, system, irq, softirq of /proc/stat), in microseconds. */
+export function machineBusyMicros(): number {
+  const [, user, nice, system, , , irq, softirq] = (readFileSync("/proc/stat", "utf8").split("\n")[0] ?? "").split(/\s+/).map(Number);
+  return (((user ?? 0) + (nice ?? 0) + (system ?? 0) + (irq ?? 0) + (softirq ?? 0)) * 1_000_000) / 100;
+}
+
+/** CPU time so far of every process by its command name (/proc/<pid>/comm), per name, in microseconds. */
+export function cpuMicrosByName(names: readonly string[]): Map<string, Map<number, number>> {
+  const out = new Map(names.map((n) => [n, new Map<number, number>()]));
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const comm = readFileSync(`/proc/${entry}/comm`, "utf8").trim();
+      out.get(comm)?.set(Number(entry), cpuMicros(Number(entry)));
+    } catch {
+      // ended meanwhile
+    }
+  }
+  return out;
+}
