@@ -120,10 +120,9 @@ const errorsOf = (...runs: LoadResult[][]) => runs.flat().reduce((n, x) => n + x
 function errorKinds(sides: Record<string, LoadResult[]>): Record<string, Record<string, number>> {
   const out: Record<string, Record<string, number>> = {};
   for (const [side, runs] of Object.entries(sides)) {
-    for (const [kind, n] of runs.flatMap((x) => Object.entries(x.error_kinds ?? {}))) {
-      const kinds = (out[side] ??= {});
-      kinds[kind] = (kinds[kind] ?? 0) + n;
-    }
+    const kinds: Record<string, number> = {};
+    for (const [kind, n] of runs.flatMap((x) => Object.entries(x.error_kinds ?? {}))) kinds[kind] = (kinds[kind] ?? 0) + n;
+    if (Object.keys(kinds).length > 0) out[side] = kinds;
   }
   return out;
 }
