@@ -4,11 +4,13 @@
  * call was *sent* (the database set `expires_at = now() + TTL` later than that, so the local deadline
  * comes first by at least the margin). A stream whose hold is past its deadline must stop (in-band
  * error, charged for what was relayed) before the sweeper can free the hold. A hold a renewal did not
- * return (swept, or settled elsewhere) is overdue at once. No I/O; the clock is injected.
+ * return (swept, or settled elsewhere) is overdue at once, but only if its grant had been answered before
+ * the renewal was sent: a grant answered later may have committed after the renewal's snapshot. No I/O;
+ * the clock is injected.
  */
 
 export class HoldDeadlines {
-  /** request id -> deadline and when it was first tracked (both on the monotonic clock). */
+  /** request id -> deadline and when its grant was answered (both on the monotonic clock). */
   private readonly holds = new Map<string, { deadline: number; since: number }>();
 
   constructor(
@@ -24,9 +26,9 @@ export class HoldDeadlines {
     return this.now();
   }
 
-  /** A hold the database granted for a reserve sent at `sentAt`. */
-  track(requestId: string, sentAt: number): void {
-    this.holds.set(requestId, { deadline: sentAt + this.ttlMs - this.marginMs, since: sentAt });
+  /** A hold the database granted for a reserve sent at `sentAt`, its answer received at `answeredAt`. */
+  track(requestId: string, sentAt: number, answeredAt: number = this.now()): void {
+    this.holds.set(requestId, { deadline: sentAt + this.ttlMs - this.marginMs, since: answeredAt });
   }
 
   /** The hold was settled or released: nothing to watch any more. */
@@ -36,7 +38,8 @@ export class HoldDeadlines {
 
   /**
    * A renewal sent at `sentAt` answered with the holds it renewed. Those get a new deadline; a tracked
-   * hold granted before `sentAt` that it did not return is lost (overdue now). Returns the lost ids.
+   * hold whose grant was answered before `sentAt` (so committed before the renewal ran) that it did not
+   * return is lost (overdue now). Returns the lost ids.
    */
   renewed(sentAt: number, present: Iterable<string>): string[] {
     const seen = new Set(present);

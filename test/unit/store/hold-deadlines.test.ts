@@ -31,10 +31,21 @@ test("a renewal moves the deadlines of the holds it returned, from when it was s
 test("a hold the renewal did not return is lost at once; one granted after it was sent is not", () => {
   const { d } = clocked();
   d.track("swept", 1_000);
-  d.track("newer", 1_210);
+  d.track("newer", 1_210, 1_215);
   expect(d.renewed(1_200, [])).toEqual(["swept"]);
   expect(d.overdue()).toEqual(["swept"]);
   expect(d.deadline("newer")).toBe(1_460);
+});
+
+test("a reserve sent before the renewal but answered after it was sent is not lost (its commit may follow the renewal's snapshot)", () => {
+  const { d, at } = clocked();
+  at(1_250);
+  d.track("late", 1_150);
+  expect(d.renewed(1_200, [])).toEqual([]);
+  expect(d.held("late")).toBe(true);
+  expect(d.deadline("late")).toBe(1_400);
+  at(1_400);
+  expect(d.held("late")).toBe(false);
 });
 
 test("a failed renewal changes nothing: the deadlines run out; settled holds are forgotten", () => {
