@@ -167,3 +167,38 @@ describe("drift between the document and the code fails the check", () => {
     );
   });
 });
+
+describe("an event stream is checked event by event", () => {
+  const chunk = (choice: Json) => ({
+    id: "chatcmpl-1",
+    object: "chat.completion.chunk",
+    created: 1,
+    model: "org/model",
+    choices: [choice],
+  });
+  const stream = (...events: unknown[]) => ({
+    status: 200,
+    headers: new Headers({ "content-type": "text/event-stream", "x-request-id": "req_1" }),
+    text: events.map((e) => `data: ${typeof e === "string" ? e : JSON.stringify(e)}\n\n`).join(""),
+  });
+  const check = (answer: ReturnType<typeof stream>) => new OpenApiChecker(doc()).response("POST", "/v1/chat/completions", answer);
+
+  test("content, the usage chunk, the terminal chunk and [DONE] pass; so does an in-band error", () => {
+    const usage = { ...chunk({}), choices: [], usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } };
+    const content = chunk({ index: 0, delta: { role: "assistant", content: "hi" }, finish_reason: null });
+    expect(check(stream(content, usage, chunk({ index: 0, delta: {}, finish_reason: "stop" }), "[DONE]"))).toEqual([]);
+    expect(check(stream(content, { error: { message: "m", type: "provider_error", code: "provider_error" } }))).toEqual([]);
+  });
+
+  test("a chunk field the document does not name, or a missing finish_reason, fails", () => {
+    const extra = chunk({ index: 0, delta: { content: "hi" }, finish_reason: null, logprobs: null });
+    expect(check(stream(extra, "[DONE]")).join()).toContain('{"additionalProperty":"logprobs"}');
+    expect(check(stream(chunk({ index: 0, delta: { content: "hi" } }))).join()).toContain("must have required property 'finish_reason'");
+  });
+
+  test("a required header missing fails", () => {
+    const answer = stream("[DONE]");
+    answer.headers.delete("x-request-id");
+    expect(check(answer)).toEqual(["POST /v1/chat/completions 200: required header x-request-id missing"]);
+  });
+});

@@ -51,7 +51,7 @@ export function chatRequestSchemas(): Record<string, JsonSchema> {
             anyOf: [{ type: "string" }, { type: "array", items: { type: "string" } }, { type: "null" }],
             description: "Passed to the runtime.",
           },
-          n: orNull({ type: "integer", minimum: 1, description: "Only 1: greater is 400 `unsupported_value`." }),
+          n: orNull({ type: "integer", minimum: 1, maximum: 1, description: "Only 1: greater is 400 `unsupported_value`." }),
           tools: orNull({
             type: "array",
             minItems: 1,

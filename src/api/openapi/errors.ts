@@ -56,7 +56,7 @@ export function headerComponents(): Record<string, JsonSchema> {
   return {
     RetryAfter: { description: "Whole seconds to wait before retrying (at least 0).", required: true, schema: RETRY_AFTER },
     RetryAfterOptional: { description: "When present: whole seconds to wait before retrying (at least 0).", schema: RETRY_AFTER },
-    RequestId: { description: "The id of this answer's usage row and ledger entries.", schema: { type: "string" } },
+    RequestId: { description: "The id of this answer's usage row and ledger entries.", required: true, schema: { type: "string" } },
     ResponseNonce: {
       description: "Sealed transport only: this answer's response nonce (32 bytes, base64url); it derives the answer's key.",
       schema: { type: "string", pattern: "^[A-Za-z0-9_-]{43}$" },
