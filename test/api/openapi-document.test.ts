@@ -202,3 +202,55 @@ describe("an event stream is checked event by event", () => {
     expect(check(answer)).toEqual(["POST /v1/chat/completions 200: required header x-request-id missing"]);
   });
 });
+
+describe("the documented request schema accepts what the chat route accepts", () => {
+  const HISTORY = [
+    { role: "developer", content: [{ type: "text", text: "be brief" }], name: "ops" },
+    {
+      role: "user",
+      content: [
+        { type: "text", text: "weather?" },
+        { type: "image_url", image_url: { url: "data:image/png;base64,AA", detail: "low" } },
+      ],
+    },
+    {
+      role: "assistant",
+      content: null,
+      tool_calls: [{ id: "call_1", type: "function", function: { name: "get_weather", arguments: "{}" } }],
+    },
+    { role: "tool", tool_call_id: "call_1", content: "21" },
+    { role: "assistant", refusal: "no" },
+    { role: "user", content: "thanks", extra_field: "dropped" },
+  ];
+  const tool = { type: "function", function: { name: "get_weather", description: null, parameters: { type: "object" }, strict: false } };
+
+  test.each<[string, Json]>([
+    ["a tool loop with images, text parts, a refusal and a dropped field", { messages: HISTORY, tools: [tool], tool_choice: "auto" }],
+    [
+      "nulls for the optional fields",
+      { stream: null, n: null, tools: null, tool_choice: null, max_tokens: null, stop: null, self_route: null },
+    ],
+    [
+      "sampling, pass-through and identity fields",
+      { temperature: 0.2, top_p: 1, stop: ["\n"], seed: 7, user: "u", metadata: { a: 1 }, n: 1 },
+    ],
+    [
+      "a named tool choice and a json_object format",
+      { tools: [tool], tool_choice: { type: "function", function: { name: "get_weather" } }, response_format: { type: "json_object" } },
+    ],
+    [
+      "both budgets, 0 and the largest int64",
+      { max_tokens: 0, max_completion_tokens: 9007199254740991, stream: false, stream_options: {} },
+    ],
+  ])("%s", async (_, fields) => {
+    await using t = await testApp();
+    await seedCatalog(t);
+    await t.app.admin.upsertModel("org/vision", { input_modalities: ["text", "image"] });
+    const { apiKey } = await seedAccount(t, {}, 1_000_000_000_000);
+    const body = { model: "org/vision", messages: [{ role: "user", content: "hi" }], ...fields };
+    expect(new OpenApiChecker(doc()).request("POST", "/v1/chat/completions", "application/json", body)).toEqual([]);
+    // Accepted: it goes on to dispatch, where no provider serves the model.
+    const r = await t.call("POST", "/v1/chat/completions", { token: apiKey, body });
+    expect([r.status, (r.body as { error: { code: string } }).error.code]).toEqual([503, "model_unavailable"]);
+  });
+});
