@@ -84,15 +84,17 @@ describe("the document", () => {
     expect(Object.keys(schemas).filter((k) => /^Error\d+$/.test(k))).toEqual(ERROR_STATUSES.map((s) => `Error${s}`));
   });
 
-  test("the structure check finds a $ref that does not resolve, a path parameter left undeclared and a repeated operationId", () => {
+  test("the structure check finds a $ref that does not resolve, a path parameter left undeclared, a repeated operationId, a field OpenAPI 3.1 does not have", () => {
     const d = doc();
     at(d, "components", "schemas", "Model").properties = { metadata: { $ref: "#/components/schemas/Nowhere" } };
     at(d, "paths", "/v1/models/{id}", "get").parameters = [];
     at(d, "paths", "/v1/pricing", "get").operationId = "listModels";
+    at(d, "paths", "/v1/pricing", "get", "responses", "200", "content", "application/json").itemSchema = {};
     expect(documentProblems(d)).toEqual([
       "#/components/schemas/Model/properties/metadata: $ref #/components/schemas/Nowhere does not resolve",
       'GET /v1/models/{id}: path parameters [], the template\'s ["id"]',
       "GET /v1/pricing: operationId missing or repeated",
+      "GET /v1/pricing 200 application/json: media has no field itemSchema",
       "schema Model does not compile: can't resolve reference urn:umbra:openapi#/$defs/Nowhere from id urn:umbra:openapi",
       "schema ModelList does not compile: can't resolve reference urn:umbra:openapi#/$defs/Nowhere from id urn:umbra:openapi",
     ]);

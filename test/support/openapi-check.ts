@@ -65,12 +65,66 @@ function newAjv(doc: Json, closed: boolean): Ajv2020 {
 const explain = (errors: ErrorObject[] | null | undefined) =>
   (errors ?? []).map((e) => `${e.instancePath || "/"} ${e.message ?? ""} ${JSON.stringify(e.params)}`).join("; ");
 
+/** The fields OpenAPI 3.1 allows in each object checked here (besides `x-` extensions). */
+const FIELDS: Record<string, readonly string[]> = {
+  document: ["openapi", "info", "jsonSchemaDialect", "servers", "paths", "webhooks", "components", "security", "tags", "externalDocs"],
+  info: ["title", "summary", "description", "termsOfService", "contact", "license", "version"],
+  operation: [
+    "tags",
+    "summary",
+    "description",
+    "externalDocs",
+    "operationId",
+    "parameters",
+    "requestBody",
+    "responses",
+    "callbacks",
+    "deprecated",
+    "security",
+    "servers",
+  ],
+  parameter: [
+    "name",
+    "in",
+    "description",
+    "required",
+    "deprecated",
+    "allowEmptyValue",
+    "style",
+    "explode",
+    "allowReserved",
+    "schema",
+    "example",
+    "examples",
+    "content",
+  ],
+  requestBody: ["description", "content", "required"],
+  response: ["description", "headers", "content", "links"],
+  media: ["schema", "example", "examples", "encoding"],
+  header: ["description", "required", "deprecated", "schema", "example", "examples", "content", "style", "explode"],
+  reference: ["$ref", "summary", "description"],
+};
+
 /** What is wrong with the document's structure; empty when nothing is. */
 export function documentProblems(doc: Json): string[] {
   const problems: string[] = [];
   const need = (ok: boolean, what: string) => {
     if (!ok) problems.push(what);
   };
+  /** Fields of `value` that its kind of object does not have. */
+  const only = (kind: string, value: unknown, where: string) => {
+    if (!isObj(value)) {
+      problems.push(`${where}: not an object`);
+      return;
+    }
+    const allowed = "$ref" in value ? FIELDS.reference : FIELDS[kind];
+    for (const key of Object.keys(value))
+      need(key.startsWith("x-") || (allowed ?? []).includes(key), `${where}: ${kind} has no field ${key}`);
+  };
+  only("document", doc, "#");
+  only("info", doc.info, "info");
+  for (const [name, h] of Object.entries(((doc.components as Json | undefined)?.headers ?? {}) as Json))
+    only("header", h, `header ${name}`);
   need(doc.openapi === "3.1.0", "openapi is not 3.1.0");
   const info = doc.info as Json | undefined;
   need(isObj(info) && typeof info.title === "string" && typeof info.version === "string", "info needs title and version");
@@ -90,6 +144,12 @@ export function documentProblems(doc: Json): string[] {
         problems.push(`${where}: not an operation`);
         continue;
       }
+      only("operation", operation, where);
+      if (operation.requestBody !== undefined) {
+        only("requestBody", operation.requestBody, `${where} requestBody`);
+        for (const [type, media] of Object.entries(((operation.requestBody as Json).content ?? {}) as Json))
+          only("media", media, `${where} ${type}`);
+      }
       const id = operation.operationId;
       need(typeof id === "string" && !ids.has(id), `${where}: operationId missing or repeated`);
       ids.add(id as string);
@@ -99,6 +159,7 @@ export function documentProblems(doc: Json): string[] {
       }
       const params = (operation.parameters ?? []) as Json[];
       for (const p of params) {
+        only("parameter", p, `${where} parameter`);
         need(typeof p.name === "string" && ["query", "header", "path", "cookie"].includes(p.in as string), `${where}: bad parameter`);
         need(p.in !== "path" || p.required === true, `${where}: path parameter ${p.name} not required`);
         need(isObj(p.schema), `${where}: parameter ${p.name} has no schema`);
@@ -111,8 +172,11 @@ export function documentProblems(doc: Json): string[] {
       for (const [status, response] of Object.entries(responses ?? {})) {
         need(/^[1-5][0-9]{2}$|^default$/.test(status), `${where}: response key ${status}`);
         const r = response as Json;
+        only("response", r, `${where} ${status}`);
         need(typeof r.description === "string", `${where} ${status}: no description`);
+        for (const [name, h] of Object.entries((r.headers ?? {}) as Json)) only("header", h, `${where} ${status} header ${name}`);
         for (const [type, media] of Object.entries((r.content ?? {}) as Json)) {
+          only("media", media, `${where} ${status} ${type}`);
           need(/^[a-z]+\/[a-z0-9.+-]+$/.test(type), `${where} ${status}: media type ${type}`);
           need(isObj((media as Json).schema), `${where} ${status} ${type}: no schema`);
         }
