@@ -31,6 +31,7 @@ import { type DeviceDeps, deviceRoutes } from "./device.ts";
 import { errorHandling, errorResponse } from "./errors.ts";
 import { healthRoutes } from "./health.ts";
 import { modelRoutes } from "./models.ts";
+import { openApiRoutes } from "./openapi.ts";
 import { pricingRoutes } from "./pricing.ts";
 import { providerModelRoutes } from "./provider-models.ts";
 import { provisioningRoutes } from "./provisioning.ts";
@@ -85,6 +86,7 @@ const AWAITING =
  *
  *   GET  /healthz /readyz /metrics                 no auth
  *   GET  /v1/pricing                               no auth
+ *   GET  /v1/openapi.json                          no auth; the consumer API's OpenAPI 3.1 document (openapi.ts)
  *   GET  /v1/attestation                           no auth (503 when this host cannot attest)
  *   GET  /v1/provision, POST /v1/provision         no auth; secrets sealed to the attested key (provisioning.ts)
  *   GET  /v1/providers/attestation                 no auth (public keys, trust levels, posture)
@@ -114,6 +116,7 @@ export function createHttpApp(deps: HttpDeps): HttpApp {
     })
     .use(healthRoutes(deps))
     .use(pricingRoutes(deps))
+    .use(openApiRoutes())
     .use(attestationRoutes(deps))
     .use(provisioningRoutes(deps))
     .use(modelRoutes(deps))

@@ -22,8 +22,8 @@ export type ErrorType =
   | "service_unavailable"
   | "timeout";
 
-/** Status, type and allowed codes: the single table every error is checked against. */
-const VOCABULARY = {
+/** Status, type and allowed codes: the single table every error is checked against (and the OpenAPI document's). */
+export const VOCABULARY = {
   400: { type: "invalid_request_error", codes: ["invalid_json", "missing_field", "invalid_value", "unsupported_value"] },
   401: { type: "authentication_error", codes: ["invalid_api_key", "invalid_token"] },
   403: { type: "permission_error", codes: ["model_not_allowed", "forbidden"] },

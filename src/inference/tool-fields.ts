@@ -14,8 +14,8 @@ import type { SchemaToCheck } from "./tool-schemas.ts";
 
 /** Most tools one request may declare. */
 export const MAX_TOOLS = 128;
-/** OpenAI's rule for function and json_schema names. */
-const NAME = /^[A-Za-z0-9_-]{1,64}$/;
+/** OpenAI's rule for function and json_schema names (the OpenAPI document states it too). */
+export const NAME = /^[A-Za-z0-9_-]{1,64}$/;
 const NAME_RULE = "must be 1 to 64 characters of a-z, A-Z, 0-9, _ and -";
 
 const present = (v: unknown): boolean => v !== undefined && v !== null;

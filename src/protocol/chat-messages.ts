@@ -83,7 +83,7 @@ export interface ReadMessages {
 type Obj = Record<string, unknown>;
 const isObj = (v: unknown): v is Obj => typeof v === "object" && v !== null && !Array.isArray(v);
 const ROLES = ["system", "developer", "user", "assistant", "tool"];
-const DETAILS: readonly string[] = ["auto", "low", "high"];
+export const DETAILS: readonly string[] = ["auto", "low", "high"];
 
 /**
  * Reads `messages` (at least one). `fail` is called with the first fault and must throw. `param` is the
