@@ -31,9 +31,11 @@ export function applyConsoleHeaders(url: string, response: Response): Response {
   if (!url.includes("/console")) return response;
   const pathname = new URL(url).pathname;
   if (pathname !== "/console" && !pathname.startsWith("/console/")) return response;
-  if (!response.headers.has("content-security-policy")) response.headers.set("content-security-policy", CONSOLE_CSP);
-  if (pathname.startsWith("/console/api/")) response.headers.set("cache-control", "no-store");
-  return response;
+  // A copy of the headers: a response's own may be immutable (one passed through from a fetch).
+  const headers = new Headers(response.headers);
+  if (!headers.has("content-security-policy")) headers.set("content-security-policy", CONSOLE_CSP);
+  if (pathname.startsWith("/console/api/")) headers.set("cache-control", "no-store");
+  return new Response(response.body, { status: response.status, statusText: response.statusText, headers });
 }
 
 export interface ConsoleAuthDeps {

@@ -177,6 +177,20 @@ describe("OpenID Connect sign-in", () => {
     ]);
   });
 
+  test("an identity provider that cannot be reached: a 503 page, logged as `provider`", async () => {
+    await using t = await testApp({
+      env: {
+        UMBRA_PUBLIC_URL: PUBLIC,
+        UMBRA_JWT_ISSUER: "http://127.0.0.1:9",
+        UMBRA_JWT_AUDIENCE: "umbra-api",
+        UMBRA_JWT_JWKS_URL: "http://127.0.0.1:9/jwks",
+        UMBRA_OIDC_CLIENT_ID: CLIENT_ID,
+      },
+    });
+    const r = await t.app.http.handle(new Request("http://localhost/console/auth/oidc/start"));
+    expect([r.status, r.headers.get("content-type"), refusals(t.logs)]).toEqual([503, "text/html; charset=utf-8", ["provider"]]);
+  });
+
   test("the logs name the account and the reason, never a code, state, nonce or cookie", async () => {
     await using e = await oidcEnv();
     const flow = await begin(e.url, e.idp);
