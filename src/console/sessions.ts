@@ -106,7 +106,7 @@ export class ConsoleSessions implements ConsoleAuth {
       accountId,
       createdAt: now,
       expiresAt: now + SESSION_ABSOLUTE_MS,
-      idleExpiresAt: Math.min(now + SESSION_IDLE_MS, now + SESSION_ABSOLUTE_MS),
+      idleExpiresAt: now + SESSION_IDLE_MS,
     };
     const created = await this.options.store.consoleSessions.create(record);
     if (!created) return undefined;
