@@ -15,12 +15,13 @@
 import { Elysia } from "elysia";
 import type { ConsoleOidc } from "../console/oidc.ts";
 import { OIDC_CALLBACK_PATH, OIDC_START_PATH, OidcRefused } from "../console/oidc.ts";
-import type { ConsoleSessions } from "../console/sessions.ts";
+import { type ConsoleSessions, CSRF_HEADER } from "../console/sessions.ts";
 import { consumeSignInLink, isSignInToken, SIGN_IN_PATH } from "../console/sign-in-links.ts";
 import { Errors } from "../errors/api-error.ts";
 import type { Logger } from "../observability/logger.ts";
 import type { Store } from "../store/types.ts";
 import { readBody } from "./body.ts";
+import { errorResponse } from "./errors.ts";
 
 /** The Content-Security-Policy of every console response (the contract's). */
 export const CONSOLE_CSP =
@@ -36,6 +37,22 @@ export function applyConsoleHeaders(url: string, response: Response): Response {
   if (!headers.has("content-security-policy")) headers.set("content-security-policy", CONSOLE_CSP);
   if (pathname.startsWith("/console/api/")) headers.set("cache-control", "no-store");
   return new Response(response.body, { status: response.status, statusText: response.statusText, headers });
+}
+
+const SAFE_METHODS = new Set(["GET", "HEAD", "OPTIONS"]);
+
+/**
+ * The safety net under every state-changing /console/api/ route: a request without any `x-csrf-token`
+ * is refused (403 `csrf_failed`) before routing, so a route that forgot `requireCsrf` still cannot be
+ * driven by a cross-site form (which cannot set the header). Each route still checks the value.
+ */
+export function refuseWithoutCsrfHeader(request: Request): Response | undefined {
+  if (SAFE_METHODS.has(request.method) || !request.url.includes("/console/api/")) return undefined;
+  if (!new URL(request.url).pathname.startsWith("/console/api/") || request.headers.has(CSRF_HEADER)) return undefined;
+  const refused = errorResponse(
+    Errors.csrfFailed(`this request needs the session's CSRF token in '${CSRF_HEADER}' (GET /console/api/session)`),
+  );
+  return applyConsoleHeaders(request.url, refused);
 }
 
 export interface ConsoleAuthDeps {

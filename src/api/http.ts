@@ -29,7 +29,7 @@ import { adminRoutes } from "./admin.ts";
 import { attestationRoutes, type DevChainDeps } from "./attestation.ts";
 import { chatRoutes } from "./chat.ts";
 import type { Connection } from "./connection.ts";
-import { applyConsoleHeaders, consoleAuthRoutes } from "./console-auth.ts";
+import { applyConsoleHeaders, consoleAuthRoutes, refuseWithoutCsrfHeader } from "./console-auth.ts";
 import { type DeviceDeps, deviceRoutes } from "./device.ts";
 import { errorHandling, errorResponse } from "./errors.ts";
 import { healthRoutes } from "./health.ts";
@@ -108,7 +108,8 @@ const AWAITING =
  *   *    /admin/v1/...                             admin token
  *   GET/POST /console/sign-in, /console/auth/oidc/*  no auth; console sign-in -> session cookie (console-auth.ts)
  *   *    /console/api/session, sign-out[-everywhere] console session (+ CSRF token on POST)
- * Every /console/ answer gets the console's CSP unless its route set one; every /console/api/ one `no-store`.
+ * Every /console/ answer gets the console's CSP unless its route set one; every /console/api/ one `no-store`;
+ * a state-changing /console/api/ request without `x-csrf-token` is 403 before routing (console-auth.ts).
  */
 export function createHttpApp(deps: HttpDeps): HttpApp {
   // Per request in flight, removed when its handling ends. Plain maps, not WeakMaps: a WeakMap entry per
@@ -160,9 +161,9 @@ export function createHttpApp(deps: HttpDeps): HttpApp {
         deps.metrics.observeHttp(request.method, "unmatched", 400, (performance.now() - started) / 1000);
         return errorResponse(Errors.invalidValue(missing ? "a Host header is required" : "the Host header is not a valid host name"));
       }
-      const refused = gate(request);
+      const refused = gate(request) ?? refuseWithoutCsrfHeader(request);
       if (refused !== undefined) {
-        deps.metrics.observeHttp(request.method, "unmatched", 503, (performance.now() - started) / 1000);
+        deps.metrics.observeHttp(request.method, "unmatched", refused.status, (performance.now() - started) / 1000);
         return refused;
       }
       if (connection !== undefined) connections.set(request, connection);

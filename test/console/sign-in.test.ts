@@ -223,6 +223,28 @@ describe("sessions", () => {
     expect([(await session(e.url, s)).status, (await session(e.url, other)).status]).toEqual([401, 200]);
   });
 
+  test("any state-changing /console/api/ request without x-csrf-token is 403 before routing", async () => {
+    await using e = await consoleEnv();
+    const s = await signIn(e.url, e.t, e.accountId);
+    for (const [method, path] of [
+      ["POST", "/console/api/keys"],
+      ["DELETE", "/console/api/keys/key_1"],
+      ["PUT", "/console/api/anything"],
+      ["PATCH", "/console/api/anything"],
+    ] as const) {
+      const r = await fetch(`${e.url}${path}`, { method, headers: { cookie: s.cookie } });
+      expect([method, r.status, r.headers.get("cache-control"), ((await r.json()) as { error: { code: string } }).error.code]).toEqual([
+        method,
+        403,
+        "no-store",
+        "csrf_failed",
+      ]);
+    }
+    // With a header the route decides (here: no such route).
+    const routed = await fetch(`${e.url}/console/api/anything`, { method: "POST", headers: { cookie: s.cookie, "x-csrf-token": "x" } });
+    expect(routed.status).toBe(404);
+  });
+
   test("sign-out everywhere ends every session of the account, and only of that account", async () => {
     await using e = await consoleEnv();
     const b = await e.t.app.admin.createAccount({ name: "Bob" });
