@@ -8,8 +8,10 @@ import { describe, expect, test } from "bun:test";
 import { CONSOLE_CSP } from "../../src/api/console-auth.ts";
 import { ConsoleSessions, SESSION_ABSOLUTE_MS, SESSION_IDLE_MS } from "../../src/console/sessions.ts";
 import { SIGN_IN_LINK_TTL_MS } from "../../src/console/sign-in-links.ts";
+import { createApp } from "../../src/coordinator/app.ts";
 import { cookieAttributes, linkToken, postSignIn, type SignedIn, sessionCookie, signIn } from "../support/console.ts";
 import { testApp } from "../support/harness.ts";
+import { recordingLogger } from "../support/logs.ts";
 import { startServer } from "../support/server.ts";
 
 const PUBLIC = "http://127.0.0.1:18080";
@@ -286,6 +288,23 @@ describe("sessions", () => {
     expect((await session(e.url, s)).body.idle_expires_at).toBe(end);
     e.clock.t = end;
     expect((await session(e.url, s)).status).toBe(401);
+  });
+
+  test("another coordinator on the same database accepts the session and its CSRF token (replicas)", async () => {
+    await using e = await consoleEnv();
+    const s = await signIn(e.url, e.t, e.accountId);
+    const csrf = await csrfOf(e.url, s);
+    const other = createApp({ config: e.t.config, store: e.t.store, clock: { now: () => e.clock.t }, logger: recordingLogger([]) });
+    try {
+      const ask = (method: string, path: string, headers: Record<string, string>) =>
+        other.http.handle(new Request(`http://localhost${path}`, { method, headers: { cookie: s.cookie, ...headers } }));
+      const seen = (await (await ask("GET", "/console/api/session", {})).json()) as { csrf_token: string };
+      expect(seen.csrf_token).toBe(csrf);
+      expect((await ask("POST", "/console/api/sign-out", { "x-csrf-token": csrf })).status).toBe(204);
+      expect((await session(e.url, s)).status).toBe(401);
+    } finally {
+      other.close();
+    }
   });
 
   test("every /console/ answer has the CSP; /console/api/ answers are no-store, errors included", async () => {
