@@ -52,6 +52,15 @@ export const ADMIN_COMMANDS: Readonly<Record<string, Readonly<Record<string, Ver
       run: (a, _, v) => a.createAccount(defined({ name: v.name, jwt_subject: v["jwt-subject"] })),
     },
     list: { usage: "accounts list", positionals: 0, run: (a) => a.listAccounts() },
+    "sign-in-link": {
+      usage: "accounts sign-in-link --account ACCOUNT_ID",
+      options: { account: str },
+      positionals: 0,
+      run: (a, _, v) => {
+        if (typeof v.account !== "string") throw Errors.missingField("account");
+        return a.createSignInLink(v.account);
+      },
+    },
     get: { usage: "accounts get ACCOUNT_ID", positionals: 1, run: (a, [id]) => a.getAccount(id as string) },
     credit: {
       usage: "accounts credit ACCOUNT_ID --amount MICRO_USD",

@@ -1,7 +1,7 @@
 /**
  * Administration operations, shared by the HTTP API (/admin/v1) and the CLI (`umbra-coordinator admin`):
  * one validation, one set of answers (admin-json.ts), as docs/api.md "Admin API" describes them. Inputs
- * are untrusted JSON. Here: accounts, reports, API keys, provider tokens; the catalog's operations
+ * are untrusted JSON. Here: accounts, reports, console sign-in links, API keys, provider tokens; the catalog's operations
  * (builds, aliases, prices) are in catalog-admin.ts.
  *
  * Errors: 400 with `param` for bad values, 404 for unknown ids, 409 for id collisions. Every operation
@@ -10,6 +10,7 @@
  * provide them (`reservedFor`), else the stored value (the CLI, a separate process, has no live holds).
  */
 import { API_KEY_PREFIX, issueSecret, newId, PROVIDER_TOKEN_PREFIX } from "../auth/secrets.ts";
+import { issueSignInLink } from "../console/sign-in-links.ts";
 import { Errors } from "../errors/api-error.ts";
 import { DuplicateError } from "../store/errors.ts";
 import type { Account, Store } from "../store/types.ts";
@@ -56,6 +57,8 @@ export interface AdminHooks {
   accountCredited?(accountId: string): void;
   /** Resolves once every settlement made durable so far is in the store (journaled ones are applied later). */
   settled?(): Promise<void>;
+  /** The coordinator's public base URL (config/config.ts publicBaseUrl): console sign-in links are built on it. */
+  readonly publicUrl?: string;
 }
 
 /** Every admin operation: the catalog's (CatalogAdmin), then accounts, reports, API keys and provider tokens. */
@@ -190,6 +193,13 @@ export class AdminService extends CatalogAdmin {
     });
     if (!record) throw Errors.notFound(`no account '${accountId}'`, "account_id");
     return { ...keyJson(record), key: issued.secret };
+  }
+
+  /** A single-use console sign-in link for the account, valid 15 minutes (src/console/sign-in-links.ts). */
+  async createSignInLink(accountId: string) {
+    await this.account(accountId, "id");
+    const link = await issueSignInLink(this.store, { accountId, now: this.now(), publicUrl: this.hooks.publicUrl });
+    return { url: link.url, expires_at: seconds(link.expiresAt) };
   }
 
   async listKeys(accountId?: string) {

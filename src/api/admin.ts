@@ -61,6 +61,7 @@ export function adminRoutes(deps: { admin: AdminService; adminToken: () => strin
     .get("/accounts/:id/usage", ({ params, query }) =>
       admin.accountUsage(named(params.id, "id"), { since: query.since, until: query.until }),
     )
+    .post("/accounts/:id/sign-in-links", ({ params }) => admin.createSignInLink(named(params.id, "id")))
     .post("/accounts/:id/credit", async ({ params, request }) => admin.creditAccount(named(params.id, "id"), await body(request)), noParse)
     .post("/keys", async ({ request }) => admin.createKey(await body(request)), noParse)
     .get("/keys", ({ query }) => admin.listKeys(query.account_id))

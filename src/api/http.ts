@@ -16,6 +16,8 @@ import type { Authenticator } from "../auth/authenticator.ts";
 import type { DeviceFlow } from "../auth/device-flow.ts";
 import type { PricingService } from "../billing/pricing.ts";
 import type { CatalogService } from "../catalog/catalog.ts";
+import type { ConsoleOidc } from "../console/oidc.ts";
+import type { ConsoleSessions } from "../console/sessions.ts";
 import type { SealedReplayCache } from "../crypto/consumer-replay.ts";
 import { Errors } from "../errors/api-error.ts";
 import type { Fleet } from "../fleet/fleet.ts";
@@ -27,6 +29,7 @@ import { adminRoutes } from "./admin.ts";
 import { attestationRoutes, type DevChainDeps } from "./attestation.ts";
 import { chatRoutes } from "./chat.ts";
 import type { Connection } from "./connection.ts";
+import { applyConsoleHeaders, consoleAuthRoutes, refuseWithoutCsrfHeader } from "./console-auth.ts";
 import { type DeviceDeps, deviceRoutes } from "./device.ts";
 import { errorHandling, errorResponse } from "./errors.ts";
 import { healthRoutes } from "./health.ts";
@@ -53,6 +56,10 @@ export interface HttpDeps {
   readonly buildsOf?: (accountId: string) => ReadonlySet<string>;
   readonly authenticate: Authenticator;
   readonly deviceFlow: DeviceFlow;
+  /** Console sessions (the console's routes authenticate and check CSRF through it: ConsoleAuth). */
+  readonly consoleSessions: ConsoleSessions;
+  /** Console sign-in with OpenID Connect; absent: off. */
+  readonly consoleOidc?: ConsoleOidc;
   /** Unix ms. */
   readonly now: () => number;
   /** The admin token: from the configuration, or provisioned (read per request). */
@@ -101,6 +108,10 @@ const AWAITING =
  *   POST /v1/chat/completions                      consumer auth
  *   GET  /v1/provider/connect (WebSocket)          provider device token (provider-socket.ts, wired in server.ts)
  *   *    /admin/v1/...                             admin token
+ *   GET/POST /console/sign-in, /console/auth/oidc/*  no auth; console sign-in -> session cookie (console-auth.ts)
+ *   *    /console/api/session, sign-out[-everywhere] console session (+ CSRF token on POST)
+ * Every /console/ answer gets the console's CSP unless its route set one; every /console/api/ one `no-store`;
+ * a state-changing /console/api/ request without `x-csrf-token` is 403 before routing (console-auth.ts).
  */
 export function createHttpApp(deps: HttpDeps): HttpApp {
   // Per request in flight, removed when its handling ends. Plain maps, not WeakMaps: a WeakMap entry per
@@ -123,7 +134,17 @@ export function createHttpApp(deps: HttpDeps): HttpApp {
     .use(chatRoutes({ ...deps, connection: (request) => connections.get(request) }))
     .use(deviceRoutes({ ...deps, clientAddress: (request) => connections.get(request)?.address() }))
     .use(providerModelRoutes(deps))
-    .use(adminRoutes(deps));
+    .use(adminRoutes(deps))
+    .use(
+      consoleAuthRoutes({
+        sessions: deps.consoleSessions,
+        ...(deps.consoleOidc ? { oidc: deps.consoleOidc } : {}),
+        store: deps.store,
+        now: deps.now,
+        logger: deps.logger,
+        bodyTimeoutMs: deps.bodyTimeoutMs,
+      }),
+    );
 
   const gate = (request: Request): Response | undefined =>
     deps.provisioning.refuses(new URL(request.url).pathname) ? errorResponse(Errors.serviceUnavailable(AWAITING)) : undefined;
@@ -143,14 +164,14 @@ export function createHttpApp(deps: HttpDeps): HttpApp {
         deps.metrics.observeHttp(request.method, "unmatched", 400, (performance.now() - started) / 1000);
         return errorResponse(Errors.invalidValue(missing ? "a Host header is required" : "the Host header is not a valid host name"));
       }
-      const refused = gate(request);
+      const refused = gate(request) ?? refuseWithoutCsrfHeader(request);
       if (refused !== undefined) {
-        deps.metrics.observeHttp(request.method, "unmatched", 503, (performance.now() - started) / 1000);
+        deps.metrics.observeHttp(request.method, "unmatched", refused.status, (performance.now() - started) / 1000);
         return refused;
       }
       if (connection !== undefined) connections.set(request, connection);
       try {
-        const response = await app.handle(request);
+        const response = applyConsoleHeaders(request.url, await app.handle(request));
         deps.metrics.observeHttp(request.method, routes.get(request) ?? "unmatched", response.status, (performance.now() - started) / 1000);
         return response;
       } finally {

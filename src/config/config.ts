@@ -33,6 +33,12 @@ export { isLoopbackHost } from "./tls-settings.ts";
 
 export type TrustRoot = "apple" | "development";
 
+/** The console's OpenID Connect client at the JWT issuer (`clientSecret` absent: a public client). */
+export interface OidcClientConfig {
+  readonly clientId: string;
+  readonly clientSecret?: string;
+}
+
 /** Let's Encrypt's production directory, the default of --acme-directory. */
 export const LETS_ENCRYPT_DIRECTORY: string = SETTINGS.acmeDirectory.default;
 
@@ -49,6 +55,9 @@ const DERIVED = [
   "jwtJwksUrl",
   "jwtPublicKey",
   "jwtAccountClaim",
+  "publicUrl",
+  "oidcClientId",
+  "oidcClientSecret",
   "defaultRpm",
   "defaultTpm",
   "attestation",
@@ -76,6 +85,10 @@ export interface Config extends SettingValues<Omit<typeof SETTINGS, (typeof DERI
   readonly minTrust: TrustLevel;
   readonly trustRoot: TrustRoot;
   readonly jwt?: JwtConfig;
+  /** The configured public base URL (origin and optional path, no trailing slash); see publicBaseUrl. */
+  readonly publicUrl?: string;
+  /** Console sign-in with OpenID Connect against the JWT issuer; absent: off. */
+  readonly oidc?: OidcClientConfig;
   /** Requests and tokens per minute for keys (and JWT callers) without their own limits; null = none. */
   readonly defaultRpm: number | null;
   readonly defaultTpm: number | null;
@@ -116,6 +129,8 @@ export function loadConfig(flags: FlagValues, env: Env, defaultMode: Mode = "pro
   const tlsPublicKeyFile = raw("tlsPublicKeyFile");
   const measurement = raw("expectedMeasurement");
   const jwt = readJwt(raw, production);
+  const publicUrl = readPublicUrl(raw("publicUrl"), production);
+  const oidc = readOidc(raw, jwt);
   const awaiting = parseSetting(SETTINGS.provisioning, raw("provisioning")) === "await";
   const cluster = parseCluster(raw, parseSetting(SETTINGS.db, raw("db")), production, awaiting);
 
@@ -137,6 +152,8 @@ export function loadConfig(flags: FlagValues, env: Env, defaultMode: Mode = "pro
     ...(adminToken !== undefined ? { adminToken } : {}),
     ...(dbPassword !== undefined ? { dbPassword } : {}),
     ...(jwt !== undefined ? { jwt } : {}),
+    ...(publicUrl !== undefined ? { publicUrl } : {}),
+    ...(oidc !== undefined ? { oidc } : {}),
   };
   if (config.challengeTimeoutMs >= config.challengeIntervalMs) {
     throw new ConfigError("--challenge-timeout-ms must be shorter than --challenge-interval-ms");
@@ -227,6 +244,43 @@ function readJwt(raw: (name: SettingName) => string | undefined, production: boo
     ...(jwksUrl !== undefined ? { jwksUrl } : {}),
     ...(publicKey !== undefined ? { publicKey } : {}),
   });
+}
+
+/** `--public-url`: an absolute http(s) URL without query or fragment, kept without its trailing slash. */
+function readPublicUrl(value: string | undefined, production: boolean): string | undefined {
+  if (value === undefined) return undefined;
+  const url = URL.canParse(value) ? new URL(value) : undefined;
+  if (!url || (url.protocol !== "https:" && url.protocol !== "http:") || url.search !== "" || url.hash !== "" || url.username !== "") {
+    throw new ConfigError(`--public-url: '${value}' is not an http(s) URL without query, fragment or user`);
+  }
+  if (production && url.protocol === "http:" && !isLoopbackHost(url.hostname.replace(/^\[(.*)\]$/, "$1"))) {
+    throw new ConfigError("production mode refuses an http --public-url off loopback: console cookies would cross the network in clear");
+  }
+  return `${url.origin}${url.pathname.replace(/\/+$/, "")}`;
+}
+
+/** `--oidc-client-id` (and its secret): needs the JWT issuer, whose discovery document it uses. */
+function readOidc(raw: (name: SettingName) => string | undefined, jwt: JwtConfig | undefined): OidcClientConfig | undefined {
+  const clientId = raw("oidcClientId");
+  const clientSecret = raw("oidcClientSecret");
+  if (clientId === undefined) {
+    if (clientSecret !== undefined) throw new ConfigError("--oidc-client-secret needs --oidc-client-id");
+    return undefined;
+  }
+  if (jwt === undefined) throw new ConfigError("--oidc-client-id needs JWT authentication (--jwt-issuer, --jwt-audience, a key)");
+  return Object.freeze({ clientId, ...(clientSecret !== undefined ? { clientSecret } : {}) });
+}
+
+/**
+ * The coordinator's public base URL (console links, OpenID Connect redirect): `--public-url`, else the
+ * listen address when it is a loopback one (http, or https with --tls); undefined otherwise. Never the
+ * Host of a request.
+ */
+export function publicBaseUrl(config: Pick<Config, "publicUrl" | "host" | "port" | "tls">): string | undefined {
+  if (config.publicUrl !== undefined) return config.publicUrl;
+  if (!isLoopbackHost(config.host) || config.port === 0) return undefined;
+  const host = config.host.includes(":") ? `[${config.host}]` : config.host;
+  return `${config.tls.mode === "off" ? "http" : "https"}://${host}:${config.port}`;
 }
 
 function parseListen(value: string): { host: string; port: number } {

@@ -111,6 +111,10 @@ export const SETTINGS = {
     default: "sub",
     help: "claim that names the account (default sub)",
   },
+  // Default: http(s)://<listen address> when it is a loopback address, else none (config.ts publicBaseUrl).
+  publicUrl: { flag: "public-url", env: "UMBRA_PUBLIC_URL", kind: "string", help: "public base URL (console links, OIDC redirect)" },
+  oidcClientId: { flag: "oidc-client-id", env: "UMBRA_OIDC_CLIENT_ID", kind: "string", help: "console OIDC client id (off unset)" },
+  oidcClientSecret: { flag: "oidc-client-secret", env: "UMBRA_OIDC_CLIENT_SECRET", kind: "string", secret: true, help: "its secret" },
   /** Output budget when a request names none (spec: server default). */
   defaultMaxTokens: {
     flag: "default-max-tokens",

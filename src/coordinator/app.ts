@@ -16,8 +16,9 @@ import { Billing } from "../billing/billing.ts";
 import { PricingService } from "../billing/pricing.ts";
 import { Wallets } from "../billing/wallets.ts";
 import { CatalogService } from "../catalog/catalog.ts";
-import type { Config } from "../config/config.ts";
+import { type Config, publicBaseUrl } from "../config/config.ts";
 import { configDigestHex } from "../config/config-digest.ts";
+import { createConsoleAuth } from "../console/console-auth.ts";
 import { SealedReplayCache } from "../crypto/consumer-replay.ts";
 import { Fleet } from "../fleet/fleet.ts";
 import type { FleetView } from "../fleet/fleet-view.ts";
@@ -255,7 +256,17 @@ export function createApp(deps: AppDeps): App {
     });
   }
   const limits = createLimiter({ cluster: config.cluster, now, logger, metrics, liveReplicas });
+  const publicUrl = publicBaseUrl(config);
+  // Console sign-in (sessions, links, OpenID Connect at the JWT issuer when --oidc-client-id is set).
+  const consoleAuth = createConsoleAuth({
+    store,
+    now,
+    logger,
+    publicUrl,
+    ...(config.oidc && config.jwt ? { oidc: { ...config.oidc, issuer: config.jwt.issuer, accountClaim: config.jwt.accountClaim } } : {}),
+  });
   const admin = new AdminService(store, now, {
+    ...(publicUrl !== undefined ? { publicUrl } : {}),
     providerTokenRevoked: (id) => fleet.disconnectToken(id),
     reservedFor: (id) => wallets.reservedFor(id),
     accountCredited: (id) => void wallets.refresh(id),
@@ -317,6 +328,8 @@ export function createApp(deps: AppDeps): App {
           })
         : undefined,
     authenticateProvider: checkProviderToken,
+    consoleSessions: consoleAuth.sessions,
+    ...(consoleAuth.oidc ? { consoleOidc: consoleAuth.oidc } : {}),
     maxBodyBytes: config.maxBodyBytes,
     bodyTimeoutMs: config.bodyTimeoutMs,
     logger,
@@ -343,6 +356,7 @@ export function createApp(deps: AppDeps): App {
     flush: () => wallets.flushed(),
     close: () => {
       clearInterval(recheck);
+      consoleAuth.close();
       unwatchTokens?.();
       cluster?.close();
       fleet.stop();

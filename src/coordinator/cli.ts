@@ -9,7 +9,7 @@ import { ADMIN_COMMANDS, adminUsage, findVerb, runVerb, UsageError } from "../ad
 import { AdminService } from "../admin/admin-service.ts";
 import { checkConfigBinding } from "../attestation/config-binding.ts";
 import type { Mode } from "../attestation/coordinator-attestation.ts";
-import { CONFIG_OPTIONS, type Config, ConfigError, loadConfig, parseFlags } from "../config/config.ts";
+import { CONFIG_OPTIONS, type Config, ConfigError, loadConfig, parseFlags, publicBaseUrl } from "../config/config.ts";
 import { configDigestHex } from "../config/config-digest.ts";
 import { processEnv } from "../config/settings.ts";
 import { keepServingOnCrash } from "../observability/crash.ts";
@@ -20,7 +20,7 @@ import { AcmeError } from "../tls/acme-error.ts";
 import { createCoordinatorTls } from "../tls/coordinator-tls.ts";
 import { VERSION } from "../version.ts";
 import { openServing, type Serving, standIn } from "./boot.ts";
-import { devBanner, seedDevelopment, startDevProvider } from "./dev.ts";
+import { devBanner, devConsoleLink, seedDevelopment, startDevProvider } from "./dev.ts";
 import { ListenError, listen, type RunningServer } from "./server.ts";
 
 const USAGE = `umbra-coordinator ${VERSION}
@@ -111,7 +111,10 @@ async function serve(config: Config, dev: boolean): Promise<void> {
   tls?.start(app.logger, (certificate) => running.useCertificate(certificate.certPem));
   const seed = dev ? await seedDevelopment(app) : undefined;
   const provider = seed ? await startDevProvider(app, running.url, seed.providerToken) : undefined;
-  if (seed) print(devBanner(running.url, seed, config.adminToken ?? ""));
+  if (seed) {
+    const link = await devConsoleLink(app, seed.accountId, publicBaseUrl(config) ?? running.url);
+    print(devBanner(running.url, seed, config.adminToken ?? "", link));
+  }
   let stopping = false;
   /** Ends the drain early: a second SIGTERM or SIGINT (Ctrl-C twice) stops at once. */
   let skipDrain: (() => void) | undefined;
@@ -192,7 +195,9 @@ async function admin(argv: readonly string[]): Promise<number> {
   try {
     // The CLI needs the admin operations on the store, nothing else: no fleet, no timers, no
     // attestation. The running coordinator, if any, sees the changes through the database.
-    return await runVerb(new AdminService(store, () => Date.now()), verb, args, values, print, printErr);
+    const publicUrl = publicBaseUrl(config);
+    const admin = new AdminService(store, () => Date.now(), publicUrl === undefined ? {} : { publicUrl });
+    return await runVerb(admin, verb, args, values, print, printErr);
   } finally {
     store.close();
   }

@@ -3,11 +3,13 @@
  * demo catalog with aliases and prices (each price on the build and on its alias: the same build costs
  * the same by either id), issues a fresh demo API key and device token and revokes the previous runs'
  * (one live demo key at a time), connects one local provider (the echo engine, in this process, over a
- * real WebSocket to the listening port), and prints ready-to-paste examples.
+ * real WebSocket to the listening port), and prints ready-to-paste examples and a single-use console
+ * sign-in link for the demo account (valid 15 minutes).
  */
 import { parseChallenge } from "../../attestation/provider/challenge.ts";
 import { FULL_SECURITY } from "../../attestation/provider/posture.ts";
 import { answerChallenge, buildEvidence, SoftwareIdentity } from "../../attestation/provider/software-identity.ts";
+import { issueSignInLink } from "../console/sign-in-links.ts";
 import { type Agent, startAgent } from "../provider/agent.ts";
 import { createEchoEngine } from "../provider/engines/echo.ts";
 import type { App } from "./app.ts";
@@ -92,6 +94,11 @@ export async function seedDevelopment(app: App): Promise<DevSeed> {
   return { accountId: account.id, apiKey: key.key, providerToken: token.token };
 }
 
+/** A console sign-in link for the demo account, on `publicUrl` (the configured one, else the listening URL). */
+export async function devConsoleLink(app: App, accountId: string, publicUrl: string): Promise<string> {
+  return (await issueSignInLink(app.store, { accountId, now: Date.now(), publicUrl })).url;
+}
+
 /** The posture the development provider claims and its development chain proves. */
 const DEV_POSTURE = { sipEnabled: true, secureBoot: FULL_SECURITY, thirdPartyKexts: false, osVersion: "15.1" } as const;
 
@@ -133,15 +140,19 @@ export async function startDevProvider(app: App, url: string, token: string): Pr
   return agent;
 }
 
-export function devBanner(url: string, seed: DevSeed, adminToken: string): string {
+export function devBanner(url: string, seed: DevSeed, adminToken: string, consoleLink?: string): string {
   const model = DEMO_CATALOG[0].alias;
+  const consoleLine =
+    consoleLink === undefined
+      ? ""
+      : `\n  Console:        ${consoleLink}\n                  (signs in to the demo account once, within 15 minutes)\n`;
   return `
 Umbra development coordinator on ${url}
 
   Demo API key:   ${seed.apiKey}
   Admin token:    ${adminToken}
   Demo account:   ${seed.accountId}
-
+${consoleLine}
 A local provider (echo engine: it answers with the words of your last message) is connected.
 
 List the models and prices:

@@ -25,8 +25,8 @@ export type ErrorType =
 /** Status, type and allowed codes: the single table every error is checked against (and the OpenAPI document's). */
 export const VOCABULARY = {
   400: { type: "invalid_request_error", codes: ["invalid_json", "missing_field", "invalid_value", "unsupported_value"] },
-  401: { type: "authentication_error", codes: ["invalid_api_key", "invalid_token"] },
-  403: { type: "permission_error", codes: ["model_not_allowed", "forbidden"] },
+  401: { type: "authentication_error", codes: ["invalid_api_key", "invalid_token", "invalid_session"] },
+  403: { type: "permission_error", codes: ["model_not_allowed", "forbidden", "csrf_failed"] },
   404: { type: "not_found_error", codes: ["model_not_found", "not_found", "device_code_not_found"] },
   409: { type: "conflict_error", codes: ["self_route_conflict", "conflict", "device_code_already_decided"] },
   413: { type: "request_too_large", codes: ["request_too_large", "prompt_too_large"] },
@@ -80,12 +80,16 @@ export const Errors = {
   unsupportedValue: make(400, "unsupported_value"),
   invalidApiKey: make(401, "invalid_api_key"),
   invalidToken: make(401, "invalid_token"),
+  /** No console session cookie, or an unknown, expired or signed-out session. */
+  invalidSession: make(401, "invalid_session"),
   /** Account balance too low. */
   insufficientFunds: (message: string) => new ApiError(402, "insufficient_funds", "insufficient_quota", message),
   /** Key spend cap reached. */
   insufficientQuota: (message: string) => new ApiError(402, "insufficient_quota", "insufficient_quota", message),
   modelNotAllowed: make(403, "model_not_allowed"),
   forbidden: make(403, "forbidden"),
+  /** A state-changing console request without the session's `x-csrf-token`. */
+  csrfFailed: make(403, "csrf_failed"),
   modelNotFound: make(404, "model_not_found"),
   notFound: make(404, "not_found"),
   /** A provider device login's user code is unknown or expired (one answer for both). */

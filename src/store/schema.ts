@@ -3,7 +3,8 @@
  * (`make migrations`); the generated SQL is committed and embedded in the binary.
  *
  * Units: money in integer micro-USD, prices in micro-USD per million tokens, times in Unix milliseconds.
- * No table holds prompt or completion content; api_keys and provider_tokens hold SHA-256 digests only.
+ * No table holds prompt or completion content; api_keys, provider_tokens, console_sessions and
+ * sign_in_links hold SHA-256 digests of their secrets only.
  */
 import { sql } from "drizzle-orm";
 import { check, index, integer, sqliteTable, text } from "drizzle-orm/sqlite-core";
@@ -158,3 +159,36 @@ export const storeMeta = sqliteTable("store_meta", {
   key: text("key").primaryKey(),
   value: text("value").notNull(),
 });
+
+/**
+ * Console sessions (src/console/sessions.ts): the row is keyed by the SHA-256 (hex) of the session id,
+ * never the id. `expires_at` is the absolute end; `idle_expires_at` moves forward on use.
+ */
+export const consoleSessions = sqliteTable(
+  "console_sessions",
+  {
+    idHash: text("id_hash").primaryKey(),
+    accountId: text("account_id")
+      .notNull()
+      .references(() => accounts.id),
+    createdAt: integer("created_at").notNull(),
+    expiresAt: integer("expires_at").notNull(),
+    idleExpiresAt: integer("idle_expires_at").notNull(),
+  },
+  (t) => [index("console_sessions_account_idx").on(t.accountId)],
+);
+
+/** Single-use console sign-in links: the SHA-256 (hex) of the token only; `used_at` set once. */
+export const signInLinks = sqliteTable(
+  "sign_in_links",
+  {
+    tokenHash: text("token_hash").primaryKey(),
+    accountId: text("account_id")
+      .notNull()
+      .references(() => accounts.id),
+    createdAt: integer("created_at").notNull(),
+    expiresAt: integer("expires_at").notNull(),
+    usedAt: integer("used_at"),
+  },
+  (t) => [index("sign_in_links_account_idx").on(t.accountId)],
+);

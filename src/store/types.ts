@@ -207,6 +207,56 @@ export interface UsageStore {
   totals(accountId: string, opts: { since?: number; until?: number }): Promise<UsageTotals>;
 }
 
+/**
+ * A console session (src/console/sessions.ts), keyed by the SHA-256 (hex) of its id: the id itself is
+ * never stored. Refused once `now >= expiresAt` (absolute) or `now >= idleExpiresAt` (idle).
+ */
+export interface ConsoleSessionRecord {
+  readonly idHash: string;
+  readonly accountId: string;
+  readonly createdAt: number;
+  readonly expiresAt: number;
+  readonly idleExpiresAt: number;
+}
+
+export interface ConsoleSessionStore {
+  /** Returns undefined when the account does not exist. */
+  create(session: ConsoleSessionRecord): Promise<ConsoleSessionRecord | undefined>;
+  /** The session by hash, expired or not: callers check the expiries. */
+  findByHash(idHash: string): Promise<ConsoleSessionRecord | undefined>;
+  /** Moves the idle expiry forward to `idleExpiresAt` (never back); false when the session does not exist. */
+  touch(idHash: string, idleExpiresAt: number): Promise<boolean>;
+  /** Deletes one session; false when it did not exist. */
+  delete(idHash: string): Promise<boolean>;
+  /** Deletes every session of the account; returns how many. */
+  deleteAccount(accountId: string): Promise<number>;
+  /** Deletes every session expired at `now` (absolute or idle); returns how many. */
+  sweep(now: number): Promise<number>;
+}
+
+/** A single-use console sign-in link, keyed by the SHA-256 (hex) of its token. */
+export interface SignInLinkRecord {
+  readonly tokenHash: string;
+  readonly accountId: string;
+  readonly createdAt: number;
+  /** Refused from this time on (Unix ms). */
+  readonly expiresAt: number;
+  /** When it was consumed; null while unused. */
+  readonly usedAt: number | null;
+}
+
+export interface SignInLinkStore {
+  /** Returns undefined when the account does not exist. */
+  create(link: Omit<SignInLinkRecord, "usedAt">): Promise<SignInLinkRecord | undefined>;
+  /**
+   * Marks the link used at `now` and returns it, atomically: only while unused and `now < expiresAt`.
+   * Any other call (unknown, used, expired; the loser of two concurrent calls) returns undefined.
+   */
+  consume(tokenHash: string, now: number): Promise<SignInLinkRecord | undefined>;
+  /** Deletes every link that expired at or before `now`, used or not; returns how many. */
+  sweep(now: number): Promise<number>;
+}
+
 export interface Store {
   readonly accounts: AccountStore;
   readonly keys: ApiKeyStore;
@@ -215,6 +265,8 @@ export interface Store {
   readonly prices: PriceStore;
   readonly usage: UsageStore;
   readonly money: MoneyStore;
+  readonly consoleSessions: ConsoleSessionStore;
+  readonly signInLinks: SignInLinkStore;
   /** Throws when the store cannot be read. */
   ping(): Promise<void>;
   close(): void;

@@ -14,6 +14,7 @@
 import { describe, expect, test } from "bun:test";
 import { DuplicateError } from "../../src/store/errors.ts";
 import type { Account, ApiKeyRecord, ModelBuild, PriceRow, ProviderTokenRecord, Store, UsageRecord } from "../../src/store/types.ts";
+import { runConsoleStoreConformance } from "./console-conformance.ts";
 
 /** A fresh, empty store; disposing of it closes the store and removes whatever it created. */
 export interface OpenedStore extends AsyncDisposable {
@@ -134,6 +135,8 @@ export function runStoreConformance(name: string, open: OpenStore): void {
       t.store.close();
       expect(await rejection(t.store.ping())).toBeInstanceOf(Error);
     });
+
+    runConsoleStoreConformance(open);
 
     describe("accounts", () => {
       test("create returns the account with a zero balance, and get returns the same", async () => {

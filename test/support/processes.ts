@@ -146,6 +146,8 @@ export interface DevProcess extends AsyncDisposable {
   readonly url: string;
   readonly apiKey: string;
   readonly adminToken: string;
+  /** The console sign-in link for the demo account. */
+  readonly consoleLink: string;
   admin<T = Record<string, unknown>>(method: string, path: string, body?: unknown): Promise<T>;
 }
 
@@ -179,6 +181,7 @@ export async function startDev(db: string): Promise<DevProcess> {
     url,
     apiKey: field(/Demo API key: +(\S+)/),
     adminToken,
+    consoleLink: field(/Console: +(\S+)/),
     admin: adminClient(url, adminToken),
     async [Symbol.asyncDispose]() {
       proc.kill("SIGKILL");

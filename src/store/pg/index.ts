@@ -9,6 +9,7 @@ import type { Store } from "../types.ts";
 import { pgAccounts } from "./accounts.ts";
 import { pgCatalog, pgPrices } from "./catalog.ts";
 import { ChangeFeed, type ChangeFeedOptions } from "./change-feed.ts";
+import { pgConsoleSessions, pgSignInLinks } from "./console.ts";
 import { pgApiKeys, pgProviderTokens } from "./keys.ts";
 import { pgMoney } from "./money.ts";
 import { type MoneyAuthority, type MoneyAuthorityOptions, pgMoneyAuthority } from "./money-authority.ts";
@@ -49,6 +50,8 @@ export async function createPgStore(url: string, options: PgStoreOptions = {}): 
     prices: pgPrices(db, changes),
     usage: pgUsage(db),
     money: pgMoney(client),
+    consoleSessions: pgConsoleSessions(db),
+    signInLinks: pgSignInLinks(db),
     async ping() {
       await db.execute(sql`SELECT 1`);
     },

@@ -168,6 +168,39 @@ export const storeMeta = pgTable("store_meta", {
 });
 
 /**
+ * Console sessions (src/console/sessions.ts): the row is keyed by the SHA-256 (hex) of the session id,
+ * never the id. `expires_at` is the absolute end; `idle_expires_at` moves forward on use.
+ */
+export const consoleSessions = pgTable(
+  "console_sessions",
+  {
+    idHash: text("id_hash").primaryKey(),
+    accountId: text("account_id")
+      .notNull()
+      .references(() => accounts.id),
+    createdAt: int("created_at").notNull(),
+    expiresAt: int("expires_at").notNull(),
+    idleExpiresAt: int("idle_expires_at").notNull(),
+  },
+  (t) => [index("console_sessions_account_idx").on(t.accountId)],
+);
+
+/** Single-use console sign-in links: the SHA-256 (hex) of the token only; `used_at` set once. */
+export const signInLinks = pgTable(
+  "sign_in_links",
+  {
+    tokenHash: text("token_hash").primaryKey(),
+    accountId: text("account_id")
+      .notNull()
+      .references(() => accounts.id),
+    createdAt: int("created_at").notNull(),
+    expiresAt: int("expires_at").notNull(),
+    usedAt: int("used_at"),
+  },
+  (t) => [index("sign_in_links_account_idx").on(t.accountId)],
+);
+
+/**
  * Postgres only: one open reservation per request (the money authority, money-authority.ts). Its amount
  * is counted in the account's `reserved` and the key's `held`; `expires_at` is on the database clock, and
  * the sweeper releases what its replica stopped renewing.

@@ -4,6 +4,7 @@ import { journalPath, openJournal } from "../journal.ts";
 import type { ApiKeyRecord, SettlementJournal, Store } from "../types.ts";
 import { sqliteAccounts } from "./accounts.ts";
 import { sqliteCatalog, sqlitePrices } from "./catalog.ts";
+import { sqliteConsoleSessions, sqliteSignInLinks } from "./console.ts";
 import { sqliteApiKeys, sqliteProviderTokens } from "./keys.ts";
 import { sqliteMoney } from "./money.ts";
 import { openSqlite } from "./open.ts";
@@ -40,6 +41,8 @@ export function createSqliteStore(path: string, options: SqliteStoreOptions = {}
     prices: sqlitePrices(db, freshness),
     usage: sqliteUsage(db),
     money: sqliteMoney(db, client, (spent) => keys.spentChanged(spent), journal),
+    consoleSessions: sqliteConsoleSessions(db),
+    signInLinks: sqliteSignInLinks(db),
     async ping() {
       db.run(sql`SELECT 1`);
     },

@@ -123,7 +123,9 @@ const MAY_IMPORT: Readonly<Record<string, readonly string[]>> = {
   "src/coordinator": ["*"],
   "src/api": ["*", "!src/coordinator"],
   "src/config": [...DOMAIN_BASE, "src/attestation", "src/auth", "src/limits", "src/tls"],
-  "src/admin": [...DOMAIN_BASE, "src/auth", "src/billing", "src/catalog", "src/limits"],
+  "src/admin": [...DOMAIN_BASE, "src/auth", "src/billing", "src/catalog", "src/console", "src/limits"],
+  // The console's server side (sessions, sign-in): account holders' view of the domains.
+  "src/console": [...DOMAIN_BASE, "src/auth", "src/billing", "src/catalog", "src/fleet", "src/limits"],
   "src/inference": [...DOMAIN_BASE, "src/auth", "src/billing", "src/catalog", "src/fleet", "src/limits"],
   "src/catalog": [...DOMAIN_BASE, "src/billing", "src/fleet"],
   "src/fleet": [...DOMAIN_BASE, "src/billing"],

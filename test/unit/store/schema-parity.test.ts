@@ -45,6 +45,8 @@ const pairs = {
   modelPrices: true as Equal<SqliteRows["modelPrices"], PgRows["modelPrices"]>,
   usage: true as Equal<SqliteRows["usage"], PgRows["usage"]>,
   storeMeta: true as Equal<SqliteRows["storeMeta"], PgRows["storeMeta"]>,
+  consoleSessions: true as Equal<SqliteRows["consoleSessions"], PgRows["consoleSessions"]>,
+  signInLinks: true as Equal<SqliteRows["signInLinks"], PgRows["signInLinks"]>,
 } satisfies { [K in keyof SqliteRows]: true };
 
 test("the type-level checks are in force", () => {

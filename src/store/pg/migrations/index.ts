@@ -10,6 +10,7 @@ import m0001 from "./0001_holds.sql" with { type: "text" };
 import m0002 from "./0002_money_fns.sql" with { type: "text" };
 import m0003 from "./0003_money_batch.sql" with { type: "text" };
 import m0004 from "./0004_change_feed.sql" with { type: "text" };
+import m0005 from "./0005_console_sessions.sql" with { type: "text" };
 import journal from "./meta/_journal.json" with { type: "json" };
 
 const TEXTS: Readonly<Record<string, string>> = {
@@ -18,6 +19,7 @@ const TEXTS: Readonly<Record<string, string>> = {
   "0002_money_fns": m0002,
   "0003_money_batch": m0003,
   "0004_change_feed": m0004,
+  "0005_console_sessions": m0005,
 };
 
 export const PG_MIGRATIONS: readonly EmbeddedMigration[] = journal.entries.map((e) => {
