@@ -148,8 +148,8 @@ export async function collectCompletion(committed: Committed, ctx: ResponseConte
             index: 0,
             message: {
               role: "assistant" as const,
-              // As OpenAI answers: null content beside tool calls when the model wrote none.
-              content: content === "" && toolCalls.length > 0 ? null : content,
+              // Always a string (the spec's AssistantMessage): "" beside tool calls when the model wrote no text.
+              content,
               ...(reasoning ? { reasoning_content: reasoning } : {}),
               ...(toolCalls.length > 0 ? { tool_calls: toolCalls } : {}),
             },

@@ -168,7 +168,7 @@ describe("tool calls through a real provider process", () => {
         index: 0,
         message: {
           role: "assistant",
-          content: null,
+          content: "",
           tool_calls: expected.map((e, i) => ({
             id: expect.stringMatching(new RegExp(`^call_${i}_[0-9a-f]{8}$`)),
             type: "function",

@@ -76,7 +76,7 @@ describe("openai client: tool calls", () => {
     });
     const choice = answer.choices[0];
     expect(choice?.finish_reason).toBe("tool_calls");
-    expect(choice?.message.content).toBeNull();
+    expect(choice?.message.content).toBe("");
     const calls = choice?.message.tool_calls ?? [];
     expect(calls).toHaveLength(1);
     const call = calls[0];

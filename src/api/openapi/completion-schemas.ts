@@ -69,7 +69,7 @@ export function completionSchemas(): Record<string, JsonSchema> {
     ChatCompletionMessage: object(
       {
         role: { type: "string", const: "assistant" },
-        content: { type: ["string", "null"], description: "Null when the model wrote no text beside tool calls." },
+        content: { type: "string", description: "Empty when the model wrote no text beside tool calls." },
         reasoning_content: string("When the model produced reasoning."),
         tool_calls: { type: "array", items: ref("ToolCall"), description: "In index order (a request with `tools`)." },
       },

@@ -272,7 +272,7 @@ describe("tool calls (OpenAI's shapes)", () => {
         index: 0,
         message: {
           role: "assistant",
-          content: null,
+          content: "",
           tool_calls: [
             { id: "call_a", type: "function", function: { name: "get_weather", arguments: '{"city":"Paris"}' } },
             { id: "call_b", type: "function", function: { name: "get_time", arguments: "" } },
