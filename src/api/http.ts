@@ -16,6 +16,7 @@ import type { Authenticator } from "../auth/authenticator.ts";
 import type { DeviceFlow } from "../auth/device-flow.ts";
 import type { PricingService } from "../billing/pricing.ts";
 import type { CatalogService } from "../catalog/catalog.ts";
+import type { ConsoleOptions } from "../console/assets.ts";
 import type { SealedReplayCache } from "../crypto/consumer-replay.ts";
 import { Errors } from "../errors/api-error.ts";
 import type { Fleet } from "../fleet/fleet.ts";
@@ -27,6 +28,7 @@ import { adminRoutes } from "./admin.ts";
 import { attestationRoutes, type DevChainDeps } from "./attestation.ts";
 import { chatRoutes } from "./chat.ts";
 import type { Connection } from "./connection.ts";
+import { consoleAssetRoutes } from "./console-assets.ts";
 import { type DeviceDeps, deviceRoutes } from "./device.ts";
 import { errorHandling, errorResponse } from "./errors.ts";
 import { healthRoutes } from "./health.ts";
@@ -63,6 +65,8 @@ export interface HttpDeps {
   readonly bodyTimeoutMs: number;
   readonly logger: Logger;
   readonly metrics: Metrics;
+  /** The console's sign-in methods and asset table (console-assets.ts); the built table by default. */
+  readonly console?: ConsoleOptions;
 }
 
 export interface HttpApp {
@@ -99,6 +103,7 @@ const AWAITING =
  *   POST /v1/chat/completions                      consumer auth
  *   GET  /v1/provider/connect (WebSocket)          provider device token (provider-socket.ts, wired in server.ts)
  *   *    /admin/v1/...                             admin token
+ *   GET  /console, /console/*, /console/assets/*   no auth; the console's shell and assets (console-assets.ts)
  */
 export function createHttpApp(deps: HttpDeps): HttpApp {
   // Per request in flight, removed when its handling ends. Plain maps, not WeakMaps: a WeakMap entry per
@@ -120,7 +125,8 @@ export function createHttpApp(deps: HttpDeps): HttpApp {
     .use(chatRoutes({ ...deps, connection: (request) => connections.get(request) }))
     .use(deviceRoutes({ ...deps, clientAddress: (request) => connections.get(request)?.address() }))
     .use(providerModelRoutes(deps))
-    .use(adminRoutes(deps));
+    .use(adminRoutes(deps))
+    .use(consoleAssetRoutes(deps.console));
 
   const gate = (request: Request): Response | undefined =>
     deps.provisioning.refuses(new URL(request.url).pathname) ? errorResponse(Errors.serviceUnavailable(AWAITING)) : undefined;
