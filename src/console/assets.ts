@@ -67,6 +67,7 @@ export function shellHtml(table: Pick<AssetTable, "script" | "style">, oidc: boo
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
 <meta name="umbra-oidc" content="${oidc ? "on" : "off"}">
 <title>Umbra console</title>
+<link rel="icon" href="data:,">
 <link rel="stylesheet" href="${asset(table.style)}">
 <script type="module" src="${asset(table.script)}"></script>
 </head><body><div id="app"><noscript>The Umbra console needs JavaScript.</noscript></div></body></html>

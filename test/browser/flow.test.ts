@@ -30,7 +30,7 @@ const CONSOLE_ROUTES = [
 
 /** What of the console's server side is missing in this build (in-process: an account, then each route). */
 async function missingRoutes(): Promise<string[]> {
-  await using t = await testApp();
+  await using t = await testApp({ env: { UMBRA_PUBLIC_URL: "http://127.0.0.1:8080" } });
   const account = (await t.admin("POST", "/accounts", { name: "probe" })).body as { id: string };
   const missing: string[] = [];
   if ((await t.admin("POST", SIGN_IN_LINKS(account.id), {})).status !== 200) missing.push("POST /admin/v1/accounts/{id}/sign-in-links");
@@ -67,7 +67,11 @@ describe.skipIf(!run || missing.length > 0)("console end to end in Chromium", ()
   beforeAll(async () => {
     await ensureConsoleBuilt();
     browser = await launch();
-    coordinator = await startCoordinator();
+    // Sign-in links are built from the public URL, so the port is chosen before the start.
+    const probe = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } });
+    const port = probe.port;
+    probe.stop(true);
+    coordinator = await startCoordinator({ UMBRA_PUBLIC_URL: `http://127.0.0.1:${port}` }, { listen: `127.0.0.1:${port}` });
     const s = await coordinator.seed([BUILD]);
     seeded = { accountId: s.accountId, providerToken: s.providerToken };
     provider = startProvider(["--coordinator", coordinator.url, "--token", s.providerToken, "--engine", "echo", "--model", BUILD]);
