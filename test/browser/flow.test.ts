@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import type { Subprocess } from "bun";
 import OpenAI from "openai";
 import type { Browser, Page } from "playwright-core";
 import { axe, browserOrSkip, ensureConsoleBuilt, launch, screenshot, watch } from "../support/browser.ts";
@@ -130,8 +131,9 @@ describe.skipIf(!run || missing.length > 0)("console end to end in Chromium", ()
     expect(refused).toBe(401);
 
     const home = mkdtempSync(join(tmpdir(), "umbra-console-login-"));
+    let login: Subprocess<"ignore", "pipe", "pipe"> | undefined;
     try {
-      const login = Bun.spawn(
+      login = Bun.spawn(
         [BUN, join(ROOT, "src/provider/main.ts"), "login", "--coordinator", coordinator.url, "--machine-name", "console-e2e-mac"],
         {
           cwd: ROOT,
@@ -147,7 +149,7 @@ describe.skipIf(!run || missing.length > 0)("console end to end in Chromium", ()
         const { value, done } = await reader.read();
         if (value) shown += new TextDecoder().decode(value);
         if (done && !/[A-Z]{4}-[A-Z]{4}/.test(shown)) throw new Error(`login ended without a code: ${shown}`);
-        return /([A-Z]{4}-[A-Z]{4})/.exec(shown)?.[1];
+        return /enter the code ([A-Z]{4}-[A-Z]{4})/.exec(shown)?.[1];
       }, "the user code");
       await page.goto(`${coordinator.url}/console/device?code=${code}`);
       await page.getByText("console-e2e-mac").waitFor();
@@ -160,8 +162,9 @@ describe.skipIf(!run || missing.length > 0)("console end to end in Chromium", ()
       await screenshot(page, "flow-machines");
       expect(await axe(page)).toEqual([]);
     } finally {
+      login?.kill();
       rmSync(home, { recursive: true, force: true });
     }
     expect(problems.problems([/Failed to load resource: the server responded with a status of 401/])).toEqual([]);
-  });
+  }, 120_000);
 });
