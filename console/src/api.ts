@@ -70,6 +70,8 @@ export interface UsageRow {
 export interface Machine {
   id: string;
   name: string | null;
+  /** The device token's hint (`umbra-pt-...abcd`), when the answer has one. */
+  hint?: string;
   created_at: number;
   expires_at: number | null;
   revoked_at: number | null;
@@ -81,12 +83,16 @@ export interface Machine {
   earnings_micro_usd: number;
 }
 
+/** What a machine reported about its trust when it started the login (a level, or the level with a note). */
+export type ReportedTrust = string | { level: string | null; verified?: boolean; note?: string } | null;
+
 export interface DeviceLogin {
   user_code: string;
   machine_name: string | null;
   requested_at: number;
+  expires_at?: number;
   models: string[];
-  trust: string | null;
+  trust: ReportedTrust;
 }
 
 export class ApiFailure extends Error {

@@ -142,7 +142,7 @@ export function Confirm(props: {
       {props.children}
       {error !== "" && <ErrorNote message={error} />}
       <div class="actions">
-        <button type="button" onClick={() => ref.current?.close()}>
+        <button type="button" class="secondary" onClick={() => ref.current?.close()}>
           Cancel
         </button>
         <button type="button" class="danger" disabled={busy} onClick={confirm}>

@@ -108,6 +108,20 @@ export const machines = {
       requests_served: 1234,
       earnings_micro_usd: 2_500_000,
     },
+    {
+      id: "pt_2",
+      name: null,
+      hint: "umbra-pt-...wxyz",
+      created_at: today - 9 * DAY_MS,
+      expires_at: null,
+      revoked_at: null,
+      online: false,
+      trust_level: null,
+      trust_source: null,
+      models: [],
+      requests_served: 0,
+      earnings_micro_usd: 0,
+    },
   ],
 };
 
@@ -115,8 +129,9 @@ export const device = {
   user_code: "ABCD-EFGH",
   machine_name: `Studio ${XSS}`,
   requested_at: today - 30_000,
+  expires_at: today + 570_000,
   models: [MODEL_A, MODEL_XSS],
-  trust: "software",
+  trust: { level: "software", verified: false, note: "reported by the machine, verified when it connects" },
 };
 
 export const openapi = {

@@ -246,7 +246,8 @@ describe.skipIf(!run)("console pages in Chromium", () => {
       `/console/api/usage.csv?${expected}`,
     );
     await page.getByRole("button", { name: "Show more" }).click();
-    await page.waitForFunction("document.querySelectorAll('tbody tr').length === 6");
+    await page.locator("tbody tr").nth(5).waitFor();
+    expect(await page.locator("tbody tr").count()).toBe(6);
     expect(problems.problems()).toEqual([]);
   });
 
@@ -263,6 +264,7 @@ describe.skipIf(!run)("console pages in Chromium", () => {
     await page.goto(`${coordinator.url}/console/machines`);
     await page.getByRole("table", { name: "Your linked machines" }).waitFor();
     expect(await page.getByText("hardware (managed device attestation)").isVisible()).toBe(true);
+    expect(await page.getByRole("rowheader", { name: "umbra-pt-...wxyz" }).isVisible()).toBe(true);
     await checkPage(page, problems, "machines");
     await page.getByRole("button", { name: `Unlink Mac ${F.XSS}` }).click();
     await page.getByRole("button", { name: "Unlink machine" }).click();
@@ -284,6 +286,7 @@ describe.skipIf(!run)("console pages in Chromium", () => {
     await page.goto(`${coordinator.url}/console/device?code=ABCD-EFGH`);
     await page.getByRole("heading", { name: "The machine asking to link" }).waitFor();
     expect(await page.getByText(`Studio ${F.XSS}`).isVisible()).toBe(true);
+    expect(await page.getByText("software", { exact: true }).isVisible()).toBe(true);
     await checkPage(page, problems, "device");
     await page.getByRole("button", { name: "Approve and link" }).click();
     await page.getByText(/^Approved\./).waitFor();

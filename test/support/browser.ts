@@ -50,7 +50,8 @@ export interface Watch {
 export function watch(page: Page): Watch {
   const seen: string[] = [];
   page.on("console", (m) => {
-    if (m.type() === "error" || m.type() === "warning") seen.push(`${m.type()}: ${m.text()}`);
+    // A failed resource's message names no URL; its location does.
+    if (m.type() === "error" || m.type() === "warning") seen.push(`${m.type()}: ${m.text()} at ${m.location().url}`);
   });
   page.on("pageerror", (e) => seen.push(`pageerror: ${e.message}`));
   page.on("dialog", (d) => {

@@ -4,7 +4,7 @@
  * approving or denying.
  */
 import { useEffect, useState } from "preact/hooks";
-import { ApiFailure, api, type DeviceLogin } from "../api.ts";
+import { ApiFailure, api, type DeviceLogin, type ReportedTrust } from "../api.ts";
 import { time } from "../format.ts";
 import { navigate, useLocation } from "../router.ts";
 import { ErrorNote, errorText, Link, Loading } from "../ui.tsx";
@@ -15,6 +15,12 @@ const LIFETIMES: [string, string][] = [
   [String(90 * 86_400), "90 days"],
   [String(365 * 86_400), "1 year"],
 ];
+
+function trustText(trust: ReportedTrust): string {
+  if (trust === null) return "(none reported)";
+  if (typeof trust === "string") return trust;
+  return trust.level ?? "(none reported)";
+}
 
 function lookupError(e: unknown): string {
   if (e instanceof ApiFailure && e.status === 404)
@@ -59,17 +65,25 @@ function Decide({ login, onDone }: { login: DeviceLogin; onDone: (message: strin
         <dt>Models</dt>
         <dd>{login.models.length === 0 ? "(none reported)" : login.models.join(", ")}</dd>
         <dt>Trust</dt>
-        <dd>{login.trust ?? "(none reported)"}</dd>
+        <dd>{trustText(login.trust)}</dd>
+        {login.expires_at !== undefined && (
+          <>
+            <dt>Code valid until</dt>
+            <dd>{time(login.expires_at)}</dd>
+          </>
+        )}
       </dl>
       <p class="note">These are what the machine reported when it started the login; its trust is verified when it connects.</p>
-      <label for="lifetime">Its device token lasts</label>
-      <select id="lifetime" value={lifetime} onChange={(e) => setLifetime((e.target as HTMLSelectElement).value)}>
-        {LIFETIMES.map(([v, label]) => (
-          <option key={v} value={v}>
-            {label}
-          </option>
-        ))}
-      </select>
+      <div class="stack">
+        <label for="lifetime">Its device token lasts</label>
+        <select id="lifetime" value={lifetime} onChange={(e) => setLifetime((e.target as HTMLSelectElement).value)}>
+          {LIFETIMES.map(([v, label]) => (
+            <option key={v} value={v}>
+              {label}
+            </option>
+          ))}
+        </select>
+      </div>
       {error !== "" && <ErrorNote message={error} />}
       <div class="actions">
         <button type="button" disabled={busy} onClick={() => decide("approve")}>

@@ -113,7 +113,7 @@ function Secret({ keyName, secret, onDone }: { keyName: string; secret: string; 
       <input id="secret-value" readOnly value={secret} onFocus={(e) => (e.target as HTMLInputElement).select()} />
       <div class="actions">
         <CopyButton text={secret} label="Copy the key" />
-        <button type="button" onClick={onDone}>
+        <button type="button" class="secondary" onClick={onDone}>
           I have saved it
         </button>
       </div>

@@ -12,7 +12,7 @@ export function MachinesPage() {
   const [load, reload] = useLoad(() => api<{ data: Machine[] }>("/console/api/machines"), "machines");
   const [unlinking, setUnlinking] = useState<Machine | null>(null);
   const [notice, setNotice] = useState("");
-  const label = (m: Machine) => m.name ?? `machine ${m.id}`;
+  const label = (m: Machine) => m.name ?? m.hint ?? `machine ${m.id}`;
   return (
     <>
       <p role="status" class="note">
