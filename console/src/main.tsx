@@ -83,7 +83,7 @@ function Layout({ session, onSignedOut }: { session: Session; onSignedOut: () =>
           ))}
         </ul>
       </nav>
-      <main id="main">
+      <main id="main" tabIndex={-1}>
         <h1 ref={heading} tabIndex={-1}>
           {title}
         </h1>

@@ -66,7 +66,7 @@ export interface HttpDeps {
   readonly logger: Logger;
   readonly metrics: Metrics;
   /** The console's sign-in methods and asset table (console-assets.ts); the built table by default. */
-  readonly console?: ConsoleOptions;
+  readonly consoleAssets?: ConsoleOptions;
 }
 
 export interface HttpApp {
@@ -126,7 +126,7 @@ export function createHttpApp(deps: HttpDeps): HttpApp {
     .use(deviceRoutes({ ...deps, clientAddress: (request) => connections.get(request)?.address() }))
     .use(providerModelRoutes(deps))
     .use(adminRoutes(deps))
-    .use(consoleAssetRoutes(deps.console));
+    .use(consoleAssetRoutes(deps.consoleAssets));
 
   const gate = (request: Request): Response | undefined =>
     deps.provisioning.refuses(new URL(request.url).pathname) ? errorResponse(Errors.serviceUnavailable(AWAITING)) : undefined;

@@ -87,7 +87,7 @@ export const usage = {
     cached_tokens: i === 0 ? 64 : 0,
     completion_tokens: 80,
     cost_micro_usd: 1700,
-    outcome: i === 4 ? "provider_error" : "ok",
+    outcome: i === 4 ? "failed" : "completed",
     duration_ms: 420 + i,
   })),
   next_cursor: "cursor-2",

@@ -127,6 +127,57 @@ describe.skipIf(!run)("console pages in Chromium", () => {
     await checkPage(page, problems, "sign-in", [expectedStatus(401)]);
   });
 
+  test("sign-in page offers the identity provider when the coordinator has one", async () => {
+    const { page, problems } = await open({
+      "GET /console/api/session": {
+        status: 401,
+        body: { error: { message: "no session", type: "authentication_error", code: "invalid_session" } },
+      },
+    });
+    // The shell as a coordinator with OpenID Connect serves it (its umbra-oidc meta tag on), headers kept.
+    await page.route(`${coordinator.url}/console/`, async (route) => {
+      const real = await route.fetch();
+      await route.fulfill({
+        response: real,
+        body: (await real.text()).replace('name="umbra-oidc" content="off"', 'name="umbra-oidc" content="on"'),
+      });
+    });
+    await page.goto(`${coordinator.url}/console/`);
+    const link = page.getByRole("link", { name: "Sign in with your identity provider" });
+    await link.waitFor();
+    expect(await link.getAttribute("href")).toBe("/console/auth/oidc/start");
+    await checkPage(page, problems, "sign-in-oidc", [expectedStatus(401)]);
+  });
+
+  test("keyboard: the skip link, focus on the new page's heading, Escape closes a dialog back to its button", async () => {
+    const { page, problems } = await open({
+      ...SIGNED_IN,
+      "GET /console/api/overview": { body: F.overview },
+      "GET /console/api/machines": { body: F.machines },
+    });
+    const focused = () =>
+      page.evaluate(
+        "document.activeElement.tagName + ' ' + (document.activeElement.getAttribute('aria-label') ?? document.activeElement.textContent)",
+      ) as Promise<string>;
+    await page.goto(`${coordinator.url}/console/`);
+    await page.getByRole("heading", { name: "Spend per day by model" }).waitFor();
+    await page.keyboard.press("Tab");
+    expect(await focused()).toBe("A Skip to content");
+    await page.keyboard.press("Enter");
+    expect((await focused()).startsWith("MAIN ")).toBe(true);
+    await page.getByRole("link", { name: "Machines" }).click();
+    await page.getByRole("table", { name: "Your linked machines" }).waitFor();
+    expect(await focused()).toBe("H1 Machines");
+    await page.getByRole("button", { name: `Unlink Mac ${F.XSS}` }).focus();
+    await page.keyboard.press("Enter");
+    await page.getByRole("dialog").waitFor();
+    expect(await page.evaluate("document.querySelector('dialog').contains(document.activeElement)")).toBe(true);
+    await page.keyboard.press("Escape");
+    await page.getByRole("dialog").waitFor({ state: "detached" });
+    expect(await focused()).toBe(`BUTTON Unlink Mac ${F.XSS}`);
+    expect(problems.problems()).toEqual([]);
+  });
+
   test("overview: balance, two uPlot charts, tables per model and key; names as text", async () => {
     const { page, problems } = await open({ ...SIGNED_IN, "GET /console/api/overview": { body: F.overview } });
     await page.goto(`${coordinator.url}/console/`);
@@ -236,11 +287,12 @@ describe.skipIf(!run)("console pages in Chromium", () => {
     await page.getByLabel("From (UTC day)").fill("2026-11-01");
     await page.getByLabel("To (UTC day, included)").fill("2026-11-26");
     await page.getByLabel("Model").fill(F.MODEL_A);
+    await page.getByLabel("Outcome").selectOption("completed");
     await page.getByRole("button", { name: "Apply filters" }).click();
     await page.waitForURL(/\/console\/usage\?from=2026-11-01&to=2026-11-26&model=/);
     await page.getByRole("table", { name: "Requests, newest first" }).waitFor();
     const last = requests.filter((r) => r.url().includes("/console/api/usage?")).pop();
-    const expected = `from=${Date.UTC(2026, 10, 1)}&to=${Date.UTC(2026, 10, 27)}&model=${encodeURIComponent(F.MODEL_A)}`;
+    const expected = `from=${Date.UTC(2026, 10, 1)}&to=${Date.UTC(2026, 10, 27)}&model=${encodeURIComponent(F.MODEL_A)}&outcome=completed`;
     expect(new URL(last?.url() ?? "http://x/").search).toBe(`?${expected}`);
     expect(await page.getByRole("link", { name: "Export these requests as CSV" }).getAttribute("href")).toBe(
       `/console/api/usage.csv?${expected}`,

@@ -11,6 +11,8 @@ import { Empty, ErrorNote, errorText, Loaded, useLoad } from "../ui.tsx";
 
 const DAY_MS = 86_400_000;
 const FILTERS = ["from", "to", "key_id", "model", "outcome"] as const;
+/** The usage rows' outcomes (the console API's `outcome` filter). */
+const OUTCOMES = ["completed", "failed", "cancelled"];
 
 /** The API's filters from the page's: days become Unix ms (`to` is the end of its day, exclusive). */
 function apiFilters(params: URLSearchParams): Record<string, string | number | undefined> {
@@ -141,7 +143,14 @@ export function UsagePage() {
         </div>
         <div>
           <label for="f-outcome">Outcome</label>
-          <input id="f-outcome" name="outcome" value={value("outcome")} autoComplete="off" />
+          <select id="f-outcome" name="outcome" value={value("outcome")}>
+            <option value="">Any outcome</option>
+            {OUTCOMES.map((o) => (
+              <option key={o} value={o}>
+                {o}
+              </option>
+            ))}
+          </select>
         </div>
         <div class="actions">
           <button type="submit">Apply filters</button>
