@@ -88,7 +88,7 @@ clean:
 	rm -rf dist .tmp
 
 # Benchmarks (not tests): results in bench/results/. See bench/README.md.
-bench: deps
+bench: deps console-assets
 	$(BUN) bench/money.ts
 	$(BUN) bench/hot-account.ts
 	$(BUN) bench/run.ts
