@@ -3,11 +3,12 @@
  * use another), driven headless by playwright-core. Without it, `browserOrSkip` prints one line saying
  * the browser suites are skipped and how to enable them, and the suites register as skipped.
  * `watch(page)` records console errors and warnings, page errors, CSP violations (Chromium reports them
- * as console errors) and dialogs (an XSS payload's alert would open one); `axe(page)` runs axe-core in the page (evaluated over CDP: the console's CSP refuses inline
- * script, and a script tag added by the test is inline script); `screenshot` writes to one folder per run.
+ * as console errors) and dialogs (an XSS payload's alert would open one). `axe(page)` runs axe-core in
+ * the page, evaluated over CDP: the console's CSP refuses inline script, which is what a script tag the
+ * test adds would be. `screenshot` writes to .tmp/console-screenshots (UMBRA_SCREENSHOTS for another
+ * folder; git ignores .tmp) and prints the folder once.
  */
 import { existsSync, mkdirSync, readFileSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type Browser, chromium, type Page } from "playwright-core";
 import { BUN, ROOT } from "./processes.ts";
@@ -87,7 +88,7 @@ let shots: string | undefined;
 /** Writes the page's full screenshot as `<name>.png` in this run's folder (printed once). */
 export async function screenshot(page: Page, name: string): Promise<string> {
   if (shots === undefined) {
-    shots = process.env.UMBRA_SCREENSHOTS ?? join(tmpdir(), `umbra-console-screenshots-${process.pid}`);
+    shots = process.env.UMBRA_SCREENSHOTS ?? join(ROOT, ".tmp/console-screenshots");
     mkdirSync(shots, { recursive: true });
     console.log(`browser tests: screenshots in ${shots}`);
   }
