@@ -344,6 +344,8 @@ describe.skipIf(!run)("console pages in Chromium", () => {
     await page.getByText(/^Approved\./).waitFor();
     const approve = requests.find((r) => r.url().endsWith("/approve"));
     expect({ csrf: approve?.headers()["x-csrf-token"], body: approve?.postDataJSON() }).toEqual({ csrf: F.session.csrf_token, body: {} });
+    await page.goto(`${coordinator.url}/console/device?user_code=ABCD-EFGH`);
+    await page.getByRole("heading", { name: "The machine asking to link" }).waitFor();
     await page.getByLabel(/The code umbra-provider login shows/).fill("zzzz-zzzz");
     await page.getByRole("button", { name: "Look up" }).click();
     await page.getByText(/No machine login waits for this code/).waitFor();

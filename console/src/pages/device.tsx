@@ -1,6 +1,6 @@
 /**
- * Device approval: the code from `umbra-provider login` (typed, or from ?code= in the link the tool
- * shows); the machine's name, models and trust as it reported them (verified when it connects) before
+ * Device approval: the code from `umbra-provider login` (typed, or from ?code= or ?user_code= in the
+ * link the tool shows); the machine's name, models and trust as it reported them (verified when it connects) before
  * approving or denying.
  */
 import { useEffect, useState } from "preact/hooks";
@@ -99,7 +99,8 @@ function Decide({ login, onDone }: { login: DeviceLogin; onDone: (message: strin
 
 export function DevicePage() {
   const { params } = useLocation();
-  const code = (params.get("code") ?? "").trim().toUpperCase();
+  // `code`, or `user_code` as RFC 8628's verification_uri_complete names it.
+  const code = (params.get("code") ?? params.get("user_code") ?? "").trim().toUpperCase();
   const [state, setState] = useState<{ code: string; login?: DeviceLogin; error?: string; done?: string }>({ code: "" });
   useEffect(() => {
     if (code === "") return;
