@@ -5,7 +5,7 @@ STAMP := node_modules/.umbra-installed
 # No .env or bunfig.toml from the working directory: configuration comes from flags and UMBRA_* only.
 BUILD_FLAGS := --compile --minify --bytecode --format=esm --sourcemap=none --no-compile-autoload-dotenv --no-compile-autoload-bunfig
 
-.PHONY: dev test check typecheck lint format build bench soak migrations clean deps image firmware image-smoke image-reproducible
+.PHONY: console-assets dev test check typecheck lint format build bench soak migrations clean deps image firmware image-smoke image-reproducible
 
 deps: $(STAMP)
 
@@ -23,7 +23,11 @@ $(STAMP): package.json package-lock.json
 	@$(BUN) --version >/dev/null
 	@touch $@
 
-dev: deps
+# The console's browser app (console/build.ts): bundled into console/dist, which the coordinator embeds.
+console-assets: deps
+	$(BUN) console/build.ts
+
+dev: deps console-assets
 	$(BUN) src/coordinator/main.ts dev
 
 # No runtime transpiler cache for the runner: its mmapped entries are shared (by content) with every other
@@ -32,7 +36,7 @@ dev: deps
 # sockets, timers and child processes), then the reliability suite alone in one process (its cases time
 # idle timeouts and deadlines, and its summary line covers the whole suite). Exit 1 if either failed.
 TEST_RUN := BUN_RUNTIME_TRANSPILER_CACHE_PATH=0 $(BUN) test --timeout 30000
-test: deps
+test: deps console-assets
 	@status=0; \
 	$(TEST_RUN) --parallel=2 --path-ignore-patterns='test/reliability/**' || status=1; \
 	$(TEST_RUN) test/reliability || status=1; \
@@ -40,6 +44,7 @@ test: deps
 
 typecheck: deps
 	node_modules/.bin/tsc -p .
+	node_modules/.bin/tsc -p console
 
 lint: deps
 	node_modules/.bin/biome check .
@@ -49,7 +54,7 @@ format: deps
 
 check: typecheck lint test
 
-build: deps
+build: deps console-assets
 	$(BUN) build $(BUILD_FLAGS) src/coordinator/main.ts --outfile dist/umbra-coordinator
 	$(BUN) build $(BUILD_FLAGS) src/provider/main.ts --outfile dist/umbra-provider
 	$(BUN) build $(BUILD_FLAGS) --target=bun-darwin-arm64 src/provider/main.ts --outfile dist/umbra-provider-darwin-arm64
@@ -83,7 +88,7 @@ clean:
 	rm -rf dist .tmp
 
 # Benchmarks (not tests): results in bench/results/. See bench/README.md.
-bench: deps
+bench: deps console-assets
 	$(BUN) bench/money.ts
 	$(BUN) bench/hot-account.ts
 	$(BUN) bench/run.ts

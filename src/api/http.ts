@@ -18,6 +18,7 @@ import type { PricingService } from "../billing/pricing.ts";
 import type { CatalogService } from "../catalog/catalog.ts";
 import type { ConsoleOidc } from "../console/oidc.ts";
 import type { ConsoleSessions } from "../console/sessions.ts";
+import type { ConsoleOptions } from "../console/assets.ts";
 import type { SealedReplayCache } from "../crypto/consumer-replay.ts";
 import { Errors } from "../errors/api-error.ts";
 import type { Fleet } from "../fleet/fleet.ts";
@@ -30,6 +31,7 @@ import { attestationRoutes, type DevChainDeps } from "./attestation.ts";
 import { chatRoutes } from "./chat.ts";
 import type { Connection } from "./connection.ts";
 import { applyConsoleHeaders, consoleAuthRoutes, refuseWithoutCsrfHeader } from "./console-auth.ts";
+import { consoleAssetRoutes } from "./console-assets.ts";
 import { type DeviceDeps, deviceRoutes } from "./device.ts";
 import { errorHandling, errorResponse } from "./errors.ts";
 import { healthRoutes } from "./health.ts";
@@ -71,6 +73,8 @@ export interface HttpDeps {
   readonly bodyTimeoutMs: number;
   readonly logger: Logger;
   readonly metrics: Metrics;
+  /** The console's sign-in methods and asset table (console-assets.ts); the built table by default. */
+  readonly consoleAssets?: ConsoleOptions;
 }
 
 export interface HttpApp {
@@ -112,6 +116,7 @@ const AWAITING =
  *   *    /console/api/session, sign-out[-everywhere] console session (+ CSRF token on POST)
  * Every /console/ answer gets the console's CSP unless its route set one; every /console/api/ one `no-store`;
  * a state-changing /console/api/ request without `x-csrf-token` is 403 before routing (console-auth.ts).
+ *   GET  /console, /console/*, /console/assets/*   no auth; the console's shell and assets (console-assets.ts)
  */
 export function createHttpApp(deps: HttpDeps): HttpApp {
   // Per request in flight, removed when its handling ends. Plain maps, not WeakMaps: a WeakMap entry per
@@ -144,7 +149,8 @@ export function createHttpApp(deps: HttpDeps): HttpApp {
         logger: deps.logger,
         bodyTimeoutMs: deps.bodyTimeoutMs,
       }),
-    );
+    )
+    .use(consoleAssetRoutes({ ...deps.consoleAssets, oidc: deps.consoleOidc !== undefined }));
 
   const gate = (request: Request): Response | undefined =>
     deps.provisioning.refuses(new URL(request.url).pathname) ? errorResponse(Errors.serviceUnavailable(AWAITING)) : undefined;

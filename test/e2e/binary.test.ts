@@ -156,6 +156,18 @@ describe("compiled coordinator", () => {
 
       expect((await fetch(`${url}/healthz`)).status).toBe(200);
       expect(await (await fetch(`${url}/metrics`)).text()).toContain('route="/v1/models/*"');
+
+      // The console's shell and hashed assets come from inside the binary (files embedded by the build).
+      const shell = await fetch(`${url}/console/`);
+      const script = /src="(\/console\/assets\/main\.[a-z0-9]+\.js)"/.exec(await shell.text())?.[1];
+      const asset = await fetch(`${url}${script}`);
+      expect({
+        shell: shell.status,
+        csp: shell.headers.get("content-security-policy")?.includes("frame-ancestors 'none'"),
+        asset: asset.status,
+        cache: asset.headers.get("cache-control"),
+        bytes: (await asset.arrayBuffer()).byteLength > 10_000,
+      }).toEqual({ shell: 200, csp: true, asset: 200, cache: "public, max-age=31536000, immutable", bytes: true });
     } finally {
       proc.kill("SIGTERM");
       expect(await proc.exited).toBe(0);
