@@ -137,7 +137,6 @@ const MAY_IMPORT: Readonly<Record<string, readonly string[]>> = {
   "src/attestation": [...DOMAIN_BASE, "src/config"],
   "src/tls": [...DOMAIN_BASE, "src/config"],
   // The console's server side (issue 22): sessions, sign-in, its API service, the embedded assets.
-  "src/console": [...DOMAIN_BASE, "src/admin", "src/auth", "src/billing", "src/catalog", "src/fleet"],
   "src/observability": [...LEAVES],
   "src/store": [...LEAVES],
   // The provider binary: none of the coordinator's domains.
