@@ -15,6 +15,7 @@ import { Elysia } from "elysia";
 import { type AdminService, MAX_PROVIDER_TOKEN_LIFETIME_SECONDS } from "../admin/admin-service.ts";
 import { type Authenticator, type Principal, requireLinkMachines } from "../auth/authenticator.ts";
 import type { DeviceFlow } from "../auth/device-flow.ts";
+import { reportedMachine } from "../auth/device-report.ts";
 import { ApiError, Errors } from "../errors/api-error.ts";
 import type { Fleet } from "../fleet/fleet.ts";
 import type { Logger } from "../observability/logger.ts";
@@ -28,17 +29,6 @@ const DEVICE_GRANT_TYPE = "urn:ietf:params:oauth:grant-type:device_code";
 const BODY_LIMIT = 8 * 1024;
 const NO_STORE = { "cache-control": "no-store", pragma: "no-cache" } as const;
 const DAY_MS = 86_400_000;
-/** Control, format (bidi overrides, zero-width), lone surrogate, and line or paragraph separator characters. */
-const UNPRINTABLE = /[\p{Cc}\p{Cf}\p{Cs}\p{Zl}\p{Zp}]/u;
-
-/** `machine_name`: absent, or 1..64 printable characters (code points), not only spaces. */
-function machineName(fields: JsonObject): string | null {
-  const v = fields.machine_name;
-  if (v === undefined || v === null) return null;
-  const ok = typeof v === "string" && v.length <= 256 && [...v].length <= 64 && v.trim() !== "" && !UNPRINTABLE.test(v);
-  if (!ok) throw Errors.invalidValue("'machine_name' must be 1 to 64 printable characters", "machine_name");
-  return v;
-}
 
 export interface DeviceDeps {
   readonly deviceFlow: DeviceFlow;
@@ -294,7 +284,10 @@ export function deviceRoutes(deps: DeviceDeps) {
       async ({ request }) => {
         const fields = await readFields(request, limits);
         if (!requireClient(fields, true)) throw Errors.invalidValue(`unknown 'client_id': this endpoint serves ${CLIENT_ID}`, "client_id");
-        const started = deps.deviceFlow.start({ address: deps.clientAddress(request), machineName: machineName(fields) });
+        const started = deps.deviceFlow.start({
+          address: deps.clientAddress(request),
+          ...reportedMachine(fields),
+        });
         const uri = `${publicBase(request)}/device`;
         return Response.json(
           {
@@ -321,6 +314,8 @@ export function deviceRoutes(deps: DeviceDeps) {
         {
           user_code: login.userCode,
           machine_name: login.machineName,
+          models: login.models,
+          trust_level: login.trustLevel,
           requested_at: Math.floor(login.requestedAt / 1000),
           expires_at: Math.floor(login.expiresAt / 1000),
         },
