@@ -161,7 +161,8 @@ export class RequestLifecycle {
     await billing.settle(money, {
       outcome: o.status,
       usage,
-      providerId: attempt.providerId,
+      // The machine's device token (the console's per-machine figures); a forwarded attempt's session id.
+      providerId: attempt.deviceTokenId ?? attempt.providerId,
       providerAccountId: attempt.providerAccountId,
       firstContentMs: attempt.firstContentAt === undefined ? null : attempt.firstContentAt - this.startedAt,
       endedAt: now(),

@@ -160,6 +160,10 @@ export interface UsageRecord {
   readonly keyId: string | null;
   readonly model: string;
   readonly buildId: string;
+  /**
+   * The serving machine's device token id (a request served through another replica: that replica's
+   * provider session id); null when no provider served it.
+   */
   readonly providerId: string | null;
   readonly promptTokens: number;
   readonly cachedTokens: number;
