@@ -5,6 +5,7 @@
 import type { DevelopmentRoot, TrustPolicy } from "../../attestation/provider/index.ts";
 import type { ProviderAttestation } from "../../attestation/provider/levels.ts";
 import { AdminService } from "../admin/admin-service.ts";
+import { ConsoleService } from "../console/console-service.ts";
 import { createHttpApp, type HttpApp } from "../api/http.ts";
 import { type CoordinatorAttestation, createCoordinatorAttestation } from "../attestation/coordinator-attestation.ts";
 import { Provisioning, type ProvisioningOptions } from "../attestation/provisioning.ts";
@@ -82,6 +83,10 @@ export interface App {
   /** The provider device-token check (401 unless live: unrevoked, unexpired), on the app's clock. */
   readonly authenticateProvider: (authorization: string | null) => Promise<ProviderTokenRecord>;
   readonly fleet: Fleet;
+  /** Pending provider device logins (the device routes and the console's approvals share them). */
+  readonly deviceFlow: DeviceFlow;
+  /** The console's data operations (src/api/console-data.ts serves them behind a console session). */
+  readonly console: ConsoleService;
   /** The provider trust policy (and, in development, the root that issues local providers' chains). */
   trust(): Promise<ProviderTrust>;
   readonly chat: ChatService;
@@ -294,6 +299,16 @@ export function createApp(deps: AppDeps): App {
   });
   // Renewals and sweeps of this replica's holds; a hold it could not keep stops its answer.
   const keeper = deps.moneyAuthority && startHoldKeeper(deps.moneyAuthority, logger, (ids) => chat.stopUnheld(ids));
+  const deviceFlow = new DeviceFlow({ now });
+  const consoleService = new ConsoleService({
+    store,
+    admin,
+    fleet,
+    deviceFlow,
+    platformFeePercent: config.platformFeePercent,
+    now,
+    settled: () => wallets.applied(),
+  });
   const http = createHttpApp({
     store,
     catalog,
@@ -305,7 +320,7 @@ export function createApp(deps: AppDeps): App {
     fleet,
     ...(cluster ? { buildsOf: (id: string) => new Set([...fleet.buildsOf(id), ...cluster.buildsOf(id)]) } : {}),
     authenticate,
-    deviceFlow: new DeviceFlow({ now }),
+    deviceFlow,
     now,
     adminToken: () => config.adminToken ?? provisioning.adminToken(),
     provisioning,
@@ -334,6 +349,8 @@ export function createApp(deps: AppDeps): App {
     authenticate,
     authenticateProvider: checkProviderToken,
     fleet,
+    deviceFlow,
+    console: consoleService,
     trust,
     chat,
     wallets,

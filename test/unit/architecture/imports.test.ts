@@ -132,6 +132,8 @@ const MAY_IMPORT: Readonly<Record<string, readonly string[]>> = {
   "src/billing": [...DOMAIN_BASE],
   "src/limits": [...DOMAIN_BASE],
   "src/auth": [...DOMAIN_BASE, "src/limits"],
+  // The console's server side: account-scoped operations over the admin service, the fleet, the device flow.
+  "src/console": [...DOMAIN_BASE, "src/admin", "src/auth", "src/billing", "src/fleet"],
   "src/attestation": [...DOMAIN_BASE, "src/config"],
   "src/tls": [...DOMAIN_BASE, "src/config"],
   "src/observability": [...LEAVES],
