@@ -19,6 +19,8 @@ export interface ConsoleAnswer {
   /** Parsed JSON, or the text when the body is not JSON. */
   readonly body: unknown;
   readonly text: string;
+  /** The URL called. */
+  readonly url: string;
 }
 
 export interface SignedIn {
@@ -97,13 +99,14 @@ export async function consoleEnv(start = Date.UTC(2027, 2, 10, 12)): Promise<Con
         body = JSON.stringify(options.body);
         headers["content-type"] = "application/json";
       }
-      const response = await fetch(`${consoleUrl}/console/api${path}`, { method, headers, ...(body === undefined ? {} : { body }) });
+      const url = `${consoleUrl}/console/api${path}`;
+      const response = await fetch(url, { method, headers, ...(body === undefined ? {} : { body }) });
       const text = await response.text();
       let parsed: unknown = text;
       try {
         parsed = JSON.parse(text);
       } catch {}
-      return { status: response.status, headers: response.headers, body: parsed, text };
+      return { status: response.status, headers: response.headers, body: parsed, text, url };
     },
     async [Symbol.asyncDispose]() {
       await consoleServer.stop(true);
