@@ -143,7 +143,7 @@ export class RemoteFleet {
     const found: { c: RemoteCandidate; p: DigestProvider }[] = [];
     for (const [replica, p] of this.providers()) {
       if (!p.builds.includes(buildId) || !this.routable(p) || p.active >= p.max) continue;
-      const c = { replica, providerId: p.id, accountId: p.account };
+      const c = { replica, providerId: p.id, accountId: p.account, ...(p.tok ? { deviceTokenId: p.tok } : {}) };
       if (!accept || accept(c)) found.push({ c, p });
     }
     found.sort(

@@ -5,7 +5,6 @@
 import type { DevelopmentRoot, TrustPolicy } from "../../attestation/provider/index.ts";
 import type { ProviderAttestation } from "../../attestation/provider/levels.ts";
 import { AdminService } from "../admin/admin-service.ts";
-import { ConsoleService } from "../console/console-service.ts";
 import { createHttpApp, type HttpApp } from "../api/http.ts";
 import { type CoordinatorAttestation, createCoordinatorAttestation } from "../attestation/coordinator-attestation.ts";
 import { Provisioning, type ProvisioningOptions } from "../attestation/provisioning.ts";
@@ -19,6 +18,7 @@ import { Wallets } from "../billing/wallets.ts";
 import { CatalogService } from "../catalog/catalog.ts";
 import type { Config } from "../config/config.ts";
 import { configDigestHex } from "../config/config-digest.ts";
+import { ConsoleService } from "../console/console-service.ts";
 import { SealedReplayCache } from "../crypto/consumer-replay.ts";
 import { Fleet } from "../fleet/fleet.ts";
 import type { FleetView } from "../fleet/fleet-view.ts";

@@ -161,8 +161,8 @@ export interface UsageRecord {
   readonly model: string;
   readonly buildId: string;
   /**
-   * The serving machine's device token id (a request served through another replica: that replica's
-   * provider session id); null when no provider served it.
+   * The serving machine's device token id (its provider session id when another replica served it and
+   * did not name the token); null when no provider served it.
    */
   readonly providerId: string | null;
   readonly promptTokens: number;
