@@ -66,16 +66,39 @@ export function trustSource(a: ProviderAttestation | undefined): TrustSource {
   return a?.failure ? "evidence_refused" : "no_evidence";
 }
 
+/** A connection of a machine, wherever it is held: its verified trust, the source of it, its models. */
+export interface MachineView {
+  readonly trust: TrustLevel;
+  readonly source: TrustSource;
+  readonly models: readonly string[];
+}
+
+/** A machine on another replica as its fleet digest tells it (no evidence details: the level's usual source). */
+export interface RemoteMachine {
+  readonly tok?: string;
+  readonly trust: TrustLevel;
+  readonly builds: readonly string[];
+}
+
+export function localView(s: LiveMachine): MachineView {
+  return { trust: s.trust, source: trustSource(s.attestation), models: [...s.models.keys()] };
+}
+
+export function remoteView(p: RemoteMachine): MachineView {
+  const source: TrustSource = p.trust === "hardware" ? "mda_chain" : p.trust === "self_signed" ? "secure_enclave" : "no_evidence";
+  return { trust: p.trust, source, models: p.builds };
+}
+
 /**
- * A device token as a machine: online while this coordinator holds a welcomed session of it (the best
- * trust of its sessions, the models they offer), with what it served. Tokens carry no name yet: null.
+ * A device token as a machine: online while a welcomed connection with it is held (here, or on another
+ * replica by its digest), with the best trust of those connections and the models they offer, and what
+ * it served. Tokens carry no name yet: null.
  */
-export function machineJson(t: ProviderTokenRecord, sessions: readonly LiveMachine[], served: ProviderServedRow | undefined) {
-  const best = sessions.reduce<LiveMachine | undefined>(
-    (a, s) => (a === undefined || trustRank(s.trust) > trustRank(a.trust) ? s : a),
+export function machineJson(t: ProviderTokenRecord, views: readonly MachineView[], served: ProviderServedRow | undefined) {
+  const best = views.reduce<MachineView | undefined>(
+    (a, v) => (a === undefined || trustRank(v.trust) > trustRank(a.trust) ? v : a),
     undefined,
   );
-  const models = [...new Set(sessions.flatMap((s) => [...s.models.keys()]))].sort();
   return {
     id: t.id,
     name: null,
@@ -85,8 +108,8 @@ export function machineJson(t: ProviderTokenRecord, sessions: readonly LiveMachi
     revoked_at: t.revokedAt,
     online: best !== undefined,
     trust_level: best?.trust ?? null,
-    trust_source: best ? trustSource(best.attestation) : null,
-    models,
+    trust_source: best?.source ?? null,
+    models: [...new Set(views.flatMap((v) => v.models))].sort(),
     requests_served: served?.requests ?? 0,
     earnings_micro_usd: served?.earnings ?? 0,
   };

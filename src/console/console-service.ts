@@ -13,7 +13,17 @@ import type { Decision, DeviceFlow } from "../auth/device-flow.ts";
 import { Errors } from "../errors/api-error.ts";
 import type { ApiKeyRecord, Store, UsageRecord } from "../store/types.ts";
 import { objectBody, optionalInt, requiredString } from "../validation/fields.ts";
-import { keyJson, type LiveMachine, machineJson, previewJson, usageJson } from "./console-json.ts";
+import {
+  keyJson,
+  type LiveMachine,
+  localView,
+  type MachineView,
+  machineJson,
+  previewJson,
+  type RemoteMachine,
+  remoteView,
+  usageJson,
+} from "./console-json.ts";
 import { usageCsv } from "./usage-csv.ts";
 import { decodeCursor, encodeCursor, readUsageQuery } from "./usage-query.ts";
 
@@ -29,6 +39,8 @@ export interface ConsoleServiceDeps {
   readonly admin: AdminService;
   /** The live fleet (the app's Fleet): sessions with their token, trust and models. */
   readonly fleet: { list(): readonly LiveMachine[] };
+  /** Cluster mode: the account's machines on other replicas, from their digests. */
+  readonly remoteMachines?: (accountId: string) => readonly RemoteMachine[];
   readonly deviceFlow: DeviceFlow;
   /** The platform's share of a charge, percent: a machine's earnings are the rest. */
   readonly platformFeePercent: number;
@@ -156,16 +168,13 @@ export class ConsoleService {
       this.deps.platformFeePercent,
     );
     const byToken = new Map(served.map((s) => [s.providerId, s]));
-    const live = this.deps.fleet.list().filter((s) => s.identity.accountId === accountId && s.ready);
-    return {
-      data: tokens.map((t) =>
-        machineJson(
-          t,
-          live.filter((s) => s.identity.tokenId === t.id),
-          byToken.get(t.id),
-        ),
-      ),
+    const views = new Map<string, MachineView[]>();
+    const add = (tokenId: string | undefined, view: MachineView) => {
+      if (tokenId !== undefined) views.set(tokenId, [...(views.get(tokenId) ?? []), view]);
     };
+    for (const s of this.deps.fleet.list()) if (s.identity.accountId === accountId && s.ready) add(s.identity.tokenId, localView(s));
+    for (const p of this.deps.remoteMachines?.(accountId) ?? []) add(p.tok, remoteView(p));
+    return { data: tokens.map((t) => machineJson(t, views.get(t.id) ?? [], byToken.get(t.id))) };
   }
 
   /** Revokes one of the account's device tokens: its sessions end at once (AdminService's revocation path). */

@@ -304,6 +304,7 @@ export function createApp(deps: AppDeps): App {
     store,
     admin,
     fleet,
+    ...(cluster ? { remoteMachines: (id: string) => cluster.machinesOf(id) } : {}),
     deviceFlow,
     platformFeePercent: config.platformFeePercent,
     now,
