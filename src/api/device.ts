@@ -202,6 +202,8 @@ async function check() {
     const at = new Date(r.body.requested_at * 1000);
     const minutes = Math.max(0, Math.round((Date.now() - at.getTime()) / 60000));
     $("machine").textContent = r.body.machine_name ?? "(the tool sent no name)";
+    $("models").textContent = r.body.models?.length ? r.body.models.join(", ") : "(none reported)";
+    $("trust").textContent = r.body.trust_level ?? "(none reported)";
     $("when").textContent = at.toLocaleString() + " (" + minutes + " min ago)";
     $("request").hidden = false;
     say("Approve only if this is your machine and you just ran umbra-provider login on it.");
@@ -240,7 +242,9 @@ will serve requests for your account, including your self-routed ones.</p>
 <label for="key">Your JWT, or an API key allowed to link machines (sent only to this coordinator)</label>
 <input id="key" type="password" autocomplete="off">
 <button id="check" type="button">Show the request</button>
-<div id="request" hidden><p>Machine: <strong id="machine"></strong><br>Code requested: <span id="when"></span></p>
+<div id="request" hidden><p>Machine: <strong id="machine"></strong><br>Code requested: <span id="when"></span><br>
+Models: <span id="models"></span><br>Trust level: <span id="trust"></span><br>
+<small>Models and trust are what the machine reported; they are verified when it connects.</small></p>
 <label for="life">The machine's token</label><select id="life"><option value="">does not expire</option>
 <option value="2592000">expires in 30 days</option><option value="7776000">expires in 90 days</option>
 <option value="31536000">expires in 1 year</option></select>
