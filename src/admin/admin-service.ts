@@ -10,11 +10,12 @@
  * provide them (`reservedFor`), else the stored value (the CLI, a separate process, has no live holds).
  */
 import { API_KEY_PREFIX, issueSecret, newId, PROVIDER_TOKEN_PREFIX } from "../auth/secrets.ts";
-import { issueSignInLink } from "../console/sign-in-links.ts";
+import { issueSignInLink } from "../auth/sign-in-links.ts";
 import { Errors } from "../errors/api-error.ts";
 import { DuplicateError } from "../store/errors.ts";
-import type { Account, Store } from "../store/types.ts";
+import type { Account, ApiKeyRecord, Store } from "../store/types.ts";
 import {
+  type JsonObject,
   MODEL_ID,
   objectBody,
   optionalBool,
@@ -47,6 +48,33 @@ function utcDay(value: unknown, param: string): { day: string; start: number } |
 }
 
 const LABEL = { max: 128, pattern: /^[\x21-\x7e]+$/, patternHint: "must be printable ASCII without spaces" };
+
+/** A key's settable fields in a request body (besides its account). */
+export const KEY_FIELDS = ["name", "allowed_models", "spend_cap_micro_usd", "rpm", "tpm", "self_route_only", "link_machines"] as const;
+
+/** A key's settable fields, validated. */
+export interface KeyFields {
+  readonly name: string | null;
+  readonly allowedModels: string[] | null;
+  readonly spendCap: number | null;
+  readonly rpm: number | null;
+  readonly tpm: number | null;
+  readonly selfRouteOnly: boolean;
+  readonly linkMachines: boolean;
+}
+
+/** Reads KEY_FIELDS from an untrusted object (400 with `param`); the allowed models are checked by `issueKey`. */
+export function readKeyFields(o: JsonObject): KeyFields {
+  return {
+    name: optionalString(o, "name", { max: 200 }) ?? null,
+    allowedModels: optionalStringArray(o, "allowed_models", MODEL_ID) ?? null,
+    spendCap: optionalInt(o, "spend_cap_micro_usd", 0, MAX_MONEY) ?? null,
+    rpm: optionalInt(o, "rpm", 1, 1_000_000_000) ?? null,
+    tpm: optionalInt(o, "tpm", 1, 1_000_000_000_000) ?? null,
+    selfRouteOnly: optionalBool(o, "self_route_only") ?? false,
+    linkMachines: optionalBool(o, "link_machines") ?? false,
+  };
+}
 
 export interface AdminHooks {
   /** A provider device token was revoked: its live sessions must end. */
@@ -150,27 +178,21 @@ export class AdminService extends CatalogAdmin {
 
   /** A new API key; it links machines (approves provider device logins) only when created with `link_machines`. */
   async createKey(body: unknown) {
-    const o = objectBody(body, [
-      "account_id",
-      "name",
-      "allowed_models",
-      "spend_cap_micro_usd",
-      "rpm",
-      "tpm",
-      "self_route_only",
-      "link_machines",
-    ]);
+    const o = objectBody(body, ["account_id", ...KEY_FIELDS]);
     const accountId = requiredString(o, "account_id", LABEL);
-    const name = optionalString(o, "name", { max: 200 }) ?? null;
-    const allowedModels = optionalStringArray(o, "allowed_models", MODEL_ID) ?? null;
-    const spendCap = optionalInt(o, "spend_cap_micro_usd", 0, MAX_MONEY) ?? null;
-    const rpm = optionalInt(o, "rpm", 1, 1_000_000_000) ?? null;
-    const tpm = optionalInt(o, "tpm", 1, 1_000_000_000_000) ?? null;
-    const selfRouteOnly = optionalBool(o, "self_route_only") ?? false;
-    const linkMachines = optionalBool(o, "link_machines") ?? false;
+    const { record, secret } = await this.issueKey(accountId, readKeyFields(o));
+    return { ...keyJson(record), key: secret };
+  }
+
+  /**
+   * Issues a key to an existing account with fields read by `readKeyFields` (the admin API and the
+   * console share it): 404 for an unknown account, model_not_found for an unknown allowed model. The
+   * secret is never stored or shown again.
+   */
+  async issueKey(accountId: string, fields: KeyFields): Promise<{ record: ApiKeyRecord; secret: string }> {
     await this.account(accountId);
-    if (allowedModels) {
-      for (const id of allowedModels) {
+    if (fields.allowedModels) {
+      for (const id of fields.allowedModels) {
         if (!(await this.store.catalog.getAlias(id)) && !(await this.store.catalog.getBuild(id))) {
           throw Errors.modelNotFound(`allowed_models names an unknown model '${id}'`, "allowed_models");
         }
@@ -182,20 +204,14 @@ export class AdminService extends CatalogAdmin {
       accountId,
       keyHash: issued.hash,
       hint: issued.hint,
-      name,
-      allowedModels,
-      spendCap,
-      rpm,
-      tpm,
-      selfRouteOnly,
-      linkMachines,
+      ...fields,
       createdAt: this.now(),
     });
     if (!record) throw Errors.notFound(`no account '${accountId}'`, "account_id");
-    return { ...keyJson(record), key: issued.secret };
+    return { record, secret: issued.secret };
   }
 
-  /** A single-use console sign-in link for the account, valid 15 minutes (src/console/sign-in-links.ts). */
+  /** A single-use console sign-in link for the account, valid 15 minutes (src/auth/sign-in-links.ts). */
   async createSignInLink(accountId: string) {
     await this.account(accountId, "id");
     const link = await issueSignInLink(this.store, { accountId, now: this.now(), publicUrl: this.hooks.publicUrl });

@@ -13,10 +13,10 @@
  * `no-store`, `Referrer-Policy: no-referrer` (the token is in the URL); a cross-site POST is refused.
  */
 import { Elysia } from "elysia";
+import { consumeSignInLink, isSignInToken, SIGN_IN_PATH } from "../auth/sign-in-links.ts";
 import type { ConsoleOidc } from "../console/oidc.ts";
 import { OIDC_CALLBACK_PATH, OIDC_START_PATH, OidcRefused } from "../console/oidc.ts";
 import { type ConsoleSessions, CSRF_HEADER } from "../console/sessions.ts";
-import { consumeSignInLink, isSignInToken, SIGN_IN_PATH } from "../console/sign-in-links.ts";
 import { Errors } from "../errors/api-error.ts";
 import type { Logger } from "../observability/logger.ts";
 import type { Store } from "../store/types.ts";

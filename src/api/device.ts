@@ -15,6 +15,7 @@ import { Elysia } from "elysia";
 import { type AdminService, MAX_PROVIDER_TOKEN_LIFETIME_SECONDS } from "../admin/admin-service.ts";
 import { type Authenticator, type Principal, requireLinkMachines } from "../auth/authenticator.ts";
 import type { DeviceFlow } from "../auth/device-flow.ts";
+import { reportedMachine } from "../auth/device-report.ts";
 import { ApiError, Errors } from "../errors/api-error.ts";
 import type { Fleet } from "../fleet/fleet.ts";
 import type { Logger } from "../observability/logger.ts";
@@ -28,17 +29,6 @@ const DEVICE_GRANT_TYPE = "urn:ietf:params:oauth:grant-type:device_code";
 const BODY_LIMIT = 8 * 1024;
 const NO_STORE = { "cache-control": "no-store", pragma: "no-cache" } as const;
 const DAY_MS = 86_400_000;
-/** Control, format (bidi overrides, zero-width), lone surrogate, and line or paragraph separator characters. */
-const UNPRINTABLE = /[\p{Cc}\p{Cf}\p{Cs}\p{Zl}\p{Zp}]/u;
-
-/** `machine_name`: absent, or 1..64 printable characters (code points), not only spaces. */
-function machineName(fields: JsonObject): string | null {
-  const v = fields.machine_name;
-  if (v === undefined || v === null) return null;
-  const ok = typeof v === "string" && v.length <= 256 && [...v].length <= 64 && v.trim() !== "" && !UNPRINTABLE.test(v);
-  if (!ok) throw Errors.invalidValue("'machine_name' must be 1 to 64 printable characters", "machine_name");
-  return v;
-}
 
 export interface DeviceDeps {
   readonly deviceFlow: DeviceFlow;
@@ -212,6 +202,8 @@ async function check() {
     const at = new Date(r.body.requested_at * 1000);
     const minutes = Math.max(0, Math.round((Date.now() - at.getTime()) / 60000));
     $("machine").textContent = r.body.machine_name ?? "(the tool sent no name)";
+    $("models").textContent = r.body.models?.length ? r.body.models.join(", ") : "(none reported)";
+    $("trust").textContent = r.body.trust_level ?? "(none reported)";
     $("when").textContent = at.toLocaleString() + " (" + minutes + " min ago)";
     $("request").hidden = false;
     say("Approve only if this is your machine and you just ran umbra-provider login on it.");
@@ -250,7 +242,9 @@ will serve requests for your account, including your self-routed ones.</p>
 <label for="key">Your JWT, or an API key allowed to link machines (sent only to this coordinator)</label>
 <input id="key" type="password" autocomplete="off">
 <button id="check" type="button">Show the request</button>
-<div id="request" hidden><p>Machine: <strong id="machine"></strong><br>Code requested: <span id="when"></span></p>
+<div id="request" hidden><p>Machine: <strong id="machine"></strong><br>Code requested: <span id="when"></span><br>
+Models: <span id="models"></span><br>Trust level: <span id="trust"></span><br>
+<small>Models and trust are what the machine reported; they are verified when it connects.</small></p>
 <label for="life">The machine's token</label><select id="life"><option value="">does not expire</option>
 <option value="2592000">expires in 30 days</option><option value="7776000">expires in 90 days</option>
 <option value="31536000">expires in 1 year</option></select>
@@ -294,7 +288,10 @@ export function deviceRoutes(deps: DeviceDeps) {
       async ({ request }) => {
         const fields = await readFields(request, limits);
         if (!requireClient(fields, true)) throw Errors.invalidValue(`unknown 'client_id': this endpoint serves ${CLIENT_ID}`, "client_id");
-        const started = deps.deviceFlow.start({ address: deps.clientAddress(request), machineName: machineName(fields) });
+        const started = deps.deviceFlow.start({
+          address: deps.clientAddress(request),
+          ...reportedMachine(fields),
+        });
         const uri = `${publicBase(request)}/device`;
         return Response.json(
           {
@@ -321,6 +318,8 @@ export function deviceRoutes(deps: DeviceDeps) {
         {
           user_code: login.userCode,
           machine_name: login.machineName,
+          models: login.models,
+          trust_level: login.trustLevel,
           requested_at: Math.floor(login.requestedAt / 1000),
           expires_at: Math.floor(login.expiresAt / 1000),
         },

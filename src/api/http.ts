@@ -16,9 +16,10 @@ import type { Authenticator } from "../auth/authenticator.ts";
 import type { DeviceFlow } from "../auth/device-flow.ts";
 import type { PricingService } from "../billing/pricing.ts";
 import type { CatalogService } from "../catalog/catalog.ts";
+import type { ConsoleOptions } from "../console/assets.ts";
+import type { ConsoleService } from "../console/console-service.ts";
 import type { ConsoleOidc } from "../console/oidc.ts";
 import type { ConsoleSessions } from "../console/sessions.ts";
-import type { ConsoleOptions } from "../console/assets.ts";
 import type { SealedReplayCache } from "../crypto/consumer-replay.ts";
 import { Errors } from "../errors/api-error.ts";
 import type { Fleet } from "../fleet/fleet.ts";
@@ -30,8 +31,9 @@ import { adminRoutes } from "./admin.ts";
 import { attestationRoutes, type DevChainDeps } from "./attestation.ts";
 import { chatRoutes } from "./chat.ts";
 import type { Connection } from "./connection.ts";
-import { applyConsoleHeaders, consoleAuthRoutes, refuseWithoutCsrfHeader } from "./console-auth.ts";
 import { consoleAssetRoutes } from "./console-assets.ts";
+import { applyConsoleHeaders, consoleAuthRoutes, refuseWithoutCsrfHeader } from "./console-auth.ts";
+import { consoleDataRoutes } from "./console-data.ts";
 import { type DeviceDeps, deviceRoutes } from "./device.ts";
 import { errorHandling, errorResponse } from "./errors.ts";
 import { healthRoutes } from "./health.ts";
@@ -62,6 +64,8 @@ export interface HttpDeps {
   readonly consoleSessions: ConsoleSessions;
   /** Console sign-in with OpenID Connect; absent: off. */
   readonly consoleOidc?: ConsoleOidc;
+  /** The console's data operations (overview, keys, usage, machines, device approval). */
+  readonly consoleService: ConsoleService;
   /** Unix ms. */
   readonly now: () => number;
   /** The admin token: from the configuration, or provisioned (read per request). */
@@ -148,6 +152,15 @@ export function createHttpApp(deps: HttpDeps): HttpApp {
         now: deps.now,
         logger: deps.logger,
         bodyTimeoutMs: deps.bodyTimeoutMs,
+      }),
+    )
+    .use(
+      consoleDataRoutes({
+        console: deps.consoleService,
+        auth: deps.consoleSessions,
+        logger: deps.logger,
+        bodyTimeoutMs: deps.bodyTimeoutMs,
+        clientAddress: (request) => connections.get(request)?.address(),
       }),
     )
     .use(consoleAssetRoutes({ ...deps.consoleAssets, oidc: deps.consoleOidc !== undefined }));

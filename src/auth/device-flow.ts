@@ -6,10 +6,12 @@
  * restart forgets pending logins. Times are Unix ms from the injected clock; intervals are whole seconds.
  *
  * Invariants: only the SHA-256 of a device code is kept, never the code, and neither is logged; a user
- * code maps to at most one pending entry; unknown and expired user codes answer alike; an approval is
- * handed out at most once (`poll` is synchronous: two racing polls cannot both win).
+ * code maps to at most one pending entry; unknown and expired user codes answer alike, and so does a
+ * code another account decided (`viewer`); an approval is handed out at most once (`poll` is synchronous).
+ * The models and trust level a login carries are the tool's report, unverified until the machine connects.
  */
 import { createHash, randomBytes } from "node:crypto";
+import type { TrustLevel } from "../../attestation/provider/levels.ts";
 import { Errors } from "../errors/api-error.ts";
 import { RateLimiter } from "../limits/rate-limiter.ts";
 
@@ -53,10 +55,18 @@ export interface DecidedLogin {
   readonly tokenExpiresInSeconds: number | null;
 }
 
-/** A pending, undecided login as the approver sees it before deciding. Times in Unix ms. */
-export interface LoginPreview {
-  readonly userCode: string;
+/** What the tool reported of its machine when it started the login: unverified until the machine connects. */
+export interface ReportedMachine {
   readonly machineName: string | null;
+  /** Build ids it is configured to serve; null when it sent none. */
+  readonly models: readonly string[] | null;
+  /** The trust level it expects to earn; null when it sent none. */
+  readonly trustLevel: TrustLevel | null;
+}
+
+/** A pending, undecided login as the approver sees it before deciding. Times in Unix ms. */
+export interface LoginPreview extends ReportedMachine {
+  readonly userCode: string;
   readonly requestedAt: number;
   readonly expiresAt: number;
 }
@@ -72,10 +82,9 @@ export type PollResult =
   | { readonly status: "authorization_pending" | "slow_down"; readonly interval: number }
   | { readonly status: "access_denied" | "expired_token" | "invalid_grant" };
 
-interface Pending {
+interface Pending extends ReportedMachine {
   readonly deviceHash: string;
   readonly userCode: string;
-  readonly machineName: string | null;
   readonly requestedAt: number;
   readonly expiresAt: number;
   interval: number;
@@ -89,6 +98,8 @@ interface Asker {
   /** Names the approving credential: an API key id, or the account for a JWT. */
   readonly credential: string;
   readonly address: string | undefined;
+  /** The asker's account: a code another account already decided is not found for it. */
+  readonly viewer?: string;
 }
 
 export function hashDeviceCode(deviceCode: string): string {
@@ -181,7 +192,7 @@ export class DeviceFlow {
    * Throws 429 rate_limit_exceeded (with Retry-After) past the address's budget (`codesPerMinute`), 503
    * service_unavailable when `maxPending` logins are already pending.
    */
-  start(input: { readonly address: string | undefined; readonly machineName: string | null }): StartedLogin {
+  start(input: { readonly address: string | undefined } & Pick<ReportedMachine, "machineName"> & Partial<ReportedMachine>): StartedLogin {
     const now = this.now();
     this.prune(now);
     const decision = this.limiter.check(`code:${addressSubject(input.address)}`, { rpm: this.codesPerMinute, tpm: null }, { tokens: 0 });
@@ -202,6 +213,8 @@ export class DeviceFlow {
       deviceHash,
       userCode,
       machineName: input.machineName,
+      models: input.models ?? null,
+      trustLevel: input.trustLevel ?? null,
       requestedAt: now,
       expiresAt: now + this.expiresInSeconds * 1000,
       interval: this.intervalSeconds,
@@ -222,6 +235,8 @@ export class DeviceFlow {
     return {
       userCode: formatUserCode(entry.userCode),
       machineName: entry.machineName,
+      models: entry.models,
+      trustLevel: entry.trustLevel,
       requestedAt: entry.requestedAt,
       expiresAt: entry.expiresAt,
     };
@@ -275,7 +290,8 @@ export class DeviceFlow {
       throw Errors.rateLimited(`too many wrong user codes: at most ${this.wrongCodesPerMinute} per minute`, wait);
     }
     const hash = this.byUserCode.get(letters);
-    const entry = hash === undefined ? undefined : this.pending.get(hash);
+    const found = hash === undefined ? undefined : this.pending.get(hash);
+    const entry = input.viewer !== undefined && found?.decision && found.decision.accountId !== input.viewer ? undefined : found;
     if (!entry) throw Errors.deviceCodeNotFound("no pending device login has this user code (it may have expired)", "user_code");
     this.limiter.trueUp(byAddress.handle, 0);
     this.limiter.trueUp(byCredential.handle, 0);

@@ -5,7 +5,8 @@
  * the routing floor).
  * One digest is `n` pages {v, r, q, i, n, p} (q: the digest's number), each within max_payload.
  * Presence itself is the `<prefix>.prov.<id>` subscription; the digest only describes. Decoding
- * validates every field (ProtocolError); account ids cross only the replicas' private network.
+ * validates every field (ProtocolError); account and device token ids cross only the replicas' private
+ * network (a token id names the machine in usage rows, never authenticates it).
  */
 import {
   type AttestationFacts,
@@ -24,6 +25,8 @@ import { isToken, WIRE_VERSION } from "./wire.ts";
 export interface DigestProvider {
   readonly id: string;
   readonly account: string;
+  /** Its device token's id (usage rows of requests it serves name it); absent from older replicas. */
+  readonly tok?: string;
   readonly builds: readonly string[];
   readonly warm: readonly string[];
   readonly max: number;
@@ -64,6 +67,7 @@ export function describeFleet(fleet: Fleet, minTrust: TrustLevel): DigestProvide
       return {
         id: s.id,
         account: s.identity.accountId,
+        tok: s.identity.tokenId,
         builds: [...s.models.keys()],
         warm: [...s.warm],
         max: s.maxConcurrency,
@@ -154,6 +158,7 @@ function provider(v: unknown): DigestProvider {
   return {
     id,
     account: account as string,
+    ...(o.tok !== undefined ? { tok: token(o, "tok") } : {}),
     builds: strings(o, "builds"),
     warm: strings(o, "warm"),
     max: int(o, "max", 1, MAX_CONCURRENCY),

@@ -33,6 +33,8 @@ export interface ClusterLink {
 export interface RemoteTarget {
   readonly providerId: string;
   readonly accountId: string;
+  /** The provider's device token id, when its replica's digest names it (usage rows name it). */
+  readonly deviceTokenId?: string;
 }
 
 /** Sends one attempt to the replica that owns `target`; never throws (failures are events). */
@@ -51,6 +53,11 @@ class ForwardedStream implements AttemptOwner {
   private timer: ReturnType<typeof setInterval> | undefined;
   /** Released: its attempt ended (at once, when the request could not be sent). */
   closed = false;
+
+  /** The serving machine's device token id, as its replica's digest told it (AttemptOwner). */
+  get deviceTokenId(): string | undefined {
+    return this.target.deviceTokenId;
+  }
 
   constructor(
     private readonly link: ClusterLink,

@@ -129,6 +129,13 @@ export class RemoteFleet {
     return this.malformed;
   }
 
+  /** The account's providers on the other replicas (routable or not), as their last digests describe them. */
+  machinesOf(accountId: string): DigestProvider[] {
+    const out: DigestProvider[] = [];
+    for (const [, p] of this.providers()) if (p.account === accountId) out.push(p);
+    return out;
+  }
+
   private *providers(): Generator<[string, DigestProvider]> {
     this.expire();
     for (const [id, r] of this.replicas) for (const p of r.providers) yield [id, p];
@@ -143,7 +150,7 @@ export class RemoteFleet {
     const found: { c: RemoteCandidate; p: DigestProvider }[] = [];
     for (const [replica, p] of this.providers()) {
       if (!p.builds.includes(buildId) || !this.routable(p) || p.active >= p.max) continue;
-      const c = { replica, providerId: p.id, accountId: p.account };
+      const c = { replica, providerId: p.id, accountId: p.account, ...(p.tok ? { deviceTokenId: p.tok } : {}) };
       if (!accept || accept(c)) found.push({ c, p });
     }
     found.sort(

@@ -16,6 +16,9 @@ import { createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 import { sha256Hex } from "../auth/secrets.ts";
 import { Errors } from "../errors/api-error.ts";
 import type { ConsoleSessionRecord, Store } from "../store/types.ts";
+import type { ConsoleAuth, ConsoleSession } from "./types.ts";
+
+export type { ConsoleAuth, ConsoleSession };
 
 export const SESSION_COOKIE = "umbra_session";
 export const CSRF_HEADER = "x-csrf-token";
@@ -23,28 +26,6 @@ export const SESSION_ABSOLUTE_MS = 12 * 3_600_000;
 export const SESSION_IDLE_MS = 2 * 3_600_000;
 /** The idle expiry is written at most this often per session. */
 export const SESSION_RENEW_MS = 60_000;
-
-/** What a console route knows of its caller's session. */
-export interface ConsoleSession {
-  /** The SHA-256 (hex) of the session id: names the session without being its secret. */
-  readonly id: string;
-  readonly accountId: string;
-  readonly csrfToken: string;
-  /** Unix ms. */
-  readonly createdAt: number;
-  /** Absolute expiry, Unix ms. */
-  readonly expiresAt: number;
-  /** Idle expiry as of this request (after its renewal), Unix ms. */
-  readonly idleExpiresAt: number;
-}
-
-/** What the console's routes are given (the data routes too): session check and CSRF check. */
-export interface ConsoleAuth {
-  /** The caller's live session; throws 401 `invalid_session` (no, unknown, expired or signed-out cookie). */
-  authenticate(request: Request): Promise<ConsoleSession>;
-  /** Throws 403 `csrf_failed` unless the request carries the session's `x-csrf-token`. */
-  requireCsrf(request: Request, session: ConsoleSession): void;
-}
 
 const CSRF_LABEL = "umbra-console-csrf-v1";
 

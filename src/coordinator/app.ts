@@ -19,6 +19,7 @@ import { CatalogService } from "../catalog/catalog.ts";
 import { type Config, publicBaseUrl } from "../config/config.ts";
 import { configDigestHex } from "../config/config-digest.ts";
 import { createConsoleAuth } from "../console/console-auth.ts";
+import { ConsoleService } from "../console/console-service.ts";
 import { SealedReplayCache } from "../crypto/consumer-replay.ts";
 import { Fleet } from "../fleet/fleet.ts";
 import type { FleetView } from "../fleet/fleet-view.ts";
@@ -83,6 +84,10 @@ export interface App {
   /** The provider device-token check (401 unless live: unrevoked, unexpired), on the app's clock. */
   readonly authenticateProvider: (authorization: string | null) => Promise<ProviderTokenRecord>;
   readonly fleet: Fleet;
+  /** Pending provider device logins (the device routes and the console's approvals share them). */
+  readonly deviceFlow: DeviceFlow;
+  /** The console's data operations (src/api/console-data.ts serves them behind a console session). */
+  readonly console: ConsoleService;
   /** The provider trust policy (and, in development, the root that issues local providers' chains). */
   trust(): Promise<ProviderTrust>;
   readonly chat: ChatService;
@@ -305,6 +310,17 @@ export function createApp(deps: AppDeps): App {
   });
   // Renewals and sweeps of this replica's holds; a hold it could not keep stops its answer.
   const keeper = deps.moneyAuthority && startHoldKeeper(deps.moneyAuthority, logger, (ids) => chat.stopUnheld(ids));
+  const deviceFlow = new DeviceFlow({ now });
+  const consoleService = new ConsoleService({
+    store,
+    admin,
+    fleet,
+    ...(cluster ? { remoteMachines: (id: string) => cluster.machinesOf(id) } : {}),
+    deviceFlow,
+    platformFeePercent: config.platformFeePercent,
+    now,
+    settled: () => wallets.applied(),
+  });
   const http = createHttpApp({
     store,
     catalog,
@@ -316,7 +332,7 @@ export function createApp(deps: AppDeps): App {
     fleet,
     ...(cluster ? { buildsOf: (id: string) => new Set([...fleet.buildsOf(id), ...cluster.buildsOf(id)]) } : {}),
     authenticate,
-    deviceFlow: new DeviceFlow({ now }),
+    deviceFlow,
     now,
     adminToken: () => config.adminToken ?? provisioning.adminToken(),
     provisioning,
@@ -329,6 +345,7 @@ export function createApp(deps: AppDeps): App {
         : undefined,
     authenticateProvider: checkProviderToken,
     consoleSessions: consoleAuth.sessions,
+    consoleService,
     ...(consoleAuth.oidc ? { consoleOidc: consoleAuth.oidc } : {}),
     maxBodyBytes: config.maxBodyBytes,
     bodyTimeoutMs: config.bodyTimeoutMs,
@@ -347,6 +364,8 @@ export function createApp(deps: AppDeps): App {
     authenticate,
     authenticateProvider: checkProviderToken,
     fleet,
+    deviceFlow,
+    console: consoleService,
     trust,
     chat,
     wallets,

@@ -9,6 +9,7 @@
  */
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { mergeSummaries, type TrustLevel } from "../../attestation/provider/levels.ts";
+import type { DigestProvider } from "../cluster/digest.ts";
 import { ClusterNode } from "../cluster/node.ts";
 import type { RemoteCapacity } from "../cluster/remote-fleet.ts";
 import type { ClusterConfig } from "../config/config.ts";
@@ -37,6 +38,8 @@ export interface AppCluster {
   capacity(buildId: string): RemoteCapacity | undefined;
   /** The builds the account's routable machines on other replicas serve. */
   buildsOf(accountId: string): readonly string[];
+  /** The account's machines on other replicas, from their digests (the console's machines list). */
+  machinesOf(accountId: string): readonly DigestProvider[];
   /** The ClusterNode once connected (tests). */
   readonly node: ClusterNode | undefined;
   close(): void;
@@ -119,6 +122,7 @@ export function startCluster(deps: ClusterLinkDeps): AppCluster {
     liveReplicas: () => 1 + (node?.remote.replicaIds.length ?? 0),
     capacity: (buildId) => node?.remote.capacity(buildId),
     buildsOf: (accountId) => node?.remote.buildsOf(accountId) ?? [],
+    machinesOf: (accountId) => node?.remote.machinesOf(accountId) ?? [],
     get node() {
       return node;
     },

@@ -9,7 +9,7 @@
 import { parseChallenge } from "../../attestation/provider/challenge.ts";
 import { FULL_SECURITY } from "../../attestation/provider/posture.ts";
 import { answerChallenge, buildEvidence, SoftwareIdentity } from "../../attestation/provider/software-identity.ts";
-import { issueSignInLink } from "../console/sign-in-links.ts";
+import { issueSignInLink } from "../auth/sign-in-links.ts";
 import { type Agent, startAgent } from "../provider/agent.ts";
 import { createEchoEngine } from "../provider/engines/echo.ts";
 import type { App } from "./app.ts";

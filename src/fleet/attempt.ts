@@ -78,6 +78,8 @@ function eventChars(event: AttemptEvent): number {
 export interface AttemptOwner {
   /** Frees the slot and, when `cancel` is given, tells the provider; called once per attempt. */
   release(attempt: Attempt, cancel: CancelReason | undefined): void;
+  /** The serving machine's device token id, when this process holds its session (not a forwarded attempt). */
+  readonly deviceTokenId?: string;
 }
 
 /** What a sealed attempt keeps to open its answer and check the receipt (set once, before sending). */
@@ -135,6 +137,11 @@ export class Attempt {
 
   get key(): string {
     return attemptKey(this.requestId, this.attempt);
+  }
+
+  /** The serving machine's device token id; undefined when another replica holds its session. */
+  get deviceTokenId(): string | undefined {
+    return this.owner.deviceTokenId;
   }
 
   /** True once a terminal event was pushed or the attempt was cancelled. */

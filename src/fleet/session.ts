@@ -106,6 +106,11 @@ export class ProviderSession implements AttemptOwner {
     return this.state === "ready";
   }
 
+  /** Its device token's id: what usage rows name as the serving provider (AttemptOwner). */
+  get deviceTokenId(): string {
+    return this.identity.tokenId;
+  }
+
   get closed(): boolean {
     return this.state === "closed";
   }

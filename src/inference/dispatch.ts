@@ -44,6 +44,8 @@ export interface DispatchRequest {
 export interface RemoteTarget {
   readonly providerId: string;
   readonly accountId: string;
+  /** The provider's device token id, when its replica tells it (usage rows name it). */
+  readonly deviceTokenId?: string;
 }
 
 /** Providers connected to other replicas (src/cluster/node.ts's ClusterNode is one). */

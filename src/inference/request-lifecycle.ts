@@ -161,7 +161,9 @@ export class RequestLifecycle {
     await billing.settle(money, {
       outcome: o.status,
       usage,
-      providerId: attempt.providerId,
+      // The machine's device token (the console's per-machine figures); the session id only when a
+      // replica's digest did not name the token (an older replica).
+      providerId: attempt.deviceTokenId ?? attempt.providerId,
       providerAccountId: attempt.providerAccountId,
       firstContentMs: attempt.firstContentAt === undefined ? null : attempt.firstContentAt - this.startedAt,
       endedAt: now(),

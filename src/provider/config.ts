@@ -240,6 +240,30 @@ export function loadProviderConfig(flags: FlagValues, env: Env, sources: { file?
   return Object.freeze(config);
 }
 
+/**
+ * What `login` reports of this machine to the approver (unverified until it connects): the build ids
+ * `start` would serve from the environment or the config file, and `hardware` when development
+ * attestation is on there (a development coordinator grants it). Each undefined when not configured or
+ * not valid (start would say why).
+ */
+export function machineReport(env: Env, file: FileValues = {}): { models?: string[]; trustLevel?: "hardware" } {
+  const out: { models?: string[]; trustLevel?: "hardware" } = {};
+  try {
+    const given = readList(PROVIDER_SETTINGS.model, {}, env);
+    const entries = given.length > 0 ? given : fileList("model", file);
+    if (entries.length > 0) out.models = modelsOf(entries).map((m) => m.buildId);
+  } catch (error) {
+    if (!(error instanceof ConfigError)) throw error;
+  }
+  try {
+    if (parseSetting(PROVIDER_SETTINGS.devAttestation, settingReader({}, env, file)("devAttestation")) === true)
+      out.trustLevel = "hardware";
+  } catch (error) {
+    if (!(error instanceof ConfigError)) throw error;
+  }
+  return out;
+}
+
 /** Reads a single-valued setting by name: flag, environment (and `_FILE` for secrets), then the config file. */
 export function settingReader(flags: FlagValues, env: Env, file: FileValues = {}): (name: SettingName) => string | undefined {
   return (name) => readSetting(PROVIDER_SETTINGS[name], flags, env) ?? fileValue(name, file);

@@ -2,7 +2,8 @@
  * `umbra-provider login`: links this machine to an account and stores the provider device token.
  *
  * Interactive: the OAuth 2.0 device authorization grant (RFC 8628; docs/api.md, "Provider device
- * login"): the tool asks for a code, sending this machine's name, shows it with the approval URL, and
+ * login"): the tool asks for a code, sending this machine's name (and, when configured, the models it
+ * will serve and the trust it expects: machineReport), shows it with the approval URL, and
  * polls at the interval the coordinator sets (slower after `slow_down`) until the account holder
  * approves, denies or lets it expire; an approval's `expires_in` (the token's lifetime) is reported.
  * Unattended: `--token T` stores a device token made elsewhere (admin API or CLI) once the coordinator
@@ -17,6 +18,7 @@ import {
   coordinatorBaseOf,
   expectationOf,
   isTokenText,
+  machineReport,
   PROVIDER_SETTINGS,
   readConfigFile,
   type SettingName,
@@ -68,7 +70,7 @@ export interface LoginHooks {
   readonly tls?: PinnedTls;
 }
 
-async function post(url: string, body: Record<string, string>, tls: PinnedTls | undefined): Promise<Response> {
+async function post(url: string, body: Record<string, unknown>, tls: PinnedTls | undefined): Promise<Response> {
   try {
     return await fetch(url, {
       method: "POST",
@@ -124,15 +126,28 @@ export interface DeviceLoginResult {
   readonly expiresIn: number | null;
 }
 
+/** What the tool tells the approver about this machine: its name, and what its configuration says it will serve. */
+export interface MachineReport {
+  readonly name: string;
+  readonly models?: readonly string[];
+  readonly trustLevel?: string;
+}
+
 /** Runs the device authorization grant; resolves with the token and its account. */
 export async function deviceLogin(
   base: string,
-  machineName: string,
+  machine: MachineReport,
   show: (code: DeviceCode) => void,
   hooks: LoginHooks = {},
 ): Promise<DeviceLoginResult> {
   const sleep = hooks.sleep ?? ((ms: number) => Bun.sleep(ms));
-  const started = await post(`${base}/v1/provider/device/code`, { client_id: CLIENT_ID, machine_name: machineName }, hooks.tls);
+  const body = {
+    client_id: CLIENT_ID,
+    machine_name: machine.name,
+    ...(machine.models ? { models: machine.models } : {}),
+    ...(machine.trustLevel ? { trust_level: machine.trustLevel } : {}),
+  };
+  const started = await post(`${base}/v1/provider/device/code`, body, hooks.tls);
   const code = (await json(started)) as Partial<DeviceCode> & Record<string, unknown>;
   if (!started.ok) throw new LoginError(`the coordinator refused to start a login: ${problem(code, started.status)}`);
   if (typeof code.device_code !== "string" || typeof code.user_code !== "string" || typeof code.verification_uri !== "string") {
@@ -212,7 +227,8 @@ export async function loginCommand(argv: readonly string[], env: Env, hooks: Log
     return 0;
   }
   const home = providerHome(env);
-  const raw = settingReader(values, env, readConfigFile(home.configFile, false));
+  const file = readConfigFile(home.configFile, false);
+  const raw = settingReader(values, env, file);
   const base = coordinatorOf(raw, home);
   const expectation = expectationOf(raw, base);
   const machineName = (values["machine-name"] as string | undefined) ?? hostname().slice(0, 64);
@@ -238,7 +254,7 @@ export async function loginCommand(argv: readonly string[], env: Env, hooks: Log
     } else {
       linked = await deviceLogin(
         base,
-        machineName,
+        { name: machineName, ...machineReport(env, file) },
         (code) => {
           process.stdout.write(
             `To link this machine ("${machineName}") to your Umbra account:\n` +

@@ -160,6 +160,10 @@ export interface UsageRecord {
   readonly keyId: string | null;
   readonly model: string;
   readonly buildId: string;
+  /**
+   * The serving machine's device token id (its provider session id when another replica served it and
+   * did not name the token); null when no provider served it.
+   */
   readonly providerId: string | null;
   readonly promptTokens: number;
   readonly cachedTokens: number;
@@ -195,6 +199,38 @@ export interface UsageTotals {
 /** The `byKey` key of usage recorded without an API key (JWT-authenticated requests). */
 export const JWT_USAGE_KEY = "jwt";
 
+/** Which of an account's usage rows to read: `since <= startedAt < until`, and equal fields; all optional. */
+export interface UsageFilter {
+  readonly since?: number;
+  readonly until?: number;
+  readonly keyId?: string;
+  readonly model?: string;
+  readonly outcome?: string;
+}
+
+/** A place in the newest-first order (start time, then request id, descending): rows after it are older. */
+export interface UsageCursor {
+  readonly startedAt: number;
+  readonly requestId: string;
+}
+
+/** Sums of one account's rows on one UTC day (`YYYY-MM-DD`) for one model. */
+export interface UsageDayModelRow {
+  readonly day: string;
+  readonly model: string;
+  readonly requests: number;
+  readonly promptTokens: number;
+  readonly completionTokens: number;
+  readonly cost: number;
+}
+
+/** What one provider id served: rows naming it, and what they earned it (charge less the platform fee). */
+export interface ProviderServedRow {
+  readonly providerId: string;
+  readonly requests: number;
+  readonly earnings: number;
+}
+
 export interface UsageStore {
   /** Idempotent per request id: a second record for the same request is ignored (returns false). */
   record(row: UsageRecord): Promise<boolean>;
@@ -205,6 +241,17 @@ export interface UsageStore {
    * one snapshot so the three groupings agree. Empty lists for an unknown account.
    */
   totals(accountId: string, opts: { since?: number; until?: number }): Promise<UsageTotals>;
+  /** At most `limit` of the account's rows matching `filter`, newest first, after `after` when given. */
+  page(accountId: string, filter: UsageFilter, opts: { limit: number; after?: UsageCursor }): Promise<UsageRecord[]>;
+  /** The sums of `totals`' days split by model, over the same bounds; ordered by day, then model (code units). */
+  dayModelTotals(accountId: string, opts: { since?: number; until?: number }): Promise<UsageDayModelRow[]>;
+  /** Per API key of the account with rows: its newest row's start time (derived: no write on use). */
+  lastUsed(accountId: string): Promise<ReadonlyMap<string, number>>;
+  /**
+   * Per provider id given that rows name (any account's rows): their count and earnings at `feePercent`,
+   * each row's charge less its fee rounded up (billing.ts `feeFor`). Ids without rows are left out.
+   */
+  served(providerIds: readonly string[], feePercent: number): Promise<ProviderServedRow[]>;
 }
 
 /**

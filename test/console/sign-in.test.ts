@@ -6,8 +6,8 @@
  */
 import { describe, expect, test } from "bun:test";
 import { CONSOLE_CSP } from "../../src/api/console-auth.ts";
+import { SIGN_IN_LINK_TTL_MS } from "../../src/auth/sign-in-links.ts";
 import { ConsoleSessions, SESSION_ABSOLUTE_MS, SESSION_IDLE_MS } from "../../src/console/sessions.ts";
-import { SIGN_IN_LINK_TTL_MS } from "../../src/console/sign-in-links.ts";
 import { createApp } from "../../src/coordinator/app.ts";
 import { cookieAttributes, linkToken, postSignIn, type SignedIn, sessionCookie, signIn } from "../support/console.ts";
 import { testApp } from "../support/harness.ts";

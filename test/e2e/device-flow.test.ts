@@ -425,6 +425,8 @@ describe("who may approve: an account-holder credential only (issue 18, point 4)
       body: {
         user_code: started.user_code,
         machine_name: "<b>studio</b> & co",
+        models: null,
+        trust_level: null,
         requested_at: Math.floor(T0 / 1000),
         expires_at: Math.floor(T0 / 1000) + 600,
       },
@@ -437,6 +439,25 @@ describe("who may approve: an account-holder credential only (issue 18, point 4)
     // Once decided, a preview says so.
     await c.decide(started.user_code, "deny");
     expect(answer(await c.preview(started.user_code))).toEqual(envelope(409, "conflict_error", "device_code_already_decided", "user_code"));
+  });
+
+  test("preview: the models and trust level the tool reported (JSON array or a form field), bounded", async () => {
+    await using c = await setup();
+    const reported = { client_id: "umbra-provider", machine_name: "mac", models: ["org/a-4bit", "org/b"], trust_level: "hardware" };
+    const started = await c.code(reported);
+    expect((await c.preview(started.user_code)).body).toMatchObject({ models: ["org/a-4bit", "org/b"], trust_level: "hardware" });
+    const form = await send(c.server, "POST", "/v1/provider/device/code", {
+      form: new URLSearchParams({ client_id: "umbra-provider", models: "org/a org/b", trust_level: "none" }).toString(),
+    });
+    expect((await c.preview((form.body as Started).user_code)).body).toMatchObject({ models: ["org/a", "org/b"], trust_level: "none" });
+    const refused = async (fields: Record<string, unknown>, param: string) =>
+      expect(
+        answer(await send(c.server, "POST", "/v1/provider/device/code", { json: { client_id: "umbra-provider", ...fields } })),
+      ).toEqual(envelope(400, "invalid_request_error", "invalid_value", param));
+    await refused({ trust_level: "ultimate" }, "trust_level");
+    await refused({ models: Array.from({ length: 65 }, (_, i) => `org/m${i}`) }, "models");
+    await refused({ models: ["has space"] }, "models");
+    await refused({ models: [""] }, "models");
   });
 
   test("preview: bad and unknown codes; a wrong code counts against the same budget as approvals", async () => {

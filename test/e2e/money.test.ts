@@ -141,7 +141,8 @@ for (const grouping of GROUPINGS) {
           keyId: ctx.consumer.keyId,
           model: "org/model",
           buildId: BUILD,
-          providerId: expect.stringMatching(/^prov_/),
+          // The serving machine's device token.
+          providerId: expect.stringMatching(/^pt_/),
           promptTokens: 30,
           cachedTokens: 10,
           completionTokens: 90,

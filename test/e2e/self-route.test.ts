@@ -100,6 +100,8 @@ async function setup(): Promise<Ctx & AsyncDisposable> {
   };
 }
 
+/** The device token of a connected machine: what usage rows name as the serving provider. */
+const tokenOf = (ctx: Ctx, p: FakeProvider) => ctx.t.app.fleet.list().find((s) => s.id === p.providerId)?.identity.tokenId ?? null;
 const inferences = (p: FakeProvider) => p.received.filter((f): f is Inference => f.type === "inference");
 
 async function contentOf(response: Response): Promise<string> {
@@ -153,7 +155,7 @@ describe("routing and money", () => {
     held.release();
     const usage = await usageRows(ctx.t, ctx.a.accountId, 6);
     expect(usage.map((u) => ({ cost: u.cost, providerId: u.providerId, keyId: u.keyId })).sort((x, y) => x.cost - y.cost)).toEqual(
-      Array.from({ length: 6 }, () => ({ cost: 0, providerId: mine.providerId, keyId: ctx.a.selfKeyId })),
+      Array.from({ length: 6 }, () => ({ cost: 0, providerId: tokenOf(ctx, mine), keyId: ctx.a.selfKeyId })),
     );
     expect(usage.map((u) => u.outcome).sort()).toEqual(["cancelled", "completed", "completed", "completed", "completed", "completed"]);
     expect(usage.every((u) => u.promptTokens > 0)).toBe(true);
@@ -179,8 +181,8 @@ describe("routing and money", () => {
     held.release();
     const usage = await usageRows(ctx.t, ctx.a.accountId, 3);
     const paid = usage.filter((u) => u.cost > 0);
-    expect(paid.map((u) => [u.providerId, u.keyId])).toEqual([[theirs.providerId, ctx.a.plainKeyId]]);
-    expect(usage.filter((u) => u.cost === 0).map((u) => u.providerId)).toEqual([mine.providerId, mine.providerId]);
+    expect(paid.map((u) => [u.providerId, u.keyId])).toEqual([[tokenOf(ctx, theirs), ctx.a.plainKeyId]]);
+    expect(usage.filter((u) => u.cost === 0).map((u) => u.providerId)).toEqual([tokenOf(ctx, mine), tokenOf(ctx, mine)]);
 
     const ledger = (await ctx.t.app.admin.accountLedger(ctx.a.accountId, {})).data;
     expect(ledger.map((e) => [e.kind, e.amount_micro_usd])).toEqual([

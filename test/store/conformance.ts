@@ -15,6 +15,7 @@ import { describe, expect, test } from "bun:test";
 import { DuplicateError } from "../../src/store/errors.ts";
 import type { Account, ApiKeyRecord, ModelBuild, PriceRow, ProviderTokenRecord, Store, UsageRecord } from "../../src/store/types.ts";
 import { runConsoleStoreConformance } from "./console-conformance.ts";
+import { usageReportTests } from "./usage-report-conformance.ts";
 
 /** A fresh, empty store; disposing of it closes the store and removes whatever it created. */
 export interface OpenedStore extends AsyncDisposable {
@@ -792,5 +793,7 @@ export function runStoreConformance(name: string, open: OpenStore): void {
         expect(await t.store.accounts.earnings("acct-2")).toBe(0);
       });
     });
+
+    usageReportTests(open);
   });
 }

@@ -123,9 +123,9 @@ const MAY_IMPORT: Readonly<Record<string, readonly string[]>> = {
   "src/coordinator": ["*"],
   "src/api": ["*", "!src/coordinator"],
   "src/config": [...DOMAIN_BASE, "src/attestation", "src/auth", "src/limits", "src/tls"],
-  "src/admin": [...DOMAIN_BASE, "src/auth", "src/billing", "src/catalog", "src/console", "src/limits"],
+  "src/admin": [...DOMAIN_BASE, "src/auth", "src/billing", "src/catalog", "src/limits"],
   // The console's server side (sessions, sign-in): account holders' view of the domains.
-  "src/console": [...DOMAIN_BASE, "src/auth", "src/billing", "src/catalog", "src/fleet", "src/limits"],
+  "src/console": [...DOMAIN_BASE, "src/admin", "src/auth", "src/billing", "src/catalog", "src/fleet", "src/limits"],
   "src/inference": [...DOMAIN_BASE, "src/auth", "src/billing", "src/catalog", "src/fleet", "src/limits"],
   "src/catalog": [...DOMAIN_BASE, "src/billing", "src/fleet"],
   "src/fleet": [...DOMAIN_BASE, "src/billing"],
@@ -134,6 +134,7 @@ const MAY_IMPORT: Readonly<Record<string, readonly string[]>> = {
   "src/billing": [...DOMAIN_BASE],
   "src/limits": [...DOMAIN_BASE],
   "src/auth": [...DOMAIN_BASE, "src/limits"],
+  // The console's server side: account-scoped operations over the admin service, the fleet, the device flow.
   "src/attestation": [...DOMAIN_BASE, "src/config"],
   "src/tls": [...DOMAIN_BASE, "src/config"],
   // The console's server side (issue 22): sessions, sign-in, its API service, the embedded assets.

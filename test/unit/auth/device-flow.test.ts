@@ -51,6 +51,8 @@ describe("preview before the decision", () => {
     expect(flow.preview({ userCode: s.userCode.toLowerCase(), ...asker })).toEqual({
       userCode: s.userCode,
       machineName: "studio <b>",
+      models: null,
+      trustLevel: null,
       requestedAt: T0,
       expiresAt: T0 + 600_000,
     });
@@ -182,6 +184,25 @@ describe("a login from start to token", () => {
       });
     }
     expect(flow.poll(s.deviceCode)).toEqual({ status: "access_denied" });
+  });
+
+  test("with a viewer: a code another account decided is 404 to it, 409 to the deciding account", () => {
+    const { flow } = setup();
+    const s = flow.start({ address: "198.51.100.7", machineName: "mac", models: ["org/a"], trustLevel: "hardware" });
+    const asker = { credential: "key_b", address: "192.0.2.9" };
+    expect(flow.preview({ userCode: s.userCode, ...asker, viewer: "acct_b" })).toMatchObject({ models: ["org/a"], trustLevel: "hardware" });
+    flow.decide({ userCode: s.userCode, decision: "approve", ...approver, viewer: "acct_a" });
+    expect(refusal(() => flow.preview({ userCode: s.userCode, ...asker, viewer: "acct_b" }))).toMatchObject({
+      status: 404,
+      code: "device_code_not_found",
+    });
+    expect(
+      refusal(() => flow.decide({ userCode: s.userCode, decision: "deny", ...asker, accountId: "acct_b", viewer: "acct_b" })),
+    ).toMatchObject({
+      status: 404,
+    });
+    expect(refusal(() => flow.preview({ userCode: s.userCode, ...approver, viewer: "acct_a" }))).toMatchObject({ status: 409 });
+    expect(flow.poll(s.deviceCode)).toMatchObject({ status: "approved", accountId: "acct_a" });
   });
 });
 

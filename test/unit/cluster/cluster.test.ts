@@ -72,9 +72,11 @@ describe.skipIf(!available)("forwarded dispatch over NATS", () => {
     const [a, , c] = await cluster("a", "b", "c");
     const p = await (c as Replica).provider(BUILD);
     const target = await waitFor(() => a?.node.remote.candidates(BUILD)[0], "C's provider in A's view");
-    expect(target).toEqual({ replica: "c", providerId: p.session.id, accountId: "acct_c" });
+    expect(target).toEqual({ replica: "c", providerId: p.session.id, accountId: "acct_c", deviceTokenId: p.session.identity.tokenId });
     const frame = inference();
     const attempt = (a as Replica).node.forward(target, frame);
+    // Usage rows of forwarded requests name the serving machine's device token, as local ones do.
+    expect(attempt.deviceTokenId).toBe(p.session.identity.tokenId);
     await waitFor(() => p.frames.length === 1, "the inference at C's provider");
     expect(p.frames[0]).toEqual(frame);
     expect(p.session.active).toBe(1);

@@ -4,6 +4,7 @@
  * section 3.5), keeps polling while pending, and ends with a clear LoginError on every refusal.
  */
 import { afterEach, describe, expect, test } from "bun:test";
+import { machineReport } from "../../../src/provider/config.ts";
 import { deviceLogin, LoginError } from "../../../src/provider/login.ts";
 
 interface Script {
@@ -76,7 +77,7 @@ describe("deviceLogin", () => {
     let shown: string | undefined;
     const result = await deviceLogin(
       c.base,
-      "studio-1",
+      { name: "studio-1" },
       (code) => {
         shown = code.user_code;
       },
@@ -93,17 +94,33 @@ describe("deviceLogin", () => {
     });
   });
 
+  test("the machine's configured models and expected trust go with the code request, when there are some", async () => {
+    const c = coordinator({ answers: ["token"] });
+    const { sleep } = recordingSleep();
+    await deviceLogin(c.base, { name: "m", models: ["org/a-4bit"], trustLevel: "hardware" }, () => {}, { sleep });
+    expect(c.started()).toEqual({ client_id: "umbra-provider", machine_name: "m", models: ["org/a-4bit"], trust_level: "hardware" });
+  });
+
+  test("machineReport: build ids from the environment or the config file, hardware with development attestation on", () => {
+    expect(machineReport({})).toEqual({});
+    expect(machineReport({ UMBRA_PROVIDER_MODEL: "org/a-4bit=a,org/b" })).toEqual({ models: ["org/a-4bit", "org/b"] });
+    expect(machineReport({}, { model: ["org/c"], "dev-attestation": "on" })).toEqual({ models: ["org/c"], trustLevel: "hardware" });
+    expect(machineReport({ UMBRA_PROVIDER_DEV_ATTESTATION: "off" }, { "dev-attestation": "on" })).toEqual({});
+    // Not valid: left out (start says why).
+    expect(machineReport({ UMBRA_PROVIDER_MODEL: "org/a,org/a", UMBRA_PROVIDER_DEV_ATTESTATION: "maybe" })).toEqual({});
+  });
+
   test("a token with a lifetime: expires_in is handed on", async () => {
     const { sleep } = recordingSleep();
-    const result = await deviceLogin(coordinator({ answers: ["token"], expiresIn: 86_400 }).base, "m", () => {}, { sleep });
+    const result = await deviceLogin(coordinator({ answers: ["token"], expiresIn: 86_400 }).base, { name: "m" }, () => {}, { sleep });
     expect(result).toEqual({ token: "prov_new", accountId: "acct_1", expiresIn: 86_400 });
   });
 
   test("the coordinator's interval is honoured, but never below one second", async () => {
     const { waits, sleep } = recordingSleep();
-    await deviceLogin(coordinator({ answers: ["token"], interval: 2 }).base, "m", () => {}, { sleep });
+    await deviceLogin(coordinator({ answers: ["token"], interval: 2 }).base, { name: "m" }, () => {}, { sleep });
     server?.stop(true);
-    await deviceLogin(coordinator({ answers: ["token"], interval: 0 }).base, "m", () => {}, { sleep });
+    await deviceLogin(coordinator({ answers: ["token"], interval: 0 }).base, { name: "m" }, () => {}, { sleep });
     expect(waits).toEqual([2000, 1000]);
   });
 
@@ -113,19 +130,21 @@ describe("deviceLogin", () => {
     ["invalid_grant", "the login failed: invalid_grant"],
   ])("%s ends the login with a clear message", async (answer, message) => {
     const { sleep } = recordingSleep();
-    const run = deviceLogin(coordinator({ answers: ["authorization_pending", answer] }).base, "m", () => {}, { sleep });
+    const run = deviceLogin(coordinator({ answers: ["authorization_pending", answer] }).base, { name: "m" }, () => {}, { sleep });
     await expect(run).rejects.toBeInstanceOf(LoginError);
     await expect(run).rejects.toThrow(message);
   });
 
   test("a refused start shows the coordinator's own message", async () => {
     const { sleep } = recordingSleep();
-    await expect(deviceLogin(coordinator({ answers: [], codeStatus: 429 }).base, "m", () => {}, { sleep })).rejects.toThrow(
+    await expect(deviceLogin(coordinator({ answers: [], codeStatus: 429 }).base, { name: "m" }, () => {}, { sleep })).rejects.toThrow(
       "the coordinator refused to start a login: slow down there (HTTP 429)",
     );
   });
 
   test("an unreachable coordinator is a LoginError naming it", async () => {
-    await expect(deviceLogin("http://127.0.0.1:9", "m", () => {})).rejects.toThrow("cannot reach the coordinator at http://127.0.0.1:9");
+    await expect(deviceLogin("http://127.0.0.1:9", { name: "m" }, () => {})).rejects.toThrow(
+      "cannot reach the coordinator at http://127.0.0.1:9",
+    );
   });
 });

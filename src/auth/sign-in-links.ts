@@ -8,9 +8,9 @@
  * atomic in the store: a reused, expired or unknown token is refused the same way.
  */
 import { randomBytes } from "node:crypto";
-import { sha256Hex } from "../auth/secrets.ts";
 import { Errors } from "../errors/api-error.ts";
 import type { Store } from "../store/types.ts";
+import { sha256Hex } from "./secrets.ts";
 
 export const SIGN_IN_LINK_TTL_MS = 15 * 60_000;
 export const SIGN_IN_PATH = "/console/sign-in";
