@@ -9,7 +9,7 @@
  * checkout) the pages are 503 saying how to build them.
  */
 import { Elysia } from "elysia";
-import { BUILD_HINT, CONSOLE_HEADERS, ConsoleAssets, type ConsoleOptions } from "../console/assets.ts";
+import { BUILD_HINT, ConsoleAssets, type ConsoleOptions } from "../console/assets.ts";
 import { Errors } from "../errors/api-error.ts";
 import { errorResponse } from "./errors.ts";
 
@@ -17,14 +17,6 @@ const NO_STORE = "no-store";
 const IMMUTABLE = "public, max-age=31536000, immutable";
 /** Paths the shell never answers: the other console routes' prefixes. */
 const NOT_PAGES = ["/console/api/", "/console/auth/", "/console/assets/"];
-
-/** Whether `url` (absolute) has a path of /console or under /console/. */
-function isConsolePath(url: string): boolean {
-  const start = url.indexOf("/", url.indexOf("//") + 2);
-  if (start < 0 || !url.startsWith("/console", start)) return false;
-  const next = url.charAt(start + "/console".length);
-  return next === "" || next === "/" || next === "?" || next === "#";
-}
 
 function pathOf(url: string): string {
   return new URL(url).pathname;
@@ -43,9 +35,6 @@ export function consoleAssetRoutes(options: ConsoleOptions = {}) {
   };
 
   return new Elysia({ name: "console-assets" })
-    .onRequest(({ request, set }) => {
-      if (isConsolePath(request.url)) Object.assign(set.headers, CONSOLE_HEADERS);
-    })
     .get("/console", ({ request }) => shell(request))
     .get("/console/*", ({ request }) => shell(request))
     .get("/console/assets/:name", async ({ params, request }) => {

@@ -14,6 +14,7 @@
  */
 import { Elysia } from "elysia";
 import { consumeSignInLink, isSignInToken, SIGN_IN_PATH } from "../auth/sign-in-links.ts";
+import { CONSOLE_CSP, CONSOLE_HEADERS } from "../console/assets.ts";
 import type { ConsoleOidc } from "../console/oidc.ts";
 import { OIDC_CALLBACK_PATH, OIDC_START_PATH, OidcRefused } from "../console/oidc.ts";
 import { type ConsoleSessions, CSRF_HEADER } from "../console/sessions.ts";
@@ -23,18 +24,17 @@ import type { Store } from "../store/types.ts";
 import { readBody } from "./body.ts";
 import { errorResponse } from "./errors.ts";
 
-/** The Content-Security-Policy of every console response (the contract's). */
-export const CONSOLE_CSP =
-  "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
-
-/** Console pages and the API: CSP where the route set none; `no-store` on every /console/api/ answer. */
+/**
+ * Every /console answer, errors and refusals included: the console's security headers (CSP where the
+ * route set none, nosniff, no-referrer); `no-store` on every /console/api/ answer.
+ */
 export function applyConsoleHeaders(url: string, response: Response): Response {
   if (!url.includes("/console")) return response;
   const pathname = new URL(url).pathname;
   if (pathname !== "/console" && !pathname.startsWith("/console/")) return response;
   // A copy of the headers: a response's own may be immutable (one passed through from a fetch).
   const headers = new Headers(response.headers);
-  if (!headers.has("content-security-policy")) headers.set("content-security-policy", CONSOLE_CSP);
+  for (const [name, value] of Object.entries(CONSOLE_HEADERS)) if (!headers.has(name)) headers.set(name, value);
   if (pathname.startsWith("/console/api/")) headers.set("cache-control", "no-store");
   return new Response(response.body, { status: response.status, statusText: response.statusText, headers });
 }

@@ -186,7 +186,7 @@ export function createHttpApp(deps: HttpDeps): HttpApp {
       const refused = gate(request) ?? refuseWithoutCsrfHeader(request);
       if (refused !== undefined) {
         deps.metrics.observeHttp(request.method, "unmatched", refused.status, (performance.now() - started) / 1000);
-        return refused;
+        return applyConsoleHeaders(request.url, refused);
       }
       if (connection !== undefined) connections.set(request, connection);
       try {

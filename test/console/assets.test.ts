@@ -10,6 +10,7 @@ import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { Elysia } from "elysia";
 import { consoleAssetRoutes } from "../../src/api/console-assets.ts";
+import { applyConsoleHeaders } from "../../src/api/console-auth.ts";
 import { errorHandling } from "../../src/api/errors.ts";
 import { type AssetTable, CONSOLE_CSP } from "../../src/console/assets.ts";
 import { createLogger } from "../../src/observability/logger.ts";
@@ -27,7 +28,11 @@ function fakeTable(dir: string): AssetTable {
 
 function consoleApp(load: () => Promise<AssetTable>, oidc = false) {
   const app = new Elysia().use(errorHandling(createLogger("error", () => {}))).use(consoleAssetRoutes({ load, oidc }));
-  return (path: string, headers: Record<string, string> = {}) => app.handle(new Request(`http://localhost${path}`, { headers }));
+  // As src/api/http.ts answers: the console's headers applied to whatever the routes gave.
+  return async (path: string, headers: Record<string, string> = {}) => {
+    const request = new Request(`http://localhost${path}`, { headers });
+    return applyConsoleHeaders(request.url, await app.handle(request));
+  };
 }
 
 const SECURITY = { csp: CONSOLE_CSP, nosniff: "nosniff", referrer: "no-referrer" };

@@ -5,8 +5,8 @@
  * idle and absolute expiry with renewal at most once a minute, and no secret in the logs.
  */
 import { describe, expect, test } from "bun:test";
-import { CONSOLE_CSP } from "../../src/api/console-auth.ts";
 import { SIGN_IN_LINK_TTL_MS } from "../../src/auth/sign-in-links.ts";
+import { CONSOLE_CSP } from "../../src/console/assets.ts";
 import { ConsoleSessions, SESSION_ABSOLUTE_MS, SESSION_IDLE_MS } from "../../src/console/sessions.ts";
 import { createApp } from "../../src/coordinator/app.ts";
 import { cookieAttributes, linkToken, postSignIn, type SignedIn, sessionCookie, signIn } from "../support/console.ts";
