@@ -34,7 +34,14 @@ export function LineChart(props: { label: string; days: number[]; series: ChartS
             value: (_u: uPlot, v: number | null) => (v === null ? "—" : props.format(v)),
           })),
         ],
-        axes: [{}, { values: (_u: uPlot, ticks: number[]) => ticks.map(props.format), size: 70 }],
+        axes: [
+          {},
+          {
+            values: (_u: uPlot, ticks: number[]) => ticks.map(props.format),
+            // Wide enough for the longest label (about 7.5 px a character at the axis font) and the ticks.
+            size: (_u: uPlot, values: string[] | null) => 24 + 7.5 * Math.max(4, ...(values ?? []).map((v) => v.length)),
+          },
+        ],
         scales: { x: { time: true } },
       },
       [props.days, ...props.series.map((s) => s.values)],

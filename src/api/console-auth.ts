@@ -75,7 +75,7 @@ const escapeHtml = (text: string) =>
 function page(status: number, title: string, body: string, extra: Record<string, string> = {}): Response {
   const html = `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<meta name="referrer" content="no-referrer"><title>${escapeHtml(title)} · Umbra console</title></head>
+<meta name="referrer" content="no-referrer"><link rel="icon" href="data:,"><title>${escapeHtml(title)} · Umbra console</title></head>
 <body><main><h1>${escapeHtml(title)}</h1>
 ${body}
 </main></body></html>
