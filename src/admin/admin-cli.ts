@@ -120,12 +120,17 @@ export const ADMIN_COMMANDS: Readonly<Record<string, Readonly<Record<string, Ver
   },
   "provider-tokens": {
     create: {
-      usage: "provider-tokens create --account ACCOUNT_ID [--expires-in SECONDS | --expires-at UNIX_SECONDS]",
-      options: { account: str, "expires-in": str, "expires-at": str },
+      usage: "provider-tokens create --account ACCOUNT_ID [--name NAME] [--expires-in SECONDS | --expires-at UNIX_SECONDS]",
+      options: { account: str, name: str, "expires-in": str, "expires-at": str },
       positionals: 0,
       run: (a, _, v) =>
         a.createProviderToken(
-          defined({ account_id: v.account, expires_in_seconds: num(v["expires-in"]), expires_at: num(v["expires-at"]) }),
+          defined({
+            account_id: v.account,
+            name: v.name,
+            expires_in_seconds: num(v["expires-in"]),
+            expires_at: num(v["expires-at"]),
+          }),
         ),
     },
     list: {

@@ -46,6 +46,7 @@ export function providerTokenJson(t: ProviderTokenRecord) {
     object: "provider_token" as const,
     account_id: t.accountId,
     hint: `${PROVIDER_TOKEN_PREFIX}...${t.hint}`,
+    name: t.name,
     created: seconds(t.createdAt),
     expires_at: t.expiresAt === null ? null : seconds(t.expiresAt),
     revoked_at: t.revokedAt === null ? null : seconds(t.revokedAt),

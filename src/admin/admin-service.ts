@@ -9,6 +9,7 @@
  * Reports: an account's `reserved_micro_usd` is the running coordinator's live holds when the hooks
  * provide them (`reservedFor`), else the stored value (the CLI, a separate process, has no live holds).
  */
+import { machineNameField } from "../auth/device-report.ts";
 import { API_KEY_PREFIX, issueSecret, newId, PROVIDER_TOKEN_PREFIX } from "../auth/secrets.ts";
 import { issueSignInLink } from "../auth/sign-in-links.ts";
 import { Errors } from "../errors/api-error.ts";
@@ -230,12 +231,14 @@ export class AdminService extends CatalogAdmin {
   }
 
   /**
-   * A new device token; it expires `expires_in_seconds` from now, or at `expires_at` (Unix seconds,
-   * in the future), at most ten years ahead; with neither it does not expire. Not both.
+   * A new device token, named by `name` (the machine's, as `machine_name` of a device login) or unnamed;
+   * it expires `expires_in_seconds` from now, or at `expires_at` (Unix seconds, in the future), at most
+   * ten years ahead; with neither it does not expire. Not both.
    */
   async createProviderToken(body: unknown) {
-    const o = objectBody(body, ["account_id", "expires_in_seconds", "expires_at"]);
+    const o = objectBody(body, ["account_id", "name", "expires_in_seconds", "expires_at"]);
     const accountId = requiredString(o, "account_id", LABEL);
+    const name = machineNameField(o, "name");
     const now = this.now();
     const expiresIn = optionalInt(o, "expires_in_seconds", 1, MAX_PROVIDER_TOKEN_LIFETIME_SECONDS);
     const nowSeconds = seconds(now);
@@ -250,6 +253,7 @@ export class AdminService extends CatalogAdmin {
       accountId,
       tokenHash: issued.hash,
       hint: issued.hint,
+      name,
       createdAt: now,
       expiresAt: expiresIn !== undefined ? now + expiresIn * 1000 : expiresAt !== undefined ? expiresAt * 1000 : null,
     });

@@ -120,6 +120,7 @@ async function token(deps: DeviceDeps, limits: BodyLimits, request: Request): Pr
       try {
         created = await deps.admin.createProviderToken({
           account_id: result.accountId,
+          ...(result.machineName === null ? {} : { name: result.machineName }),
           ...(result.tokenExpiresInSeconds === null ? {} : { expires_in_seconds: result.tokenExpiresInSeconds }),
         });
       } catch (e) {

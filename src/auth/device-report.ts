@@ -32,16 +32,19 @@ function reportedTrust(fields: JsonObject): TrustLevel | null {
   return v;
 }
 
-/** `machine_name`: absent, or 1..64 printable characters (code points), not only spaces. */
-function machineName(fields: JsonObject): string | null {
-  const v = fields.machine_name;
+/**
+ * A machine's name in field `param` (`machine_name` here; `name` of an admin-made device token): absent,
+ * or 1..64 printable characters (code points), not only spaces.
+ */
+export function machineNameField(fields: JsonObject, param: string): string | null {
+  const v = fields[param];
   if (v === undefined || v === null) return null;
   const ok = typeof v === "string" && v.length <= 256 && [...v].length <= 64 && v.trim() !== "" && !UNPRINTABLE.test(v);
-  if (!ok) throw Errors.invalidValue("'machine_name' must be 1 to 64 printable characters", "machine_name");
+  if (!ok) throw Errors.invalidValue(`'${param}' must be 1 to 64 printable characters`, param);
   return v;
 }
 
 /** The report of a device authorization request's fields. */
 export function reportedMachine(fields: JsonObject): ReportedMachine {
-  return { machineName: machineName(fields), models: reportedModels(fields), trustLevel: reportedTrust(fields) };
+  return { machineName: machineNameField(fields, "machine_name"), models: reportedModels(fields), trustLevel: reportedTrust(fields) };
 }

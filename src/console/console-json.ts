@@ -92,7 +92,7 @@ export function remoteView(p: RemoteMachine): MachineView {
 /**
  * A device token as a machine: online while a welcomed connection with it is held (here, or on another
  * replica by its digest), with the best trust of those connections and the models they offer, and what
- * it served. Tokens carry no name yet: null.
+ * it served. Its name is the token's: the approved device login's machine name, or null.
  */
 export function machineJson(t: ProviderTokenRecord, views: readonly MachineView[], served: ProviderServedRow | undefined) {
   const best = views.reduce<MachineView | undefined>(
@@ -101,7 +101,7 @@ export function machineJson(t: ProviderTokenRecord, views: readonly MachineView[
   );
   return {
     id: t.id,
-    name: null,
+    name: t.name,
     hint: `${PROVIDER_TOKEN_PREFIX}...${t.hint}`,
     created_at: t.createdAt,
     expires_at: t.expiresAt,

@@ -86,6 +86,8 @@ export const providerTokens = sqliteTable(
       .references(() => accounts.id),
     tokenHash: text("token_hash").notNull().unique(),
     hint: text("hint").notNull(),
+    /** The machine name the holder approved at device login (or gave the admin API); null: none. */
+    name: text("name"),
     createdAt: integer("created_at").notNull(),
     /** Refused from this time on; null: never expires. */
     expiresAt: integer("expires_at"),

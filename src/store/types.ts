@@ -82,14 +82,19 @@ export interface ProviderTokenRecord {
   readonly accountId: string;
   readonly tokenHash: string;
   readonly hint: string;
+  /** The machine's name (1..64 printable characters, from the approved device login or the admin API); null: none. */
+  readonly name: string | null;
   readonly createdAt: number;
   /** Refused from this time on (Unix ms); null: never expires. */
   readonly expiresAt: number | null;
   readonly revokedAt: number | null;
 }
 
-/** A token to create; `expiresAt` defaults to null (never expires). */
-export type NewProviderToken = Omit<ProviderTokenRecord, "revokedAt" | "expiresAt"> & { readonly expiresAt?: number | null };
+/** A token to create; `expiresAt` and `name` default to null (never expires, no name). */
+export type NewProviderToken = Omit<ProviderTokenRecord, "revokedAt" | "expiresAt" | "name"> & {
+  readonly expiresAt?: number | null;
+  readonly name?: string | null;
+};
 
 export interface ProviderTokenStore {
   create(token: NewProviderToken): Promise<ProviderTokenRecord | undefined>;

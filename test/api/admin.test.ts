@@ -476,6 +476,7 @@ describe("provider device tokens", () => {
       object: "provider_token",
       account_id: accountId,
       hint: `umbra-pt-...${secret.slice(-4)}`,
+      name: null,
       created: T0,
       expires_at: null,
       revoked_at: null,
@@ -514,10 +515,34 @@ describe("provider device tokens", () => {
     expect(await list(t, `/provider-tokens?account_id=${acme.id}`)).toEqual({ object: "list", data: [revoked] });
   });
 
+  test("name: the machine's, as a device login's machine_name (1 to 64 printable characters); null is none", async () => {
+    await using t = await app();
+    const acme = await ok<Created>(t.admin("POST", "/accounts", { name: "Acme" }));
+    const named = await ok<CreatedToken>(t.admin("POST", "/provider-tokens", { account_id: acme.id, name: "Ada’s Mac <mini>" }));
+    expect(named).toEqual({ ...tokenAnswer(named.id, acme.id, named.token, { name: "Ada’s Mac <mini>" }), token: named.token });
+    const longest = "🖥".repeat(64);
+    t.clock.set(T0_MS + 1_000);
+    const long = await ok<CreatedToken>(t.admin("POST", "/provider-tokens", { account_id: acme.id, name: longest }));
+    t.clock.set(T0_MS + 2_000);
+    const unnamed = await ok<CreatedToken>(t.admin("POST", "/provider-tokens", { account_id: acme.id, name: null }));
+    const listed = (await list(t, "/provider-tokens")) as { data: { id: string; name: string | null }[] };
+    expect(listed.data.map((p) => [p.id, p.name])).toEqual([
+      [named.id, "Ada’s Mac <mini>"],
+      [long.id, longest],
+      [unnamed.id, null],
+    ]);
+  });
+
   test.each([
     ["an unknown account", { account_id: "acct_nope" }, refused(404, "not_found", "account_id")],
     ["no account_id", {}, refused(400, "missing_field", "account_id")],
-    ["an unknown field", { account_id: "acct_nope", name: "x" }, refused(400, "unsupported_value", "name")],
+    ["an unknown field", { account_id: "acct_nope", label: "x" }, refused(400, "unsupported_value", "label")],
+    ["an empty name", { account_id: "ACME", name: "" }, refused(400, "invalid_value", "name")],
+    ["a blank name", { account_id: "ACME", name: "   " }, refused(400, "invalid_value", "name")],
+    ["a name of 65 characters", { account_id: "ACME", name: "m".repeat(65) }, refused(400, "invalid_value", "name")],
+    ["a name with a line break", { account_id: "ACME", name: "mac\nmini" }, refused(400, "invalid_value", "name")],
+    ["a name with a bidi override", { account_id: "ACME", name: "mac\u202emini" }, refused(400, "invalid_value", "name")],
+    ["a numeric name", { account_id: "ACME", name: 7 }, refused(400, "invalid_value", "name")],
     ["expires_in_seconds 0", { account_id: "ACME", expires_in_seconds: 0 }, refused(400, "invalid_value", "expires_in_seconds")],
     ["expires_in_seconds 1.5", { account_id: "ACME", expires_in_seconds: 1.5 }, refused(400, "invalid_value", "expires_in_seconds")],
     [

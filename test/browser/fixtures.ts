@@ -98,6 +98,7 @@ export const machines = {
     {
       id: "pt_1",
       name: `Mac ${XSS}`,
+      hint: "umbra-pt-...abcd",
       created_at: today - 5 * DAY_MS,
       expires_at: today + 85 * DAY_MS,
       revoked_at: null,

@@ -158,7 +158,7 @@ describe.skipIf(!run || missing.length > 0)("console end to end in Chromium", ()
       await page.getByRole("button", { name: "Approve and link" }).click();
       await page.getByText(/^Approved\./).waitFor();
       expect(await login.exited).toBe(0);
-      // The seeded provider's device token and the one this login made (tokens carry no name yet).
+      // The seeded provider's device token (unnamed: its hint) and the one this login made, by its machine name.
       await nav(page, "Machines");
       await waitFor(async () => {
         if ((await page.locator("tbody tr").count()) === 2) return true;
@@ -166,6 +166,7 @@ describe.skipIf(!run || missing.length > 0)("console end to end in Chromium", ()
         await page.getByRole("heading", { level: 1 }).waitFor();
         return undefined;
       }, "two machines listed");
+      expect(await page.getByRole("rowheader", { name: /^console-e2e-mac umbra-pt-\.\.\./ }).isVisible()).toBe(true);
       await screenshot(page, "flow-machines");
       expect(await axe(page)).toEqual([]);
     } finally {

@@ -316,7 +316,10 @@ describe.skipIf(!run)("console pages in Chromium", () => {
     await page.goto(`${coordinator.url}/console/machines`);
     await page.getByRole("table", { name: "Your linked machines" }).waitFor();
     expect(await page.getByText("hardware (managed device attestation)").isVisible()).toBe(true);
-    expect(await page.getByRole("rowheader", { name: "umbra-pt-...wxyz" }).isVisible()).toBe(true);
+    // A named machine: its name, then its token hint as secondary text; an unnamed one: the hint alone.
+    expect(await page.getByRole("rowheader", { name: `Mac ${F.XSS} umbra-pt-...abcd` }).isVisible()).toBe(true);
+    expect(await page.locator("th .sub").allTextContents()).toEqual(["umbra-pt-...abcd"]);
+    expect(await page.getByRole("rowheader", { name: "umbra-pt-...wxyz", exact: true }).isVisible()).toBe(true);
     await checkPage(page, problems, "machines");
     await page.getByRole("button", { name: `Unlink Mac ${F.XSS}` }).click();
     await page.getByRole("button", { name: "Unlink machine" }).click();

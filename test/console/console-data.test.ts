@@ -438,8 +438,11 @@ describe("device approval", () => {
     );
     const token = await poll(env, login.device_code);
     expect(token).toMatchObject({ status: 200, body: { account_id: a.accountId, expires_in: 86_400 } });
+    // The machine is listed under the name the approver saw, as given (text, never markup).
     const machines = ((await env.call(a, "GET", "/machines")).body as { data: { id: string; expires_at: number }[] }).data;
-    expect(machines).toEqual([expect.objectContaining({ id: token.body.token_id, expires_at: env.clock.now() + 86_400_000 })]);
+    expect(machines).toEqual([
+      expect.objectContaining({ id: token.body.token_id, name: "studio <img src=x>", expires_at: env.clock.now() + 86_400_000 }),
+    ]);
   });
 
   test("deny: the tool hears access_denied; bad and unknown codes and bodies are refused", async () => {

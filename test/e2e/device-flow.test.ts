@@ -187,7 +187,10 @@ describe("the whole flow", () => {
     c.clock.advance(10_000);
     expect(answer(await c.poll(deviceCode))).toEqual(oauth("invalid_grant"));
     expect(answer(await c.decide(userCode, "approve"))).toEqual(envelope(404, "not_found_error", "device_code_not_found", "user_code"));
-    expect((await t.app.admin.listProviderTokens(c.owner.accountId)).data.map((p) => p.id)).toEqual([tokenId]);
+    // The token carries the machine name the approver saw.
+    expect((await t.app.admin.listProviderTokens(c.owner.accountId)).data.map((p) => [p.id, p.name])).toEqual([
+      [tokenId, "Ada’s Mac mini"],
+    ]);
 
     // The token is a real provider device token.
     const me0 = await send(server, "GET", "/v1/provider/me", { token });
@@ -270,6 +273,16 @@ describe("the whole flow", () => {
     });
     expect(delivered.status).toBe(200);
     expect(delivered.body).toMatchObject({ token_type: "Bearer", account_id: c.owner.accountId });
+  });
+
+  test("a login that sent no machine name makes an unnamed token", async () => {
+    await using c = await setup();
+    const unnamed = await c.code({ client_id: "umbra-provider" });
+    expect((await c.decide(unnamed.user_code, "approve")).body).toMatchObject({ machine_name: null });
+    const delivered = await c.poll(unnamed.device_code);
+    expect(delivered.status).toBe(200);
+    const { token_id: tokenId } = delivered.body as { token_id: string };
+    expect((await c.t.app.admin.listProviderTokens(c.owner.accountId)).data.map((p) => [p.id, p.name])).toEqual([[tokenId, null]]);
   });
 
   test("approve with a JWT: the token belongs to the JWT's account", async () => {

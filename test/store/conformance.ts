@@ -47,7 +47,7 @@ function newKey(input: Partial<FullNewKey> & Pick<FullNewKey, "id" | "accountId"
 }
 
 function newToken(input: Partial<FullNewToken> & Pick<FullNewToken, "id" | "accountId">): FullNewToken {
-  return { tokenHash: `token-hash-${input.id}`, hint: `…${input.id.slice(-4)}`, createdAt: T0, expiresAt: null, ...input };
+  return { tokenHash: `token-hash-${input.id}`, hint: `…${input.id.slice(-4)}`, name: null, createdAt: T0, expiresAt: null, ...input };
 }
 
 /** A build with every optional field null (created T0, owned by org, chat) but those given. */
@@ -406,6 +406,27 @@ export function runStoreConformance(name: string, open: OpenStore): void {
           { ...expiring, revokedAt: null },
           { ...withoutExpiry, expiresAt: null, revokedAt: null },
         ]);
+      });
+
+      test("name round-trips as given; a token created without it has none (null)", async () => {
+        await using t = await open();
+        await createAccounts(t.store, "acct-1");
+        const named = newToken({ id: "tok-1", accountId: "acct-1", name: "Studio Mac · 2 <b>" });
+        expect(await t.store.providerTokens.create(named)).toEqual({ ...named, revokedAt: null });
+        expect(await t.store.providerTokens.get("tok-1")).toEqual({ ...named, revokedAt: null });
+        expect(await t.store.providerTokens.findByHash(named.tokenHash)).toEqual({ ...named, revokedAt: null });
+        const { name: _, ...withoutName } = newToken({ id: "tok-2", accountId: "acct-1", createdAt: T0 + 1 });
+        expect(await t.store.providerTokens.create(withoutName)).toEqual({ ...withoutName, name: null, revokedAt: null });
+        const nullName = newToken({ id: "tok-3", accountId: "acct-1", createdAt: T0 + 2, name: null });
+        await t.store.providerTokens.create(nullName);
+        expect(await t.store.providerTokens.get("tok-2")).toEqual({ ...withoutName, name: null, revokedAt: null });
+        expect(await t.store.providerTokens.list("acct-1")).toEqual([
+          { ...named, revokedAt: null },
+          { ...withoutName, name: null, revokedAt: null },
+          { ...nullName, revokedAt: null },
+        ]);
+        const revoked = await t.store.providerTokens.revoke("tok-1", T0 + 100);
+        expect(revoked).toEqual({ ...named, revokedAt: T0 + 100 });
       });
 
       test("create for an unknown account returns undefined and writes nothing", async () => {

@@ -1,7 +1,8 @@
 /**
  * Machines: the provider devices linked to the account (trust level and its source, models, online
  * state, requests served, earnings); unlinking one (after a confirmation) revokes its device token and
- * ends its sessions.
+ * ends its sessions. A machine is labelled by its name (the approved login's machine name) with its
+ * token hint beneath, or by the hint alone when it has no name; names are rendered as text only.
  */
 import { useState } from "preact/hooks";
 import { api, type Machine } from "../api.ts";
@@ -46,7 +47,10 @@ export function MachinesPage() {
               <tbody>
                 {data.map((m) => (
                   <tr key={m.id}>
-                    <th scope="row">{label(m)}</th>
+                    <th scope="row">
+                      {label(m)}
+                      {m.name !== null && m.hint !== undefined && <span class="sub">{m.hint}</span>}
+                    </th>
                     <td>{m.revoked_at !== null ? `unlinked ${time(m.revoked_at)}` : m.online ? "online" : "offline"}</td>
                     <td>{m.trust_level === null ? "—" : `${m.trust_level}${m.trust_source === null ? "" : ` (${m.trust_source})`}`}</td>
                     <td>{m.models.length === 0 ? "—" : m.models.join(", ")}</td>

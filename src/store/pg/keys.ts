@@ -58,7 +58,7 @@ export function pgProviderTokens(db: PgDb): ProviderTokenStore {
   return {
     async create(token) {
       if (!(await accountExists(db, token.accountId))) return undefined;
-      await db.insert(providerTokens).values({ ...token, expiresAt: token.expiresAt ?? null, revokedAt: null });
+      await db.insert(providerTokens).values({ ...token, name: token.name ?? null, expiresAt: token.expiresAt ?? null, revokedAt: null });
       return get(token.id);
     },
     get,

@@ -94,6 +94,7 @@ export const providerTokens = pgTable(
       .references(() => accounts.id),
     tokenHash: text("token_hash").notNull().unique(),
     hint: text("hint").notNull(),
+    name: text("name"),
     createdAt: int("created_at").notNull(),
     expiresAt: int("expires_at"),
     revokedAt: int("revoked_at"),

@@ -84,7 +84,7 @@ export function sqliteProviderTokens(db: Db): ProviderTokenStore {
     async create(token) {
       if (!accountExists(db, token.accountId)) return undefined;
       db.insert(providerTokens)
-        .values({ ...token, expiresAt: token.expiresAt ?? null, revokedAt: null })
+        .values({ ...token, name: token.name ?? null, expiresAt: token.expiresAt ?? null, revokedAt: null })
         .run();
       return get(token.id);
     },

@@ -262,10 +262,53 @@ describe("upgrading a database made before 0003 (key permission to link machines
         accountId: "acct-1",
         tokenHash: "hash-2",
         hint: "wxyz",
+        name: null,
         createdAt: 3,
         expiresAt: null,
         revokedAt: null,
       });
+    } finally {
+      store.close();
+    }
+  });
+});
+
+describe("upgrading a database made before 0005 (provider token names)", () => {
+  test("existing device tokens gain a null name and keep every other field; new tokens may carry one", async () => {
+    using dir = tempDir();
+    const path = join(dir.path, "umbra.db");
+    {
+      // The database as the coordinator left it before 0005: the first five migrations, marked applied.
+      using db = new Database(path, { create: true, strict: true });
+      applyMigrations(db, MIGRATIONS.slice(0, 5));
+      db.exec("INSERT INTO accounts (id, name, created_at) VALUES ('acct-1', 'a', 1)");
+      db.exec(`INSERT INTO provider_tokens (id, account_id, token_hash, hint, created_at, expires_at, revoked_at)
+        VALUES ('pt-1', 'acct-1', 'hash-1', 'wxyz', 3, 90, NULL), ('pt-2', 'acct-1', 'hash-2', 'abcd', 4, NULL, 5)`);
+    }
+    const store = createSqliteStore(path);
+    try {
+      await store.providerTokens.create({
+        id: "pt-3",
+        accountId: "acct-1",
+        tokenHash: "hash-3",
+        hint: "efgh",
+        name: "Mac mini",
+        createdAt: 6,
+      });
+      expect(await store.providerTokens.list("acct-1")).toEqual([
+        { id: "pt-1", accountId: "acct-1", tokenHash: "hash-1", hint: "wxyz", name: null, createdAt: 3, expiresAt: 90, revokedAt: null },
+        { id: "pt-2", accountId: "acct-1", tokenHash: "hash-2", hint: "abcd", name: null, createdAt: 4, expiresAt: null, revokedAt: 5 },
+        {
+          id: "pt-3",
+          accountId: "acct-1",
+          tokenHash: "hash-3",
+          hint: "efgh",
+          name: "Mac mini",
+          createdAt: 6,
+          expiresAt: null,
+          revokedAt: null,
+        },
+      ]);
     } finally {
       store.close();
     }

@@ -1,7 +1,8 @@
 /**
  * The Postgres migrations: drizzle-kit's journal, the .sql files beside it and the list embedded in the
  * binary agree byte for byte; on a real server, opens racing on a fresh database apply each migration
- * once (the advisory lock), and a later open applies nothing.
+ * once (the advisory lock), and a later open applies nothing; a database made by earlier migrations
+ * gains the provider token name column with nulls.
  */
 import { describe, expect, test } from "bun:test";
 import { readdirSync, readFileSync } from "node:fs";
@@ -56,6 +57,52 @@ describe.skipIf(db === undefined)(SUITE, () => {
       expect(accounts?.t).toBe("accounts");
     } finally {
       await Promise.all(clients.map((c) => c.end({ timeout: 5 })));
+    }
+  });
+});
+
+const UPGRADE = "Postgres: upgrading a database made before 0006 (provider token names)";
+const older = await testDatabase([UPGRADE]);
+
+describe.skipIf(older === undefined)(UPGRADE, () => {
+  test("existing device tokens gain a null name and keep every other field; new tokens may carry one", async () => {
+    if (older === undefined) throw new Error("no database");
+    const client = postgres(older.url, { max: 1, onnotice: () => {} });
+    try {
+      // The database as the coordinator left it before 0006: the first six migrations, marked applied.
+      expect(await applyPgMigrations(client, PG_MIGRATIONS.slice(0, 6))).toHaveLength(6);
+      await client`INSERT INTO accounts (id, name, created_at) VALUES ('acct-1', 'a', 1)`;
+      await client`INSERT INTO provider_tokens (id, account_id, token_hash, hint, created_at, expires_at, revoked_at)
+        VALUES ('pt-1', 'acct-1', 'hash-1', 'wxyz', 3, 90, NULL), ('pt-2', 'acct-1', 'hash-2', 'abcd', 4, NULL, 5)`;
+    } finally {
+      await client.end({ timeout: 5 });
+    }
+    const store = await older.store();
+    try {
+      await store.providerTokens.create({
+        id: "pt-3",
+        accountId: "acct-1",
+        tokenHash: "hash-3",
+        hint: "efgh",
+        name: "Mac mini",
+        createdAt: 6,
+      });
+      expect(await store.providerTokens.list("acct-1")).toEqual([
+        { id: "pt-1", accountId: "acct-1", tokenHash: "hash-1", hint: "wxyz", name: null, createdAt: 3, expiresAt: 90, revokedAt: null },
+        { id: "pt-2", accountId: "acct-1", tokenHash: "hash-2", hint: "abcd", name: null, createdAt: 4, expiresAt: null, revokedAt: 5 },
+        {
+          id: "pt-3",
+          accountId: "acct-1",
+          tokenHash: "hash-3",
+          hint: "efgh",
+          name: "Mac mini",
+          createdAt: 6,
+          expiresAt: null,
+          revokedAt: null,
+        },
+      ]);
+    } finally {
+      await store.end();
     }
   });
 });

@@ -11,6 +11,7 @@ import m0002 from "./0002_money_fns.sql" with { type: "text" };
 import m0003 from "./0003_money_batch.sql" with { type: "text" };
 import m0004 from "./0004_change_feed.sql" with { type: "text" };
 import m0005 from "./0005_console_sessions.sql" with { type: "text" };
+import m0006 from "./0006_provider_token_names.sql" with { type: "text" };
 import journal from "./meta/_journal.json" with { type: "json" };
 
 const TEXTS: Readonly<Record<string, string>> = {
@@ -20,6 +21,7 @@ const TEXTS: Readonly<Record<string, string>> = {
   "0003_money_batch": m0003,
   "0004_change_feed": m0004,
   "0005_console_sessions": m0005,
+  "0006_provider_token_names": m0006,
 };
 
 export const PG_MIGRATIONS: readonly EmbeddedMigration[] = journal.entries.map((e) => {
