@@ -1,13 +1,14 @@
 /**
  * The console's build (`bun console/build.ts`; the Makefile runs it before dev, test and build): bundles
  * console/src (Preact + uPlot, TSX) with Bun.build into console/dist (generated, ignored by git):
- *   main.<hash>.js, main.<hash>.css   minified, named by a hash of their content (cached for a year);
+ *   main.<hash>.js, main.<hash>.css   minified, named by SHA-256 of their bytes (cached for a year);
  *   assets.js                         the generated table: each file imported `with { type: "file" }`
  *                                     (so `bun build --compile` embeds it in the binary) by its name.
  * src/console/assets.ts imports assets.js on the first console request, never at start. The same sources
  * and the same Bun give the same bytes and names (reproducible builds). Exit 1 with Bun's messages on failure.
  */
-import { mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { createHash } from "node:crypto";
+import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { basename, join } from "node:path";
 
 const SRC = join(import.meta.dir, "src");
@@ -22,14 +23,27 @@ const result = await Bun.build({
   format: "esm",
   minify: true,
   sourcemap: "none",
-  naming: { entry: "[name].[hash].[ext]", chunk: "[name].[hash].[ext]", asset: "[name].[hash].[ext]" },
+  // Named by our own hash of the bytes below: Bun's [hash] also depends on the folder the build runs in,
+  // which made the compiled binary differ between two checkouts (image/check/reproducible.sh).
+  naming: { entry: "[name].[ext]", chunk: "[name].[ext]", asset: "[name].[ext]" },
 });
 if (!result.success) {
   for (const log of result.logs) console.error(log);
   process.exit(1);
 }
 
-const names = result.outputs.map((o) => basename(o.path)).sort();
+/** `main.js` -> `main.<first 8 hex of SHA-256 of its bytes>.js`, renamed in place; with its size. */
+function hashed(path: string): { name: string; size: number } {
+  const name = basename(path);
+  const bytes = readFileSync(path);
+  const dot = name.lastIndexOf(".");
+  const named = `${name.slice(0, dot)}.${createHash("sha256").update(bytes).digest("hex").slice(0, 8)}${name.slice(dot)}`;
+  renameSync(path, join(OUT, named));
+  return { name: named, size: bytes.length };
+}
+
+const built = result.outputs.map((o) => hashed(o.path));
+const names = built.map((b) => b.name).sort();
 const script = names.find((n) => n.endsWith(".js"));
 const style = names.find((n) => n.endsWith(".css"));
 if (script === undefined || style === undefined) throw new Error(`console build: expected one .js and one .css, got ${names.join(", ")}`);
@@ -46,5 +60,5 @@ writeFileSync(
     "",
   ].join("\n"),
 );
-const sizes = result.outputs.map((o) => `${basename(o.path)} ${o.size} B`).join(", ");
+const sizes = built.map((b) => `${b.name} ${b.size} B`).join(", ");
 console.log(`console: built ${sizes} into console/dist`);
