@@ -44,6 +44,8 @@ export interface DeviceDeps {
   /** The peer address of a request; undefined for in-process calls. */
   readonly clientAddress: (request: Request) => string | undefined;
   readonly bodyTimeoutMs: number;
+  /** The configured public base URL; the verification URI is built on it when set, else on the request's origin. */
+  readonly publicUrl?: string;
 }
 
 /** RFC 6749 section 5.2 and RFC 8628 section 3.5 error codes. */
@@ -293,7 +295,8 @@ export function deviceRoutes(deps: DeviceDeps) {
           address: deps.clientAddress(request),
           ...reportedMachine(fields),
         });
-        const uri = `${publicBase(request)}/device`;
+        // The console's approval page: sign in there (if need be), check the machine, decide.
+        const uri = `${deps.publicUrl ?? publicBase(request)}/console/device`;
         return Response.json(
           {
             device_code: started.deviceCode,

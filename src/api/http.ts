@@ -66,6 +66,8 @@ export interface HttpDeps {
   readonly consoleOidc?: ConsoleOidc;
   /** The console's data operations (overview, keys, usage, machines, device approval). */
   readonly consoleService: ConsoleService;
+  /** `--public-url` when set (links shown to people: the device login's verification URI). */
+  readonly publicUrl?: string;
   /** Unix ms. */
   readonly now: () => number;
   /** The admin token: from the configuration, or provisioned (read per request). */

@@ -346,6 +346,9 @@ export function createApp(deps: AppDeps): App {
     authenticateProvider: checkProviderToken,
     consoleSessions: consoleAuth.sessions,
     consoleService,
+    // Only the operator's own setting: the derived loopback default names the configured port, which an
+    // in-process server on another port does not listen on.
+    ...(config.publicUrl !== undefined ? { publicUrl: config.publicUrl } : {}),
     ...(consoleAuth.oidc ? { consoleOidc: consoleAuth.oidc } : {}),
     maxBodyBytes: config.maxBodyBytes,
     bodyTimeoutMs: config.bodyTimeoutMs,

@@ -139,8 +139,8 @@ describe("the whole flow", () => {
       body: {
         device_code: expect.stringMatching(/^[A-Za-z0-9_-]{43}$/),
         user_code: expect.stringMatching(/^[BCDFGHJKLMNPQRSTVWXZ]{4}-[BCDFGHJKLMNPQRSTVWXZ]{4}$/),
-        verification_uri: `${server.url}/device`,
-        verification_uri_complete: `${server.url}/device?user_code=${userCode}`,
+        verification_uri: `${server.url}/console/device`,
+        verification_uri_complete: `${server.url}/console/device?user_code=${userCode}`,
         expires_in: 600,
         interval: 5,
       },

@@ -148,7 +148,7 @@ describe("login", () => {
     expect(await decide(login.code, "approve")).toMatchObject({ status: 200, body: { decision: "approve", account_id: seeded.accountId } });
     expect(await login.proc.exited).toBe(0);
     const out = await login.output;
-    expect(out).toContain(`${coordinator.url}/device`);
+    expect(out).toContain(`${coordinator.url}/console/device`);
     expect(out).toContain(`Linked to account ${seeded.accountId}`);
     const stored = credentials(home);
     expect(stored.account_id).toBe(seeded.accountId);

@@ -41,7 +41,7 @@ function coordinator(script: Script) {
         return Response.json({
           device_code: "dc_1",
           user_code: "BCDF-GHJK",
-          verification_uri: "http://127.0.0.1/device",
+          verification_uri: "http://127.0.0.1/console/device",
           expires_in: 600,
           ...(script.interval === undefined ? {} : { interval: script.interval }),
         });
