@@ -23,8 +23,8 @@ import type { ConsoleSessions } from "../console/sessions.ts";
 import type { SealedReplayCache } from "../crypto/consumer-replay.ts";
 import { Errors } from "../errors/api-error.ts";
 import type { Fleet } from "../fleet/fleet.ts";
-import type { EnrolmentService } from "../mdm/enrolment.ts";
 import type { ChatService } from "../inference/chat-service.ts";
+import type { EnrolmentService } from "../mdm/enrolment.ts";
 import type { Logger } from "../observability/logger.ts";
 import type { Metrics } from "../observability/metrics.ts";
 import type { Store } from "../store/types.ts";
@@ -151,7 +151,11 @@ export function createHttpApp(deps: HttpDeps): HttpApp {
     .use(providerModelRoutes(deps))
     .use(
       deps.mdmEnrolment
-        ? mdmEnrolRoutes({ enrolment: deps.mdmEnrolment, authenticateProvider: deps.authenticateProvider, bodyTimeoutMs: deps.bodyTimeoutMs })
+        ? mdmEnrolRoutes({
+            enrolment: deps.mdmEnrolment,
+            authenticateProvider: deps.authenticateProvider,
+            bodyTimeoutMs: deps.bodyTimeoutMs,
+          })
         : new Elysia({ name: "mdm-enrol-off" }),
     )
     .use(adminRoutes(deps))

@@ -13,9 +13,9 @@ import type { MdmEnrolmentConfig } from "../mdm/enrolment.ts";
 import type { TlsConfig } from "../tls/tls-config.ts";
 import { type ClusterConfig, parseCluster } from "./cluster-config.ts";
 import { CLUSTER_DERIVED } from "./cluster-settings.ts";
+import { CONFIG_OPTIONS, SETTINGS, type SettingName } from "./coordinator-settings.ts";
 import { parseMdmEnrolment } from "./mdm-enrol-config.ts";
 import { MDM_ENROL_DERIVED } from "./mdm-enrol-settings.ts";
-import { CONFIG_OPTIONS, SETTINGS, type SettingName } from "./coordinator-settings.ts";
 import {
   ConfigError,
   type Env,

@@ -31,7 +31,8 @@ export function parseMdmEnrolment(raw: (name: MdmEnrolSettingName) => string | u
   const { certificate, key } = readCa(raw("mdmCaCert") ?? "", raw("mdmCaKey") ?? "");
   const p12File = raw("mdmProfileSigningP12File");
   const password = raw("mdmProfileSigningP12Password");
-  if (p12File === undefined && password !== undefined) throw new ConfigError("--mdm-profile-signing-p12-password needs --mdm-profile-signing-p12-file");
+  if (p12File === undefined && password !== undefined)
+    throw new ConfigError("--mdm-profile-signing-p12-password needs --mdm-profile-signing-p12-file");
   let signingP12: Uint8Array | undefined;
   if (p12File !== undefined) {
     try {

@@ -1,18 +1,16 @@
 /**
- * Enrolment (issue 23 point 2; docs/api.md "MDM enrolment"): a provider machine proves it holds its
- * identity key, and receives its own MDM profile.
- *   1. challenge: 32 random bytes for one device token, valid CHALLENGE_TTL_MS, used at most once; at most
- *      MAX_CHALLENGES_PER_TOKEN outstanding per token (the oldest dropped), MAX_CHALLENGES in all.
- *   2. enrol: the challenge (consumed on its first use by the token it was issued to, whatever the outcome;
- *      another token's attempt is refused and leaves it), the identity key (P-256 point) and its signature,
- *      ECDSA P-256 SHA-256 over UTF-8 "umbra-enroll-v1" || challenge bytes. Then: an enrolment token (32
- *      random bytes, base64url), its record (SHA-256 hex only: `EnrolmentRecords.create`), a device identity
- *      from the MDM CA, and the profile (signed when a signing identity is configured).
- *   3. status: the state of the enrolment of the given identity key in the token's account, or of the
- *      latest one made with this token: none | issued | enrolled | attested (a verified chain is stored);
- *      a checked-out enrolment reads as none. Another account's enrolments are never read.
- * node-forge (profile.ts, device-identity.ts) is loaded on the first enrolment, not at start. Challenges live
- * in this process's memory: in cluster mode both calls must reach the same replica (docs/operations.md).
+ * Enrolment (issue 23 point 2; docs/api.md "MDM enrolment"): a machine proves it holds its identity key and
+ * receives its own MDM profile.
+ *   1. challenge: 32 random bytes for one device token, valid 5 minutes, used at most once; at most 4
+ *      outstanding per token (the oldest dropped), MAX_CHALLENGES in all.
+ *   2. enrol: the challenge (consumed by its first use by its own token, whatever the outcome; another
+ *      token's attempt leaves it), the identity key and its signature, ECDSA P-256 SHA-256 over UTF-8
+ *      "umbra-enroll-v1" || challenge. Then an enrolment token (32 random bytes, base64url), its record
+ *      (SHA-256 hex only), a device identity from the MDM CA, the profile (signed when configured).
+ *   3. status: the enrolment of the given identity key in the caller's account, else the latest made with
+ *      this token: none | issued | enrolled | attested (a verified chain); checked out reads as none.
+ * node-forge is loaded on the first enrolment, not at start. Challenges live in this process: in cluster
+ * mode both calls must reach one replica (docs/operations.md).
  */
 import { createHash, randomBytes } from "node:crypto";
 import { type IdentityKey, parseIdentityKey, verifyIdentitySignature } from "../../attestation/provider/identity-key.ts";
@@ -144,7 +142,9 @@ export class EnrolmentService {
     const mine = await this.records.forAccount(caller.accountId);
     const wanted = identityKey === undefined ? undefined : Buffer.from(identityKey).toString("base64");
     const live = mine.filter((r) => r.state !== "checked_out");
-    const record = (wanted === undefined ? live.filter((r) => r.providerTokenId === caller.id) : live.filter((r) => r.identityKey === wanted))
+    const record = (
+      wanted === undefined ? live.filter((r) => r.providerTokenId === caller.id) : live.filter((r) => r.identityKey === wanted)
+    )
       .sort((a, b) => a.createdAt - b.createdAt)
       .at(-1);
     if (record === undefined) return { state: "none" };
@@ -182,7 +182,9 @@ export class EnrolmentService {
     return this.issuer.catch((error: unknown) => {
       this.issuer = undefined;
       this.logger.error("mdm enrolment unavailable", { reason: error instanceof Error ? error.message : "unknown" });
-      throw Errors.serviceUnavailable("MDM enrolment is misconfigured on this coordinator: its operator must fix the MDM CA or signing identity");
+      throw Errors.serviceUnavailable(
+        "MDM enrolment is misconfigured on this coordinator: its operator must fix the MDM CA or signing identity",
+      );
     });
   }
 }

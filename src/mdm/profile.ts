@@ -1,20 +1,15 @@
 /**
- * The enrolment profile (`.mobileconfig`, issue 23 point 2; MDM-CONTRACT.md part C), pure: an XML
- * property list (`plist`) of type Configuration with two payloads:
- *   com.apple.security.pkcs12  the device identity (device-identity.ts), `Password` beside it;
- *   com.apple.mdm              IdentityCertificateUUID = that payload's UUID, Topic, ServerURL = CheckInURL =
- *                              the configured MDM URL + `?e=<enrolment token>` (never a request's Host),
- *                              SignMessage true, CheckOutWhenRemoved true, AccessRights 1041 (1 inspect
- *                              profiles + 16 device information + 1024 security queries), ServerCapabilities
- *                              [com.apple.mdm.per-user-connections].
- * Identifiers are stable per identity key, so a re-enrolment replaces the profile in place:
- * PayloadIdentifier `io.umbra.mdm.<first 16 hex of SHA-256(point)>` (+ `.identity`, `.mdm`), and each
- * PayloadUUID the first 16 bytes of SHA-256("umbra-mdm-profile-v1" || label || point) as an RFC 9562
- * version 8 UUID (label: "profile", "identity", "mdm").
- *
- * Signing (optional): CMS SignedData (node-forge PKCS#7) over the XML bytes, content attached,
- * SHA-256, signed attributes contentType, messageDigest, signingTime; the signer's certificate and
- * the other certificates of its PKCS#12 included. The signing key must be RSA.
+ * The enrolment profile (`.mobileconfig`, issue 23 point 2), pure: an XML plist of type Configuration with
+ * a com.apple.security.pkcs12 payload (the device identity, device-identity.ts, `Password` beside it) and
+ * com.apple.mdm: IdentityCertificateUUID = that payload's UUID, Topic, ServerURL = CheckInURL = the
+ * configured MDM URL + `?e=<enrolment token>` (never a request's Host), SignMessage and CheckOutWhenRemoved
+ * true, AccessRights 1041 (1 inspect profiles + 16 device information + 1024 security queries),
+ * ServerCapabilities [com.apple.mdm.per-user-connections].
+ * Stable per identity key, so a re-enrolment replaces the profile: PayloadIdentifier `io.umbra.mdm.<first 16
+ * hex of SHA-256(point)>` (+ `.identity`, `.mdm`); each PayloadUUID the first 16 bytes of
+ * SHA-256("umbra-mdm-profile-v1" || label || point) as an RFC 9562 version 8 UUID (label: profile, identity, mdm).
+ * Signing (optional): CMS SignedData (node-forge) over the XML, content attached, SHA-256, signed attributes
+ * contentType, messageDigest, signingTime, the signer's certificate and its PKCS#12's others; RSA keys only.
  */
 import { sha256 } from "@noble/hashes/sha2.js";
 import forge from "node-forge";
