@@ -2,7 +2,7 @@
  * Enrolment (issue 23 point 2; docs/api.md "MDM enrolment"): a machine proves it holds its identity key and
  * receives its own MDM profile.
  *   1. challenge: 32 random bytes for one device token, valid 5 minutes, used at most once; at most 4
- *      outstanding per token (the oldest dropped), MAX_CHALLENGES in all.
+ *      outstanding per token (the oldest dropped), MAX_CHALLENGES in all; 10 profiles per token per hour.
  *   2. enrol: the challenge (consumed by its first use by its own token, whatever the outcome; another
  *      token's attempt leaves it), the identity key and its signature, ECDSA P-256 SHA-256 over UTF-8
  *      "umbra-enroll-v1" || challenge. Then an enrolment token (32 random bytes, base64url), its record
@@ -25,6 +25,9 @@ export const CHALLENGE_TTL_MS = 5 * 60_000;
 export const ENROLMENT_TOKEN_TTL_MS = 24 * 3_600_000;
 const MAX_CHALLENGES_PER_TOKEN = 4;
 const MAX_CHALLENGES = 10_000;
+/** Profiles one device token may get per hour (each costs an RSA key generation). */
+export const MAX_PROFILES_PER_HOUR = 10;
+const HOUR_MS = 3_600_000;
 
 /** The MDM enrolment settings (config/mdm-enrol-config.ts reads them). */
 export interface MdmEnrolmentConfig {
@@ -78,6 +81,8 @@ export function enrolMessage(challenge: Uint8Array): Uint8Array {
 export class EnrolmentService {
   /** base64 challenge -> its token and expiry, in issue order. */
   private readonly challenges = new Map<string, Outstanding>();
+  /** Device token id -> times of its profiles within the last hour. */
+  private readonly issued = new Map<string, number[]>();
   private issuer: Promise<(enrolmentId: string, identityKey: Uint8Array, token: string) => Promise<Uint8Array>> | undefined;
 
   constructor(
@@ -120,6 +125,14 @@ export class EnrolmentService {
     } catch {
       throw Errors.invalidValue("the signature does not verify with the identity key over the challenge", "signature");
     }
+    const recent = (this.issued.get(caller.id) ?? []).filter((at) => at > now - HOUR_MS);
+    if (recent.length >= MAX_PROFILES_PER_HOUR) {
+      throw Errors.rateLimited(
+        `at most ${MAX_PROFILES_PER_HOUR} enrolment profiles per hour per device token`,
+        Math.ceil(((recent[0] ?? now) + HOUR_MS - now) / 1000),
+      );
+    }
+    this.issued.set(caller.id, [...recent, now]);
     const token = randomBytes(32).toString("base64url");
     const id = `enr_${randomBytes(12).toString("base64url").replaceAll("-", "x").replaceAll("_", "y")}`;
     const issue = await this.profileIssuer();
@@ -161,6 +174,7 @@ export class EnrolmentService {
 
   private sweep(now: number): void {
     for (const [key, c] of this.challenges) if (c.expiresAt <= now) this.challenges.delete(key);
+    for (const [id, times] of this.issued) if ((times.at(-1) ?? 0) <= now - HOUR_MS) this.issued.delete(id);
   }
 
   /** Loads node-forge and the CA once (the first enrolment); a CA or signing identity that fails is logged and retried. */

@@ -94,7 +94,8 @@ function parseFlags(argv: readonly string[]): Flags {
   }
 }
 
-interface Session {
+/** A coordinator and the device token to call it with (part D's `status` and `doctor` can reuse enrolmentState). */
+export interface Session {
   readonly base: string;
   readonly token: string;
   readonly fetch: (url: string, init: RequestInit) => Promise<Response>;
@@ -122,7 +123,8 @@ async function problem(response: Response): Promise<string> {
   return typeof body.error?.message === "string" ? `${body.error.message} (HTTP ${response.status})` : `HTTP ${response.status}`;
 }
 
-async function enrolmentState(session: Session, identityKey: Uint8Array): Promise<{ state: string; enrolment_id?: string }> {
+/** GET /v1/provider/enroll/status for this identity key; throws EnrollError when refused or unreachable. */
+export async function enrolmentState(session: Session, identityKey: Uint8Array): Promise<{ state: string; enrolment_id?: string }> {
   const response = await call(session, "GET", `/v1/provider/enroll/status?identity_key=${Buffer.from(identityKey).toString("base64url")}`);
   if (!response.ok) throw new EnrollError(await problem(response));
   const body = (await response.json().catch(() => ({}))) as { state?: unknown; enrolment_id?: unknown };

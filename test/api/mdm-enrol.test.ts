@@ -227,4 +227,26 @@ describe("MDM enrolment routes", () => {
       }
     }
   });
+
+  test("at most 10 profiles per device token per hour: then 429 with Retry-After", () =>
+    withEnrolment(async ({ t, clock, token, otherToken }) => {
+      const identity = SoftwareIdentity.generate();
+      const statuses: number[] = [];
+      for (let i = 0; i < 11; i++) {
+        statuses.push(
+          (await t.call("POST", "/v1/provider/enroll", { token, body: enrolBody(identity, await challenge(t, token)) })).status,
+        );
+        clock.now += 60_000;
+      }
+      const limited = await t.call("POST", "/v1/provider/enroll", { token, body: enrolBody(identity, await challenge(t, token)) });
+      const other = await t.call("POST", "/v1/provider/enroll", {
+        token: otherToken,
+        body: enrolBody(identity, await challenge(t, otherToken)),
+      });
+      expect({ statuses, retryAfter: limited.headers.get("retry-after"), other: other.status }).toEqual({
+        statuses: [...Array(10).fill(200), 429],
+        retryAfter: String(3600 - 11 * 60),
+        other: 200,
+      });
+    }));
 });
