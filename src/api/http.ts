@@ -24,6 +24,7 @@ import type { SealedReplayCache } from "../crypto/consumer-replay.ts";
 import { Errors } from "../errors/api-error.ts";
 import type { Fleet } from "../fleet/fleet.ts";
 import type { ChatService } from "../inference/chat-service.ts";
+import type { EnrolmentService } from "../mdm/enrolment.ts";
 import type { Logger } from "../observability/logger.ts";
 import type { Metrics } from "../observability/metrics.ts";
 import type { Store } from "../store/types.ts";
@@ -37,6 +38,7 @@ import { consoleDataRoutes } from "./console-data.ts";
 import { type DeviceDeps, deviceRoutes } from "./device.ts";
 import { errorHandling, errorResponse } from "./errors.ts";
 import { healthRoutes } from "./health.ts";
+import { mdmEnrolRoutes } from "./mdm-enrol.ts";
 import { modelRoutes } from "./models.ts";
 import { openApiRoutes } from "./openapi.ts";
 import { pricingRoutes } from "./pricing.ts";
@@ -81,6 +83,8 @@ export interface HttpDeps {
   readonly metrics: Metrics;
   /** The console's sign-in methods and asset table (console-assets.ts); the built table by default. */
   readonly consoleAssets?: ConsoleOptions;
+  /** MDM enrolment (profiles for provider machines); absent: its routes are not mounted (404). */
+  readonly mdmEnrolment?: EnrolmentService;
 }
 
 export interface HttpApp {
@@ -114,6 +118,8 @@ const AWAITING =
  *   GET  /device                                   no auth; the approval page
  *   GET  /v1/provider/me                           provider device token
  *   GET  /v1/provider/models                       provider device token; builds and their aliases (provider-models.ts)
+ *   POST /v1/provider/enroll/challenge, /enroll    provider device token; MDM enrolment profile (mdm-enrol.ts), only
+ *   GET  /v1/provider/enroll/status                when MDM enrolment is configured (404 otherwise)
  *   GET  /v1/models, /v1/models/{id...}            consumer auth (API key or JWT)
  *   POST /v1/chat/completions                      consumer auth
  *   GET  /v1/provider/connect (WebSocket)          provider device token (provider-socket.ts, wired in server.ts)
@@ -145,6 +151,15 @@ export function createHttpApp(deps: HttpDeps): HttpApp {
     .use(chatRoutes({ ...deps, connection: (request) => connections.get(request) }))
     .use(deviceRoutes({ ...deps, clientAddress: (request) => connections.get(request)?.address() }))
     .use(providerModelRoutes(deps))
+    .use(
+      deps.mdmEnrolment
+        ? mdmEnrolRoutes({
+            enrolment: deps.mdmEnrolment,
+            authenticateProvider: deps.authenticateProvider,
+            bodyTimeoutMs: deps.bodyTimeoutMs,
+          })
+        : new Elysia({ name: "mdm-enrol-off" }),
+    )
     .use(adminRoutes(deps))
     .use(
       consoleAuthRoutes({

@@ -9,10 +9,13 @@
 import type { TrustLevel } from "../../attestation/provider/levels.ts";
 import type { AttestationSource, ConfigBinding, Mode } from "../attestation/coordinator-attestation.ts";
 import type { JwtConfig } from "../auth/jwt.ts";
+import type { MdmEnrolmentConfig } from "../mdm/enrolment.ts";
 import type { TlsConfig } from "../tls/tls-config.ts";
 import { type ClusterConfig, parseCluster } from "./cluster-config.ts";
 import { CLUSTER_DERIVED } from "./cluster-settings.ts";
 import { CONFIG_OPTIONS, SETTINGS, type SettingName } from "./coordinator-settings.ts";
+import { parseMdmEnrolment } from "./mdm-enrol-config.ts";
+import { MDM_ENROL_DERIVED } from "./mdm-enrol-settings.ts";
 import {
   ConfigError,
   type Env,
@@ -72,6 +75,7 @@ const DERIVED = [
   "configBinding",
   "configDigest",
   ...CLUSTER_DERIVED,
+  ...MDM_ENROL_DERIVED,
 ] as const satisfies readonly SettingName[];
 
 /** The plain settings (their comments are in coordinator-settings.ts), then those built by the rules. */
@@ -110,6 +114,8 @@ export interface Config extends SettingValues<Omit<typeof SETTINGS, (typeof DERI
   readonly configDigest: Uint8Array | null;
   /** Cluster mode (postgres:// --db, Redis and NATS together; config/cluster-settings.ts); null: one coordinator. */
   readonly cluster: ClusterConfig | null;
+  /** MDM enrolment (--mdm-server-url and the MDM CA; config/mdm-enrol-config.ts); null: off, its routes 404. */
+  readonly mdmEnrolment: MdmEnrolmentConfig | null;
 }
 
 /**
@@ -149,6 +155,7 @@ export function loadConfig(flags: FlagValues, env: Env, defaultMode: Mode = "pro
     expectedMeasurement: measurement === undefined ? null : parseMeasurement(measurement),
     ...readBinding(raw),
     cluster,
+    mdmEnrolment: parseMdmEnrolment(raw, production),
     ...(adminToken !== undefined ? { adminToken } : {}),
     ...(dbPassword !== undefined ? { dbPassword } : {}),
     ...(jwt !== undefined ? { jwt } : {}),

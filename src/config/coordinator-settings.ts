@@ -9,6 +9,7 @@
 import { TRUST_LEVELS } from "../../attestation/provider/levels.ts";
 import { LOG_LEVELS } from "../observability/logger.ts";
 import { CLUSTER_SETTINGS } from "./cluster-settings.ts";
+import { MDM_ENROL_SETTINGS } from "./mdm-enrol-settings.ts";
 import { type Options, optionsOf, type SettingTable } from "./settings.ts";
 
 const MINUTE_MS = 60_000;
@@ -383,6 +384,8 @@ export const SETTINGS = {
   },
   // Several replicas (issue 21; docs/operations.md "Running several replicas"): config/cluster-settings.ts.
   ...CLUSTER_SETTINGS,
+  // MDM enrolment (issue 23; docs/operations.md): config/mdm-enrol-settings.ts.
+  ...MDM_ENROL_SETTINGS,
 } as const satisfies SettingTable;
 
 export type SettingName = keyof typeof SETTINGS;

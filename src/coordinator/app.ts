@@ -25,6 +25,8 @@ import { Fleet } from "../fleet/fleet.ts";
 import type { FleetView } from "../fleet/fleet-view.ts";
 import { ChatService } from "../inference/chat-service.ts";
 import { ToolSchemas } from "../inference/tool-schemas.ts";
+import { EnrolmentService } from "../mdm/enrolment.ts";
+import { type EnrolmentRecords, memoryEnrolmentRecords } from "../mdm/enrolment-records.ts";
 import { createLogger, type Logger } from "../observability/logger.ts";
 import { createMetrics, type Metrics } from "../observability/metrics.ts";
 import { HoldKeeper } from "../store/pg/hold-keeper.ts";
@@ -67,6 +69,11 @@ export interface AppDeps {
   readonly cachesLive?: () => boolean;
   /** Attestation and provisioning made before the app (createFront); the app makes its own otherwise. */
   readonly front?: AppFront;
+  /**
+   * MDM enrolment records (with config.mdmEnrolment). Until the store's MdmStore is wired here, records
+   * kept in memory (issue 23 part C: the merger connects `store.mdm.enrolments`).
+   */
+  readonly enrolmentRecords?: EnrolmentRecords;
 }
 
 export interface App {
@@ -354,6 +361,9 @@ export function createApp(deps: AppDeps): App {
     bodyTimeoutMs: config.bodyTimeoutMs,
     logger,
     metrics,
+    ...(config.mdmEnrolment
+      ? { mdmEnrolment: new EnrolmentService(config.mdmEnrolment, deps.enrolmentRecords ?? memoryEnrolmentRecords(), now, logger) }
+      : {}),
   });
   return {
     config,

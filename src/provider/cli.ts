@@ -3,6 +3,7 @@
  *
  *   doctor   check this machine (doctor/)
  *   login    link this machine to an account: device authorization (login.ts)
+ *   enroll   enrol this Mac in the coordinator's MDM server, for the hardware trust level (enroll.ts)
  *   start    serve models to a coordinator, in the foreground or --detach (start.ts)
  *   status   the local provider's state, running or not (status.ts)
  *   stop     drain and stop a detached provider (status.ts)
@@ -13,6 +14,7 @@ import { ConfigError } from "../config/config.ts";
 import { processEnv } from "../config/settings.ts";
 import { VERSION } from "../version.ts";
 import { doctorCommand } from "./doctor/index.ts";
+import { enrollCommand } from "./enroll.ts";
 import { loginCommand } from "./login.ts";
 import { startCommand } from "./start.ts";
 import { statusCommand, stopCommand } from "./status.ts";
@@ -22,6 +24,7 @@ const USAGE = `umbra-provider ${VERSION}
 usage:
   umbra-provider doctor   check this machine (doctor --help)
   umbra-provider login    link this machine to an account (login --help)
+  umbra-provider enroll   enrol this Mac in the coordinator's MDM server (enroll --help)
   umbra-provider start    serve models to a coordinator (start --help)
   umbra-provider status   show the local provider's state (status --help)
   umbra-provider stop     drain and stop a provider started with start --detach`;
@@ -47,6 +50,8 @@ async function main(argv: readonly string[]): Promise<number> {
       return doctorCommand(rest);
     case "login":
       return loginCommand(rest, processEnv());
+    case "enroll":
+      return enrollCommand(rest);
     case "status":
       return statusCommand(rest, processEnv());
     case "stop":

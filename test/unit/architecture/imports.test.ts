@@ -122,7 +122,7 @@ const DOMAIN_BASE = [...LEAVES, "src/observability", "src/store", "attestation/p
 const MAY_IMPORT: Readonly<Record<string, readonly string[]>> = {
   "src/coordinator": ["*"],
   "src/api": ["*", "!src/coordinator"],
-  "src/config": [...DOMAIN_BASE, "src/attestation", "src/auth", "src/limits", "src/tls"],
+  "src/config": [...DOMAIN_BASE, "src/attestation", "src/auth", "src/limits", "src/mdm", "src/tls"],
   "src/admin": [...DOMAIN_BASE, "src/auth", "src/billing", "src/catalog", "src/limits"],
   // The console's server side (sessions, sign-in): account holders' view of the domains.
   "src/console": [...DOMAIN_BASE, "src/admin", "src/auth", "src/billing", "src/catalog", "src/fleet", "src/limits"],
@@ -134,6 +134,8 @@ const MAY_IMPORT: Readonly<Record<string, readonly string[]>> = {
   "src/billing": [...DOMAIN_BASE],
   "src/limits": [...DOMAIN_BASE],
   "src/auth": [...DOMAIN_BASE, "src/limits"],
+  // MDM enrolment and the MDM server side (issue 23).
+  "src/mdm": [...DOMAIN_BASE, "src/auth"],
   // The console's server side: account-scoped operations over the admin service, the fleet, the device flow.
   "src/attestation": [...DOMAIN_BASE, "src/config"],
   "src/tls": [...DOMAIN_BASE, "src/config"],
