@@ -9,10 +9,12 @@
 import type { TrustLevel } from "../../attestation/provider/levels.ts";
 import type { AttestationSource, ConfigBinding, Mode } from "../attestation/coordinator-attestation.ts";
 import type { JwtConfig } from "../auth/jwt.ts";
+import type { MdmConfig } from "../mdm/types.ts";
 import type { TlsConfig } from "../tls/tls-config.ts";
 import { type ClusterConfig, parseCluster } from "./cluster-config.ts";
 import { CLUSTER_DERIVED } from "./cluster-settings.ts";
 import { CONFIG_OPTIONS, SETTINGS, type SettingName } from "./coordinator-settings.ts";
+import { MDM_DERIVED, parseMdm } from "./mdm-settings.ts";
 import {
   ConfigError,
   type Env,
@@ -72,6 +74,7 @@ const DERIVED = [
   "configBinding",
   "configDigest",
   ...CLUSTER_DERIVED,
+  ...MDM_DERIVED,
 ] as const satisfies readonly SettingName[];
 
 /** The plain settings (their comments are in coordinator-settings.ts), then those built by the rules. */
@@ -110,6 +113,8 @@ export interface Config extends SettingValues<Omit<typeof SETTINGS, (typeof DERI
   readonly configDigest: Uint8Array | null;
   /** Cluster mode (postgres:// --db, Redis and NATS together; config/cluster-settings.ts); null: one coordinator. */
   readonly cluster: ClusterConfig | null;
+  /** MDM mode (UMBRA_MDM_URL; config/mdm-settings.ts); null: off, /v1/mdm/webhook is 404. */
+  readonly mdm: MdmConfig | null;
 }
 
 /**
@@ -149,6 +154,7 @@ export function loadConfig(flags: FlagValues, env: Env, defaultMode: Mode = "pro
     expectedMeasurement: measurement === undefined ? null : parseMeasurement(measurement),
     ...readBinding(raw),
     cluster,
+    mdm: parseMdm(raw, production),
     ...(adminToken !== undefined ? { adminToken } : {}),
     ...(dbPassword !== undefined ? { dbPassword } : {}),
     ...(jwt !== undefined ? { jwt } : {}),

@@ -9,6 +9,7 @@
 import { TRUST_LEVELS } from "../../attestation/provider/levels.ts";
 import { LOG_LEVELS } from "../observability/logger.ts";
 import { CLUSTER_SETTINGS } from "./cluster-settings.ts";
+import { MDM_SETTINGS } from "./mdm-settings.ts";
 import { type Options, optionsOf, type SettingTable } from "./settings.ts";
 
 const MINUTE_MS = 60_000;
@@ -383,6 +384,8 @@ export const SETTINGS = {
   },
   // Several replicas (issue 21; docs/operations.md "Running several replicas"): config/cluster-settings.ts.
   ...CLUSTER_SETTINGS,
+  // MDM enrolment through NanoMDM (issue 23): config/mdm-settings.ts.
+  ...MDM_SETTINGS,
 } as const satisfies SettingTable;
 
 export type SettingName = keyof typeof SETTINGS;

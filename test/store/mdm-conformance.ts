@@ -43,7 +43,7 @@ export function runMdmStoreConformance(open: OpenStore): void {
     test("create records an issued enrolment; unknown account or token writes nothing", async () => {
       await using t = await seeded();
       const input = enrolment("enr_1", "K1");
-      const expected = { ...input, nanomdmId: null, serial: null, state: "issued", updatedAt: T0 };
+      const expected = { ...input, nanomdmId: null, serial: null, state: "issued" as const, updatedAt: T0 };
       expect(await t.store.mdm.enrolments.create(input)).toEqual(expected);
       expect(await t.store.mdm.enrolments.get("enr_1")).toEqual(expected);
       expect(await t.store.mdm.enrolments.findByTokenHash("hash-enr_1")).toEqual(expected);
@@ -70,7 +70,7 @@ export function runMdmStoreConformance(open: OpenStore): void {
       await t.store.mdm.enrolments.create(enrolment("enr_1", "K1"));
       await t.store.mdm.enrolments.create(enrolment("enr_2", "K2", { tokenExpiresAt: T0 + MIN }));
       const bound = await t.store.mdm.enrolments.bind({ tokenHash: "hash-enr_1", nanomdmId: "HW-1", serial: "SER1", at: T0 + 10 });
-      const expected = { ...enrolment("enr_1", "K1"), nanomdmId: "HW-1", serial: "SER1", state: "enrolled", updatedAt: T0 + 10 };
+      const expected = { ...enrolment("enr_1", "K1"), nanomdmId: "HW-1", serial: "SER1", state: "enrolled" as const, updatedAt: T0 + 10 };
       expect(bound).toEqual({ ok: true, enrolment: expected });
       expect(await t.store.mdm.enrolments.bind({ tokenHash: "hash-enr_1", nanomdmId: "HW-1", serial: "SER1", at: T0 + 20 })).toEqual({
         ok: true,

@@ -122,7 +122,7 @@ const DOMAIN_BASE = [...LEAVES, "src/observability", "src/store", "attestation/p
 const MAY_IMPORT: Readonly<Record<string, readonly string[]>> = {
   "src/coordinator": ["*"],
   "src/api": ["*", "!src/coordinator"],
-  "src/config": [...DOMAIN_BASE, "src/attestation", "src/auth", "src/limits", "src/tls"],
+  "src/config": [...DOMAIN_BASE, "src/attestation", "src/auth", "src/limits", "src/mdm", "src/tls"],
   "src/admin": [...DOMAIN_BASE, "src/auth", "src/billing", "src/catalog", "src/limits"],
   // The console's server side (sessions, sign-in): account holders' view of the domains.
   "src/console": [...DOMAIN_BASE, "src/admin", "src/auth", "src/billing", "src/catalog", "src/fleet", "src/limits"],
@@ -132,6 +132,8 @@ const MAY_IMPORT: Readonly<Record<string, readonly string[]>> = {
   // Routing across replicas (NATS): nothing below coordinator/ imports it until dispatch is wired.
   "src/cluster": [...DOMAIN_BASE, "src/billing", "src/fleet"],
   "src/billing": [...DOMAIN_BASE],
+  // MDM enrolment through NanoMDM (issue 23): the store, the attestation checks it is given as functions.
+  "src/mdm": [...DOMAIN_BASE],
   "src/limits": [...DOMAIN_BASE],
   "src/auth": [...DOMAIN_BASE, "src/limits"],
   // The console's server side: account-scoped operations over the admin service, the fleet, the device flow.

@@ -51,6 +51,7 @@ describe("loadConfig", () => {
       provisioning: "off",
       reusePort: false,
       cluster: null,
+      mdm: null,
     });
   });
 
