@@ -232,9 +232,14 @@ export class AttestationScheduler {
     }
   }
 
+  /**
+   * Nothing to ask this epoch: the stored chain is of this epoch, or was verified in it (a Mac returns its
+   * cached leaf, of an earlier accepted epoch, for 7 days after a mint; asking again would only repeat it).
+   */
   private async isCurrent(enrolment: MdmEnrolment): Promise<boolean> {
     const chain = await this.options.store.chains.get(enrolment.id);
-    return chain !== undefined && chain.epoch >= this.options.nonces.epoch(this.options.now());
+    const epoch = this.options.nonces.epoch(this.options.now());
+    return chain !== undefined && (chain.epoch >= epoch || this.options.nonces.epoch(chain.verifiedAt) >= epoch);
   }
 
   private slot(): Promise<void> {

@@ -86,9 +86,8 @@ export class MdmWebhook {
       result = await this.bind(checkin, deviceId(checkin), readCheckIn(payload(checkin))?.serialNumber);
     } else if (topic === "mdm.CheckOut" && checkin) {
       const enrolment = await this.enrolledAs(deviceId(checkin));
-      result = enrolment
-        ? (await this.deps.store.enrolments.checkOut(enrolment.id, this.deps.now()), "checked_out")
-        : "ignored:unknown_enrolment";
+      if (enrolment) await this.deps.store.enrolments.checkOut(enrolment.id, this.deps.now());
+      result = enrolment ? "checked_out" : "ignored:unknown_enrolment";
     } else if (topic === "mdm.Connect" && ack) {
       result = await this.report(ack, deviceId(ack), payload(ack));
     } else {
