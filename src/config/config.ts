@@ -154,7 +154,7 @@ export function loadConfig(flags: FlagValues, env: Env, defaultMode: Mode = "pro
     expectedMeasurement: measurement === undefined ? null : parseMeasurement(measurement),
     ...readBinding(raw),
     cluster,
-    mdm: parseMdm(raw, production),
+    mdm: parseMdm(raw, production, isLoopbackHost),
     ...(adminToken !== undefined ? { adminToken } : {}),
     ...(dbPassword !== undefined ? { dbPassword } : {}),
     ...(jwt !== undefined ? { jwt } : {}),

@@ -6,7 +6,6 @@
  */
 import type { MdmConfig } from "../mdm/types.ts";
 import { ConfigError, parseSetting, type SettingTable } from "./settings.ts";
-import { isLoopbackHost } from "./tls-settings.ts";
 
 export const MDM_SETTINGS = {
   mdmUrl: { flag: "mdm-url", env: "UMBRA_MDM_URL", kind: "string", help: "NanoMDM's API base URL: MDM mode on" },
@@ -34,8 +33,15 @@ export const MDM_DERIVED = ["mdmUrl", "mdmApiKey", "mdmWebhookKey", "mdmMaxInFli
 /** The webhook key's shortest length: HMAC keys below 128 bits are guessable offline from one signed body. */
 const MIN_WEBHOOK_KEY_LENGTH = 16;
 
-/** MDM mode's configuration, or null when `UMBRA_MDM_URL` is not set. Throws ConfigError. */
-export function parseMdm(raw: (name: (typeof MDM_DERIVED)[number]) => string | undefined, production: boolean): MdmConfig | null {
+/**
+ * MDM mode's configuration, or null when `UMBRA_MDM_URL` is not set. `isLoopbackHost` is tls-settings.ts's
+ * (given, not imported: that file imports the settings table, which includes this one). Throws ConfigError.
+ */
+export function parseMdm(
+  raw: (name: (typeof MDM_DERIVED)[number]) => string | undefined,
+  production: boolean,
+  isLoopbackHost: (host: string) => boolean,
+): MdmConfig | null {
   const url = raw("mdmUrl");
   const apiKey = raw("mdmApiKey");
   const webhookKey = raw("mdmWebhookKey");

@@ -26,10 +26,15 @@ export function deviceInformationCommand(commandUuid: string, nonce: Uint8Array)
 
 type Dict = { readonly [key: string]: PlistValue };
 
+/** XML plists only (what devices send); anything else is refused before the parser (xmldom logs its errors). */
+const XML_PLIST = /^\s*(<\?xml[^>]*>\s*)?(<!DOCTYPE[^>]*>\s*)?<plist[\s>][\s\S]*<\/plist>\s*$/;
+
 function readDict(body: Uint8Array): Dict | undefined {
   let value: PlistValue;
   try {
-    value = parse(new TextDecoder("utf-8", { fatal: true }).decode(body));
+    const text = new TextDecoder("utf-8", { fatal: true }).decode(body);
+    if (!XML_PLIST.test(text)) return undefined;
+    value = parse(text);
   } catch {
     return undefined;
   }
