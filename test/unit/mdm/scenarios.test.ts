@@ -35,7 +35,7 @@ describe("MDM delivery scenarios", () => {
     expect((await env.store.mdm.chains.get(p.enrolmentId))?.serial).toBe(p.mac.serial);
   });
 
-  test("push delivered but no answer: a reconnect re-pushes, never re-enqueues; the Mac answers when it wakes", async () => {
+  test("push delivered but no answer: a reconnect re-pushes, never re-enqueues; NotNow keeps it; the Mac answers when it wakes", async () => {
     await using env = await mdmEnv();
     const p = await enrolled(env);
     p.mac.awake = false;
@@ -44,8 +44,12 @@ describe("MDM delivery scenarios", () => {
     expect([env.fake.enqueues.length, env.fake.pushes.length, env.fake.queueOf(p.mac).length]).toEqual([1, 2, 1]);
     expect(await env.store.mdm.chains.get(p.enrolmentId)).toBeUndefined();
     p.mac.awake = true;
+    p.mac.reply = "NotNow"; // awake but busy: the command stays queued and outstanding
     await env.fake.connect(p.mac);
-    expect(env.results()).toEqual(["attested"]);
+    expect([env.fake.queueOf(p.mac).length, !!(await env.store.mdm.commands.outstanding(p.enrolmentId, env.now()))]).toEqual([1, true]);
+    p.mac.reply = "Acknowledged";
+    await env.fake.connect(p.mac);
+    expect(env.results()).toEqual(["pending", "attested"]);
     expect(await env.store.mdm.commands.outstanding(p.enrolmentId, env.now())).toBeUndefined();
   });
 
@@ -122,6 +126,30 @@ describe("MDM delivery scenarios", () => {
     expect(env.fake.enqueues.length).toBe(2);
     expect(env.results()).toEqual(["attested"]);
     expect(p.mac.mints).toBe(1); // the same epoch's nonce: Apple's cached leaf
+  });
+
+  test("check-in webhooks: Authenticate binds, TokenUpdate confirms, CheckOut ends the enrolment and its command", async () => {
+    await using env = await mdmEnv();
+    const p = await env.provider();
+    await env.enrol(p);
+    p.mac.awake = false;
+    await env.attest(p);
+    const checkIns = () => env.fake.delivered.filter((d) => d.topic !== "mdm.Connect").map((d) => d.body);
+    const command = await env.store.mdm.commands.outstanding(p.enrolmentId, env.now());
+    await env.fake.checkOut(p.mac);
+    expect(checkIns()).toEqual([
+      { topic: "mdm.Authenticate", result: "bound" },
+      { topic: "mdm.TokenUpdate", result: "bound" },
+      { topic: "mdm.CheckOut", result: "checked_out" },
+    ]);
+    expect([
+      (await env.store.mdm.enrolments.get(p.enrolmentId))?.state,
+      await env.store.mdm.commands.outstanding(p.enrolmentId, env.now()),
+    ]).toEqual(["checked_out", undefined]);
+    const answer = await p.mac.answer({ CommandUUID: command?.commandUuid ?? "", Command: deviceInformation(new Uint8Array(32)) });
+    const late = await env.fake.post("mdm.Connect", env.fake.reportEvent(p.mac, p.token, command?.commandUuid, answer));
+    expect(late.body).toEqual({ topic: "mdm.Connect", result: "ignored:unknown_enrolment" });
+    expect(await env.scheduler.onProviderConnected(p.identityKey)).toBe("not_enrolled");
   });
 
   test("1,000 providers reconnecting at once: the cap and jitter hold, each gets one command, none lost", async () => {
