@@ -36,12 +36,16 @@ export interface TestProvider {
 export type MdmEnv = Awaited<ReturnType<typeof mdmEnv>>;
 
 export async function mdmEnv(
-  options: Partial<Pick<AttestationSchedulerOptions, "maxInFlight" | "connectJitterMs" | "retry">> & { latencyMs?: number } = {},
+  options: Partial<Pick<AttestationSchedulerOptions, "maxInFlight" | "connectJitterMs" | "retry">> & {
+    latencyMs?: number;
+    /** Another store (empty; closed with the environment): Postgres. Default: a SQLite file. */
+    store?: Store;
+  } = {},
 ) {
   const clock = { t: T0 };
   const now = () => clock.t;
   const dir = tempDir();
-  const store: Store = createSqliteStore(join(dir.path, "umbra.db"));
+  const store: Store = options.store ?? createSqliteStore(join(dir.path, "umbra.db"));
   await store.accounts.create({ id: "acct_a", name: "a", at: T0 });
   await store.providerTokens.create({ id: "ptok_a", accountId: "acct_a", tokenHash: "pt", hint: "…a", createdAt: T0 });
   const seed = randomBytes(32);
