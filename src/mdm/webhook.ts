@@ -37,7 +37,7 @@ export interface WebhookOutcome {
 }
 
 interface EventBody {
-  readonly ids?: { readonly id?: unknown };
+  readonly ids?: { readonly id?: unknown; readonly type?: unknown };
   readonly udid?: unknown;
   readonly command_uuid?: unknown;
   readonly status?: unknown;
@@ -82,7 +82,11 @@ export class MdmWebhook {
     const payload = (e: EventBody) => Buffer.from(str(e.raw_payload) ?? "", "base64");
     const deviceId = (e: EventBody) => str(e.ids?.id) ?? str(e.udid);
     let result: string;
-    if ((topic === "mdm.Authenticate" || topic === "mdm.TokenUpdate") && checkin) {
+    const channel = (checkin ?? ack)?.ids?.type;
+    if (channel !== undefined && channel !== "Device") {
+      // A user channel (macOS user enrolments) shares the check-in URL: only the device channel counts.
+      result = "ignored:not_device_channel";
+    } else if ((topic === "mdm.Authenticate" || topic === "mdm.TokenUpdate") && checkin) {
       result = await this.bind(checkin, deviceId(checkin), readCheckIn(payload(checkin))?.serialNumber);
     } else if (topic === "mdm.CheckOut" && checkin) {
       const enrolment = await this.enrolledAs(deviceId(checkin));

@@ -149,6 +149,12 @@ describe("MDM delivery scenarios", () => {
     const answer = await p.mac.answer({ CommandUUID: command?.commandUuid ?? "", Command: deviceInformation(new Uint8Array(32)) });
     const late = await env.fake.post("mdm.Connect", env.fake.reportEvent(p.mac, p.token, command?.commandUuid, answer));
     expect(late.body).toEqual({ topic: "mdm.Connect", result: "ignored:unknown_enrolment" });
+    const user = { ...env.fake.reportEvent(p.mac, p.token, undefined, { Status: "Idle" }), topic: "mdm.TokenUpdate" };
+    const userChannel = { checkin_event: { ...user.acknowledge_event, ids: { id: "user-guid", type: "User" } }, topic: "mdm.TokenUpdate" };
+    expect((await env.fake.post("mdm.TokenUpdate", userChannel)).body).toEqual({
+      topic: "mdm.TokenUpdate",
+      result: "ignored:not_device_channel",
+    });
     expect(await env.scheduler.onProviderConnected(p.identityKey)).toBe("not_enrolled");
   });
 
