@@ -59,7 +59,7 @@ export interface AttestationSchedulerOptions {
 /** What a connection led to. */
 export type ConnectOutcome = "not_enrolled" | "current" | "scheduled" | "already_scheduled";
 /** What one request did. */
-export type RequestOutcome = "not_enrolled" | "current" | "enqueued" | "repushed" | "retry" | "failed";
+export type RequestOutcome = "not_enrolled" | "current" | "enqueued" | "repushed" | "retry";
 
 const b64 = (key: Uint8Array | string) => (typeof key === "string" ? key : Buffer.from(key).toString("base64"));
 
@@ -101,7 +101,7 @@ export class AttestationScheduler {
     return this.schedule(enrolment.id, this.random() * this.connectJitterMs) ? "scheduled" : "already_scheduled";
   }
 
-  /** The provider left: no epoch-boundary request for it (a scheduled one still runs). */
+  /** The provider left: no epoch-boundary request for it (a scheduled one still runs). The fleet calls both. */
   onProviderDisconnected(identityKey: Uint8Array | string): void {
     this.connected.delete(b64(identityKey));
   }
@@ -114,7 +114,7 @@ export class AttestationScheduler {
     this.epochTimer = this.timers.setTimeout(
       () => {
         this.epochTimer = undefined;
-        void this.epochBoundary();
+        this.epochBoundary().catch(() => this.options.logger.warn("mdm epoch requests failed", { reason: "store" }));
         this.start();
       },
       Math.max(1_000, epochMs),
