@@ -25,6 +25,7 @@ import { Errors } from "../errors/api-error.ts";
 import type { Fleet } from "../fleet/fleet.ts";
 import type { ChatService } from "../inference/chat-service.ts";
 import type { EnrolmentService } from "../mdm/enrolment.ts";
+import type { MdmWebhook } from "../mdm/webhook.ts";
 import type { Logger } from "../observability/logger.ts";
 import type { Metrics } from "../observability/metrics.ts";
 import type { Store } from "../store/types.ts";
@@ -39,6 +40,7 @@ import { type DeviceDeps, deviceRoutes } from "./device.ts";
 import { errorHandling, errorResponse } from "./errors.ts";
 import { healthRoutes } from "./health.ts";
 import { mdmEnrolRoutes } from "./mdm-enrol.ts";
+import { mdmWebhookRoutes } from "./mdm-webhook.ts";
 import { modelRoutes } from "./models.ts";
 import { openApiRoutes } from "./openapi.ts";
 import { pricingRoutes } from "./pricing.ts";
@@ -81,6 +83,8 @@ export interface HttpDeps {
   readonly bodyTimeoutMs: number;
   readonly logger: Logger;
   readonly metrics: Metrics;
+  /** NanoMDM's webhook receiver: MDM mode only (UMBRA_MDM_URL); absent, /v1/mdm/webhook is 404. */
+  readonly mdmWebhook?: MdmWebhook;
   /** The console's sign-in methods and asset table (console-assets.ts); the built table by default. */
   readonly consoleAssets?: ConsoleOptions;
   /** MDM enrolment (profiles for provider machines); absent: its routes are not mounted (404). */
@@ -123,6 +127,7 @@ const AWAITING =
  *   GET  /v1/models, /v1/models/{id...}            consumer auth (API key or JWT)
  *   POST /v1/chat/completions                      consumer auth
  *   GET  /v1/provider/connect (WebSocket)          provider device token (provider-socket.ts, wired in server.ts)
+ *   POST /v1/mdm/webhook                           NanoMDM's HMAC signature; MDM mode only (mdm-webhook.ts)
  *   *    /admin/v1/...                             admin token
  *   GET/POST /console/sign-in, /console/auth/oidc/*  no auth; console sign-in -> session cookie (console-auth.ts)
  *   *    /console/api/session, sign-out[-everywhere] console session (+ CSRF token on POST)
@@ -160,6 +165,7 @@ export function createHttpApp(deps: HttpDeps): HttpApp {
           })
         : new Elysia({ name: "mdm-enrol-off" }),
     )
+    .use(deps.mdmWebhook ? mdmWebhookRoutes({ webhook: deps.mdmWebhook, bodyTimeoutMs: deps.bodyTimeoutMs }) : new Elysia())
     .use(adminRoutes(deps))
     .use(
       consoleAuthRoutes({

@@ -25,6 +25,8 @@ const SECRET_FIELDS: readonly string[] = [
   "mdmEnrolment.caKey",
   "mdmEnrolment.signingP12",
   "mdmEnrolment.signingP12Password",
+  "mdm.apiKey",
+  "mdm.webhookKey",
 ];
 /** Each replica's own name (generated per process by default): replicas of one deployment share a digest. */
 const PER_REPLICA_FIELDS: readonly string[] = ["cluster.replicaId"];

@@ -10,12 +10,14 @@ import type { TrustLevel } from "../../attestation/provider/levels.ts";
 import type { AttestationSource, ConfigBinding, Mode } from "../attestation/coordinator-attestation.ts";
 import type { JwtConfig } from "../auth/jwt.ts";
 import type { MdmEnrolmentConfig } from "../mdm/enrolment.ts";
+import type { MdmConfig } from "../mdm/types.ts";
 import type { TlsConfig } from "../tls/tls-config.ts";
 import { type ClusterConfig, parseCluster } from "./cluster-config.ts";
 import { CLUSTER_DERIVED } from "./cluster-settings.ts";
 import { CONFIG_OPTIONS, SETTINGS, type SettingName } from "./coordinator-settings.ts";
 import { parseMdmEnrolment } from "./mdm-enrol-config.ts";
 import { MDM_ENROL_DERIVED } from "./mdm-enrol-settings.ts";
+import { MDM_DERIVED, parseMdm } from "./mdm-settings.ts";
 import {
   ConfigError,
   type Env,
@@ -76,6 +78,7 @@ const DERIVED = [
   "configDigest",
   ...CLUSTER_DERIVED,
   ...MDM_ENROL_DERIVED,
+  ...MDM_DERIVED,
 ] as const satisfies readonly SettingName[];
 
 /** The plain settings (their comments are in coordinator-settings.ts), then those built by the rules. */
@@ -116,6 +119,8 @@ export interface Config extends SettingValues<Omit<typeof SETTINGS, (typeof DERI
   readonly cluster: ClusterConfig | null;
   /** MDM enrolment (--mdm-server-url and the MDM CA; config/mdm-enrol-config.ts); null: off, its routes 404. */
   readonly mdmEnrolment: MdmEnrolmentConfig | null;
+  /** MDM mode (UMBRA_MDM_URL; config/mdm-settings.ts); null: off, /v1/mdm/webhook is 404. */
+  readonly mdm: MdmConfig | null;
 }
 
 /**
@@ -156,6 +161,7 @@ export function loadConfig(flags: FlagValues, env: Env, defaultMode: Mode = "pro
     ...readBinding(raw),
     cluster,
     mdmEnrolment: parseMdmEnrolment(raw, production),
+    mdm: parseMdm(raw, production, isLoopbackHost),
     ...(adminToken !== undefined ? { adminToken } : {}),
     ...(dbPassword !== undefined ? { dbPassword } : {}),
     ...(jwt !== undefined ? { jwt } : {}),

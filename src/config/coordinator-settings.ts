@@ -10,6 +10,7 @@ import { TRUST_LEVELS } from "../../attestation/provider/levels.ts";
 import { LOG_LEVELS } from "../observability/logger.ts";
 import { CLUSTER_SETTINGS } from "./cluster-settings.ts";
 import { MDM_ENROL_SETTINGS } from "./mdm-enrol-settings.ts";
+import { MDM_SETTINGS } from "./mdm-settings.ts";
 import { type Options, optionsOf, type SettingTable } from "./settings.ts";
 
 const MINUTE_MS = 60_000;
@@ -386,6 +387,8 @@ export const SETTINGS = {
   ...CLUSTER_SETTINGS,
   // MDM enrolment (issue 23; docs/operations.md): config/mdm-enrol-settings.ts.
   ...MDM_ENROL_SETTINGS,
+  // MDM enrolment through NanoMDM (issue 23): config/mdm-settings.ts.
+  ...MDM_SETTINGS,
 } as const satisfies SettingTable;
 
 export type SettingName = keyof typeof SETTINGS;

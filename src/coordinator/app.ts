@@ -33,6 +33,7 @@ import { HoldKeeper } from "../store/pg/hold-keeper.ts";
 import type { MoneyAuthority } from "../store/pg/money-authority.ts";
 import type { ProviderTokenRecord, Store } from "../store/types.ts";
 import { type AppCluster, startCluster, withRemoteCapacity } from "./cluster-link.ts";
+import { type AppMdm, type MdmChecks, startMdm } from "./mdm-link.ts";
 import { createLimiter } from "./rate-limits.ts";
 
 export interface Clock {
@@ -74,6 +75,8 @@ export interface AppDeps {
    * kept in memory (issue 23 part C: the merger connects `store.mdm.enrolments`).
    */
   readonly enrolmentRecords?: EnrolmentRecords;
+  /** MDM mode (config.mdm): part A's answer checks and nonces, bound to the seed (mdm-link.ts). */
+  readonly mdmChecks?: MdmChecks;
 }
 
 export interface App {
@@ -103,6 +106,8 @@ export interface App {
   readonly metrics: Metrics;
   /** Cluster mode: the NATS connection and ClusterNode (cluster-link.ts). */
   readonly cluster: AppCluster | undefined;
+  /** MDM mode: the webhook receiver and the attestation scheduler (mdm-link.ts); undefined when off. */
+  readonly mdm: AppMdm | undefined;
   /** Stops background work (liveness sweeps), ends provider sessions, closes the Redis and NATS clients. */
   close(): void;
   /** Resolves when every settled charge is durable (call before exiting). */
@@ -208,6 +213,8 @@ export function createApp(deps: AppDeps): App {
   const now = () => clock.now();
   const logger = deps.logger ?? createLogger(config.logLevel);
   const metrics = createMetrics();
+  // MDM mode (UMBRA_MDM_URL): first, so that a refusal leaves nothing running.
+  const mdm = config.mdm ? startMdm(config.mdm, { store, checks: deps.mdmChecks, now, logger }) : undefined;
   const pricing = new PricingService(store.prices, config);
   // Built on first use (a development root costs a key generation, which the admin CLI never needs).
   let trustPromise: Promise<ProviderTrust> | undefined;
@@ -357,6 +364,7 @@ export function createApp(deps: AppDeps): App {
     // in-process server on another port does not listen on.
     ...(config.publicUrl !== undefined ? { publicUrl: config.publicUrl } : {}),
     ...(consoleAuth.oidc ? { consoleOidc: consoleAuth.oidc } : {}),
+    ...(mdm ? { mdmWebhook: mdm.webhook } : {}),
     maxBodyBytes: config.maxBodyBytes,
     bodyTimeoutMs: config.bodyTimeoutMs,
     logger,
@@ -385,12 +393,14 @@ export function createApp(deps: AppDeps): App {
     logger,
     metrics,
     cluster,
+    mdm,
     flush: () => wallets.flushed(),
     close: () => {
       clearInterval(recheck);
       consoleAuth.close();
       unwatchTokens?.();
       cluster?.close();
+      mdm?.close();
       fleet.stop();
       limits.close();
       void keeper?.stop();

@@ -7,7 +7,7 @@
  * sign_in_links hold SHA-256 digests of their secrets only.
  */
 import { sql } from "drizzle-orm";
-import { check, index, integer, sqliteTable, text } from "drizzle-orm/sqlite-core";
+import { check, index, integer, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
 
 export const accounts = sqliteTable("accounts", {
   id: text("id").primaryKey(),
@@ -194,3 +194,60 @@ export const signInLinks = sqliteTable(
   },
   (t) => [index("sign_in_links_account_idx").on(t.accountId)],
 );
+
+/**
+ * MDM enrolments (issue 23; src/store/mdm-types.ts): the enrolment token as SHA-256 (hex) only. Partial
+ * unique indexes keep one live enrolment per identity key and one enrolled enrolment per serial.
+ */
+export const mdmEnrolments = sqliteTable(
+  "mdm_enrolments",
+  {
+    id: text("id").primaryKey(),
+    accountId: text("account_id")
+      .notNull()
+      .references(() => accounts.id),
+    providerTokenId: text("provider_token_id")
+      .notNull()
+      .references(() => providerTokens.id),
+    identityKey: text("identity_key").notNull(),
+    tokenHash: text("token_hash").notNull().unique(),
+    createdAt: integer("created_at").notNull(),
+    tokenExpiresAt: integer("token_expires_at").notNull(),
+    nanomdmId: text("nanomdm_id"),
+    serial: text("serial"),
+    state: text("state", { enum: ["issued", "enrolled", "checked_out"] }).notNull(),
+    updatedAt: integer("updated_at").notNull(),
+  },
+  (t) => [
+    index("mdm_enrolments_account_idx").on(t.accountId),
+    uniqueIndex("mdm_enrolments_live_key_idx").on(t.identityKey).where(sql`state <> 'checked_out'`),
+    uniqueIndex("mdm_enrolments_enrolled_serial_idx").on(t.serial).where(sql`state = 'enrolled'`),
+    index("mdm_enrolments_nanomdm_idx").on(t.nanomdmId),
+  ],
+);
+
+/** The outstanding DeviceInformation command per enrolment (at most one: the key). */
+export const mdmCommands = sqliteTable("mdm_commands", {
+  enrolmentId: text("enrolment_id")
+    .primaryKey()
+    .references(() => mdmEnrolments.id),
+  commandUuid: text("command_uuid").notNull().unique(),
+  epoch: integer("epoch").notNull(),
+  issuedAt: integer("issued_at").notNull(),
+  expiresAt: integer("expires_at").notNull(),
+});
+
+/** The last verified attestation chain per enrolment: public data (DER certificates, base64, leaf first). */
+export const mdmChains = sqliteTable("mdm_chains", {
+  enrolmentId: text("enrolment_id")
+    .primaryKey()
+    .references(() => mdmEnrolments.id),
+  certificates: text("certificates", { mode: "json" }).$type<string[]>().notNull(),
+  chainSha256: text("chain_sha256").notNull(),
+  serial: text("serial").notNull(),
+  udid: text("udid").notNull(),
+  osVersion: text("os_version").notNull(),
+  leafNotBefore: integer("leaf_not_before").notNull(),
+  epoch: integer("epoch").notNull(),
+  verifiedAt: integer("verified_at").notNull(),
+});

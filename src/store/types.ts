@@ -6,6 +6,7 @@
  * Methods that write several rows do it atomically: on any failure nothing is written.
  * A method returns `undefined` when the entity it names does not exist (and then writes nothing).
  */
+import type { MdmStore } from "./mdm-types.ts";
 export interface Account {
   readonly id: string;
   readonly name: string;
@@ -311,6 +312,7 @@ export interface SignInLinkStore {
 
 export interface Store {
   readonly accounts: AccountStore;
+  readonly mdm: MdmStore;
   readonly keys: ApiKeyStore;
   readonly providerTokens: ProviderTokenStore;
   readonly catalog: CatalogStore;

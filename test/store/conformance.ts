@@ -15,6 +15,7 @@ import { describe, expect, test } from "bun:test";
 import { DuplicateError } from "../../src/store/errors.ts";
 import type { Account, ApiKeyRecord, ModelBuild, PriceRow, ProviderTokenRecord, Store, UsageRecord } from "../../src/store/types.ts";
 import { runConsoleStoreConformance } from "./console-conformance.ts";
+import { runMdmStoreConformance } from "./mdm-conformance.ts";
 import { usageReportTests } from "./usage-report-conformance.ts";
 
 /** A fresh, empty store; disposing of it closes the store and removes whatever it created. */
@@ -138,6 +139,7 @@ export function runStoreConformance(name: string, open: OpenStore): void {
     });
 
     runConsoleStoreConformance(open);
+    runMdmStoreConformance(open);
 
     describe("accounts", () => {
       test("create returns the account with a zero balance, and get returns the same", async () => {

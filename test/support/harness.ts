@@ -6,7 +6,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type ClusterConfig, type Config, loadConfig } from "../../src/config/config.ts";
-import { type App, type Clock, createApp } from "../../src/coordinator/app.ts";
+import { type App, type AppDeps, type Clock, createApp } from "../../src/coordinator/app.ts";
 import type { FleetView } from "../../src/fleet/fleet-view.ts";
 import type { EnrolmentRecords } from "../../src/mdm/enrolment-records.ts";
 import { createLogger, type Logger } from "../../src/observability/logger.ts";
@@ -68,6 +68,8 @@ export interface TestAppOptions {
   readonly cluster?: ClusterConfig;
   /** MDM enrolment records (AppDeps.enrolmentRecords). */
   readonly enrolmentRecords?: EnrolmentRecords;
+  /** MDM mode's checks (AppDeps.mdmChecks), with UMBRA_MDM_* in `env`. */
+  readonly mdmChecks?: AppDeps["mdmChecks"];
 }
 
 export async function call(app: App, method: string, path: string, options: CallOptions = {}): Promise<CallResult> {
@@ -112,6 +114,7 @@ export async function testApp(options: TestAppOptions = {}): Promise<TestApp> {
     ...(options.devHostData ? { devHostData: options.devHostData } : {}),
     ...(options.tlsPublicKeySpki ? { tlsPublicKeySpki: options.tlsPublicKeySpki } : {}),
     ...(options.enrolmentRecords ? { enrolmentRecords: options.enrolmentRecords } : {}),
+    ...(options.mdmChecks ? { mdmChecks: options.mdmChecks } : {}),
   });
   return {
     app,

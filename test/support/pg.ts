@@ -13,7 +13,7 @@ import type { OpenStore } from "../store/conformance.ts";
 export const PG_ADMIN_URL = process.env.UMBRA_TEST_PG_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
 
 const TABLES =
-  "accounts, balances, ledger_entries, api_keys, provider_tokens, model_builds, model_aliases, model_prices, usage, store_meta, holds, console_sessions, sign_in_links";
+  "accounts, balances, ledger_entries, api_keys, provider_tokens, model_builds, model_aliases, model_prices, usage, store_meta, holds, console_sessions, sign_in_links, mdm_enrolments, mdm_commands, mdm_chains";
 
 export interface TestDatabase {
   /** The database's URL. */

@@ -10,6 +10,7 @@ import m0002 from "./0002_ledger_ids_without_autoincrement.sql" with { type: "te
 import m0003 from "./0003_key_link_machines_and_token_expiry.sql" with { type: "text" };
 import m0004 from "./0004_console_sessions.sql" with { type: "text" };
 import m0005 from "./0005_provider_token_names.sql" with { type: "text" };
+import m0006 from "./0006_mdm_enrolments.sql" with { type: "text" };
 import journal from "./meta/_journal.json" with { type: "json" };
 
 export interface EmbeddedMigration {
@@ -26,6 +27,7 @@ const TEXTS: Readonly<Record<string, string>> = {
   "0003_key_link_machines_and_token_expiry": m0003,
   "0004_console_sessions": m0004,
   "0005_provider_token_names": m0005,
+  "0006_mdm_enrolments": m0006,
 };
 
 export const MIGRATIONS: readonly EmbeddedMigration[] = journal.entries.map((e) => {

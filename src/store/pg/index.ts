@@ -11,6 +11,7 @@ import { pgCatalog, pgPrices } from "./catalog.ts";
 import { ChangeFeed, type ChangeFeedOptions } from "./change-feed.ts";
 import { pgConsoleSessions, pgSignInLinks } from "./console.ts";
 import { pgApiKeys, pgProviderTokens } from "./keys.ts";
+import { pgMdm } from "./mdm.ts";
 import { pgMoney } from "./money.ts";
 import { type MoneyAuthority, type MoneyAuthorityOptions, pgMoneyAuthority } from "./money-authority.ts";
 import { openListener, openPostgres, type PgOpenOptions } from "./open.ts";
@@ -52,6 +53,7 @@ export async function createPgStore(url: string, options: PgStoreOptions = {}): 
     money: pgMoney(client),
     consoleSessions: pgConsoleSessions(db),
     signInLinks: pgSignInLinks(db),
+    mdm: pgMdm(db),
     async ping() {
       await db.execute(sql`SELECT 1`);
     },

@@ -9,7 +9,7 @@
  * milliseconds overflow it too. Flags are `boolean`, lists `jsonb`.
  */
 import { sql } from "drizzle-orm";
-import { bigint, boolean, check, index, jsonb, pgTable, text, timestamp } from "drizzle-orm/pg-core";
+import { bigint, boolean, check, index, jsonb, pgTable, text, timestamp, uniqueIndex } from "drizzle-orm/pg-core";
 
 const int = (name: string) => bigint(name, { mode: "number" });
 
@@ -224,3 +224,60 @@ export const holds = pgTable(
     check("hold_positive", sql`${t.amount} > 0`),
   ],
 );
+
+/**
+ * MDM enrolments (issue 23; src/store/mdm-types.ts): the enrolment token as SHA-256 (hex) only. Partial
+ * unique indexes keep one live enrolment per identity key and one enrolled enrolment per serial.
+ */
+export const mdmEnrolments = pgTable(
+  "mdm_enrolments",
+  {
+    id: text("id").primaryKey(),
+    accountId: text("account_id")
+      .notNull()
+      .references(() => accounts.id),
+    providerTokenId: text("provider_token_id")
+      .notNull()
+      .references(() => providerTokens.id),
+    identityKey: text("identity_key").notNull(),
+    tokenHash: text("token_hash").notNull().unique(),
+    createdAt: int("created_at").notNull(),
+    tokenExpiresAt: int("token_expires_at").notNull(),
+    nanomdmId: text("nanomdm_id"),
+    serial: text("serial"),
+    state: text("state", { enum: ["issued", "enrolled", "checked_out"] }).notNull(),
+    updatedAt: int("updated_at").notNull(),
+  },
+  (t) => [
+    index("mdm_enrolments_account_idx").on(t.accountId),
+    uniqueIndex("mdm_enrolments_live_key_idx").on(t.identityKey).where(sql`state <> 'checked_out'`),
+    uniqueIndex("mdm_enrolments_enrolled_serial_idx").on(t.serial).where(sql`state = 'enrolled'`),
+    index("mdm_enrolments_nanomdm_idx").on(t.nanomdmId),
+  ],
+);
+
+/** The outstanding DeviceInformation command per enrolment (at most one: the key). */
+export const mdmCommands = pgTable("mdm_commands", {
+  enrolmentId: text("enrolment_id")
+    .primaryKey()
+    .references(() => mdmEnrolments.id),
+  commandUuid: text("command_uuid").notNull().unique(),
+  epoch: int("epoch").notNull(),
+  issuedAt: int("issued_at").notNull(),
+  expiresAt: int("expires_at").notNull(),
+});
+
+/** The last verified attestation chain per enrolment: public data (DER certificates, base64, leaf first). */
+export const mdmChains = pgTable("mdm_chains", {
+  enrolmentId: text("enrolment_id")
+    .primaryKey()
+    .references(() => mdmEnrolments.id),
+  certificates: jsonb("certificates").$type<string[]>().notNull(),
+  chainSha256: text("chain_sha256").notNull(),
+  serial: text("serial").notNull(),
+  udid: text("udid").notNull(),
+  osVersion: text("os_version").notNull(),
+  leafNotBefore: int("leaf_not_before").notNull(),
+  epoch: int("epoch").notNull(),
+  verifiedAt: int("verified_at").notNull(),
+});

@@ -6,6 +6,7 @@ import { sqliteAccounts } from "./accounts.ts";
 import { sqliteCatalog, sqlitePrices } from "./catalog.ts";
 import { sqliteConsoleSessions, sqliteSignInLinks } from "./console.ts";
 import { sqliteApiKeys, sqliteProviderTokens } from "./keys.ts";
+import { sqliteMdm } from "./mdm.ts";
 import { sqliteMoney } from "./money.ts";
 import { openSqlite } from "./open.ts";
 import { EpochCache, Freshness } from "./read-cache.ts";
@@ -43,6 +44,7 @@ export function createSqliteStore(path: string, options: SqliteStoreOptions = {}
     money: sqliteMoney(db, client, (spent) => keys.spentChanged(spent), journal),
     consoleSessions: sqliteConsoleSessions(db),
     signInLinks: sqliteSignInLinks(db),
+    mdm: sqliteMdm(db),
     async ping() {
       db.run(sql`SELECT 1`);
     },

@@ -52,6 +52,7 @@ describe("loadConfig", () => {
       reusePort: false,
       cluster: null,
       mdmEnrolment: null,
+      mdm: null,
     });
   });
 

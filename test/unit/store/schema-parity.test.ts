@@ -47,6 +47,9 @@ const pairs = {
   storeMeta: true as Equal<SqliteRows["storeMeta"], PgRows["storeMeta"]>,
   consoleSessions: true as Equal<SqliteRows["consoleSessions"], PgRows["consoleSessions"]>,
   signInLinks: true as Equal<SqliteRows["signInLinks"], PgRows["signInLinks"]>,
+  mdmEnrolments: true as Equal<SqliteRows["mdmEnrolments"], PgRows["mdmEnrolments"]>,
+  mdmCommands: true as Equal<SqliteRows["mdmCommands"], PgRows["mdmCommands"]>,
+  mdmChains: true as Equal<SqliteRows["mdmChains"], PgRows["mdmChains"]>,
 } satisfies { [K in keyof SqliteRows]: true };
 
 test("the type-level checks are in force", () => {
