@@ -16,7 +16,14 @@ import type { Config } from "./config.ts";
 
 export const CONFIG_DIGEST_TAG = "umbra-config-v1";
 /** Config fields that are secrets: provisioned, never bound. */
-const SECRET_FIELDS: readonly string[] = ["adminToken", "dbPassword", "oidc.clientSecret", "cluster.redisPassword", "cluster.natsPassword"];
+const SECRET_FIELDS: readonly string[] = [
+  "adminToken",
+  "dbPassword",
+  "oidc.clientSecret",
+  "cluster.redisPassword",
+  "cluster.natsPassword",
+  "mdaSeed",
+];
 /** Each replica's own name (generated per process by default): replicas of one deployment share a digest. */
 const PER_REPLICA_FIELDS: readonly string[] = ["cluster.replicaId"];
 /** The binding's own settings. */

@@ -13,6 +13,7 @@ import type { TlsConfig } from "../tls/tls-config.ts";
 import { type ClusterConfig, parseCluster } from "./cluster-config.ts";
 import { CLUSTER_DERIVED } from "./cluster-settings.ts";
 import { CONFIG_OPTIONS, SETTINGS, type SettingName } from "./coordinator-settings.ts";
+import { readMdaSeed } from "./mda-seed.ts";
 import {
   ConfigError,
   type Env,
@@ -71,6 +72,8 @@ const DERIVED = [
   "expectedMeasurement",
   "configBinding",
   "configDigest",
+  "mdmUrl",
+  "mdaSeed",
   ...CLUSTER_DERIVED,
 ] as const satisfies readonly SettingName[];
 
@@ -110,6 +113,10 @@ export interface Config extends SettingValues<Omit<typeof SETTINGS, (typeof DERI
   readonly configDigest: Uint8Array | null;
   /** Cluster mode (postgres:// --db, Redis and NATS together; config/cluster-settings.ts); null: one coordinator. */
   readonly cluster: ClusterConfig | null;
+  /** NanoMDM's API base URL: MDM mode on; absent: off. */
+  readonly mdmUrl?: string;
+  /** The MDA nonces' secret key, at least 32 bytes (config/mda-seed.ts; a secret: not in the digest). */
+  readonly mdaSeed?: Uint8Array;
 }
 
 /**
@@ -133,6 +140,8 @@ export function loadConfig(flags: FlagValues, env: Env, defaultMode: Mode = "pro
   const oidc = readOidc(raw, jwt);
   const awaiting = parseSetting(SETTINGS.provisioning, raw("provisioning")) === "await";
   const cluster = parseCluster(raw, parseSetting(SETTINGS.db, raw("db")), production, awaiting);
+  const mdmUrl = raw("mdmUrl");
+  const mdaSeed = readMdaSeed(raw("mdaSeed"), mdmUrl, production);
 
   const config: Config = {
     mode,
@@ -154,6 +163,8 @@ export function loadConfig(flags: FlagValues, env: Env, defaultMode: Mode = "pro
     ...(jwt !== undefined ? { jwt } : {}),
     ...(publicUrl !== undefined ? { publicUrl } : {}),
     ...(oidc !== undefined ? { oidc } : {}),
+    ...(mdmUrl !== undefined ? { mdmUrl } : {}),
+    ...(mdaSeed !== undefined ? { mdaSeed } : {}),
   };
   if (config.challengeTimeoutMs >= config.challengeIntervalMs) {
     throw new ConfigError("--challenge-timeout-ms must be shorter than --challenge-interval-ms");

@@ -381,6 +381,15 @@ export const SETTINGS = {
     default: "off",
     help: "await: secrets are provisioned after start through the attested channel (POST /v1/provision)",
   },
+  // MDM attestation of provider Macs (issue 23). `mdmUrl` on: MDM mode, which production refuses without `mdaSeed`.
+  mdmUrl: { flag: "mdm-url", env: "UMBRA_MDM_URL", kind: "string", help: "NanoMDM API base URL: MDM mode on (off unset)" },
+  mdaSeed: {
+    flag: "mda-seed",
+    env: "UMBRA_MDA_SEED",
+    kind: "string",
+    secret: true,
+    help: "secret key of the MDA attestation nonces, hex or base64, at least 32 bytes (config/mda-seed.ts)",
+  },
   // Several replicas (issue 21; docs/operations.md "Running several replicas"): config/cluster-settings.ts.
   ...CLUSTER_SETTINGS,
 } as const satisfies SettingTable;
