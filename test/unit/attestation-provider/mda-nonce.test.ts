@@ -4,6 +4,8 @@
  */
 import { describe, expect, test } from "bun:test";
 import { createHmac } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import {
   acceptedMdaNonces,
   MDA_EPOCH_MS,
@@ -48,6 +50,20 @@ describe("MDA nonce", () => {
       .update(Buffer.concat([Buffer.from("umbra-mda-v1", "utf8"), Buffer.from("0000000000000b99", "hex"), POINT]))
       .digest("hex");
     expect([hex(mdaNonce(SEED, EPOCH, POINT)), independent]).toEqual([NONCE_HEX, NONCE_HEX]);
+  });
+
+  test("docs/security.md states this vector and the construction's bytes", () => {
+    const doc = readFileSync(join(import.meta.dir, "..", "..", "..", "docs", "security.md"), "utf8");
+    const oneLine = doc.replace(/\s+/g, " ");
+    const stated = [
+      NONCE_HEX,
+      hex(SEED),
+      MESSAGE_HEX,
+      "75 6d 62 72 61 2d 6d 64 61 2d 76 31",
+      "floor(t / 604800000)",
+      "epoch 2969 = 0x0b99",
+    ];
+    expect(stated.filter((s) => !oneLine.includes(s) && !doc.includes(s))).toEqual([]);
   });
 
   test("random seeds, keys and epochs agree with node:crypto", () => {
