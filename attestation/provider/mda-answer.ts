@@ -91,7 +91,8 @@ export interface VerifiedMdaAnswer {
 
 /**
  * Verifies an answer (or re-checks a stored one). Throws AttestationError: identity_key,
- * development_root, chain_*, then mda_* in the order of the file header.
+ * development_root, chain_*, then mda_* in the order of the file header; RangeError for a seed under 32
+ * bytes (a configuration error, refused at start by src/config/mda-seed.ts).
  */
 export async function verifyMdaAnswer(input: MdaAnswerInput, options: MdaAnswerOptions): Promise<VerifiedMdaAnswer> {
   const key = parseIdentityKey(input.identityKey);
@@ -114,7 +115,8 @@ export async function verifyMdaAnswer(input: MdaAnswerInput, options: MdaAnswerO
 
 /**
  * Checks 2-9 on a leaf's extensions (OID -> extnValue contents), for a chain already verified to its
- * anchor. Exported for vectors whose issuer is not at hand. Throws AttestationError(mda_*).
+ * anchor. Exported for vectors whose issuer is not at hand. `identityPoint` is the 65-byte point.
+ * Throws AttestationError(mda_*); RangeError for a seed under 32 bytes or a point of another length.
  */
 export function checkMdaLeaf(
   extensions: ReadonlyMap<string, Uint8Array>,
