@@ -8,7 +8,10 @@
  *   intermediate  "Umbra Development Attestation Sub CA", P-384, cA, pathLen 0, keyCertSign+cRLSign
  *   leaf          per device (issueDeviceChain): fresh P-256 key, digitalSignature, the Apple device
  *                 property extensions of oids.ts with their Apple encodings, freshness code =
- *                 SHA-256 of the identity key
+ *                 SHA-256 of the identity key (the old constant rule, which only the development-root
+ *                 hello path still checks: oids.ts checkAppleDeviceClaims)
+ *   other leaves  issueLeaf signs any leaf the caller builds (test/support/apple-leaf.ts: Apple-shaped
+ *                 leaves carrying an epoch nonce of mda-nonce.ts, for MDM answers)
  *
  * The lower-level builders (issueCertificate, caExtensions, appleExtensionValues, toExtensions) are the
  * one generator path: tests use them to build valid and deliberately broken chains.
@@ -121,7 +124,8 @@ export class DevelopmentRoot {
     readonly anchor: TrustAnchor,
     readonly intermediateDer: Uint8Array,
     private readonly intermediate: Issuer,
-    private readonly now: () => number,
+    /** The clock the root was generated with. */
+    readonly now: () => number,
   ) {}
 
   /** Generates a root valid for `validityMs` (default 1 year) from now, and its intermediate. */
@@ -148,6 +152,11 @@ export class DevelopmentRoot {
       extensions: caExtensions(0),
     });
     return new DevelopmentRoot(TrustAnchor.development(rootDer), intermediateDer, { name: DEV_INTERMEDIATE_NAME, signing: subKeys }, now);
+  }
+
+  /** Signs a leaf the caller describes with the intermediate; returns [leaf, intermediate]. */
+  async issueLeaf(spec: Omit<CertificateSpec, "issuer" | "self">): Promise<Uint8Array[]> {
+    return [await issueCertificate({ ...spec, issuer: this.intermediate }), this.intermediateDer];
   }
 
   /** Issues [leaf, intermediate] for a device: the leaf is valid for 7 days from now. */

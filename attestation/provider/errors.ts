@@ -36,6 +36,15 @@ export const ATTESTATION_CHECKS = [
   "os_version", // 1.2.840.113635.100.8.10.1
   "freshness_code", // 1.2.840.113635.100.8.11.1
   "posture_mismatch", // evidence posture differs from what the chain proves
+  // An MDM DeviceInformation answer (mda-answer.ts), after the chain_* checks
+  "mda_freshness", // .11.1 absent, or not an accepted epoch nonce of this identity key
+  "mda_age", // leaf notBefore more than 21 days ago
+  "mda_posture_missing", // no SIP / Secure Boot / kext / OS version OID (macOS below 14.2)
+  "mda_sip", // .13.1 not an INTEGER 0
+  "mda_secure_boot", // .13.2 not "Full Security"
+  "mda_kexts", // .13.3 not an INTEGER 0
+  "mda_serial", // leaf serial, answered SerialNumber and enrolment serial not all equal
+  "mda_udid", // leaf UDID differs from the answered ProvisioningUDID
   // Challenge-response
   "challenge_format",
   "challenge_nonce", // not the outstanding nonce (replayed, stale or unknown)

@@ -43,13 +43,47 @@ export {
 export { decodeBase64, encodeBase64 } from "./encoding.ts";
 export { ATTESTATION_CHECKS, type AttestationCheck, AttestationError } from "./errors.ts";
 export { freshnessCodeFor, type IdentityKey, parseIdentityKey, verifyIdentitySignature } from "./identity-key.ts";
-export { DEFAULT_MAX_CERTIFICATE_AGE_MS, type MdaChainOptions, type VerifiedMdaChain, verifyMdaChain } from "./mda-chain.ts";
+export {
+  checkMdaLeaf,
+  decodeMdaLeaf,
+  leafExtensions,
+  MDA_MAX_LEAF_AGE_MS,
+  type MdaAnswerInput,
+  type MdaAnswerOptions,
+  type MdaClaims,
+  type MdaLeafFields,
+  type VerifiedMdaAnswer,
+  verifyMdaAnswer,
+} from "./mda-answer.ts";
+export {
+  DEFAULT_MAX_CERTIFICATE_AGE_MS,
+  type MdaChainOptions,
+  type VerifiedMdaChain,
+  type VerifiedMdaPath,
+  verifyMdaChain,
+  verifyMdaPath,
+} from "./mda-chain.ts";
+export {
+  acceptedMdaNonces,
+  MDA_EPOCH_MS,
+  MDA_NONCE_BYTES,
+  MDA_NONCE_TAG,
+  MDA_PREVIOUS_EPOCHS,
+  MDA_SEED_MIN_BYTES,
+  type MdaNonce,
+  mdaEpoch,
+  mdaEpochAcceptedUntil,
+  mdaEpochStart,
+  mdaNonce,
+  mdaNonceMessage,
+} from "./mda-nonce.ts";
 export {
   APPLE_OID,
   type AppleDeviceClaims,
   type ApplePolicy,
   checkAppleDeviceClaims,
   decodeAppleDeviceClaims,
+  decodeAppleString,
   FRESHNESS_CODE_BYTES,
 } from "./oids.ts";
 export {

@@ -24,8 +24,10 @@
  * 12. chain_key_usage   issuers carry key usage with keyCertSign; the leaf has neither keyCertSign nor cRLSign
  * 13. per-OID decoding of the leaf (oids.ts): sip, secure_boot, kernel_extensions, os_version, freshness_code
  *
- * Binding the chain to the provider (freshness code = SHA-256 of the identity key) and judging the
- * decoded posture happen in checkAppleDeviceClaims (oids.ts), called by trust.ts.
+ * Steps 1-12 are verifyMdaPath (its chain_age step optional); verifyMdaChain adds step 13. Binding the
+ * chain to the provider and judging the decoded posture happen elsewhere: for the development-root
+ * hello path in checkAppleDeviceClaims (oids.ts, the old constant rule: freshness code = SHA-256 of the
+ * identity key), called by trust.ts; for MDM answers in verifyMdaAnswer (mda-answer.ts, epoch nonces).
  */
 import "./preload.ts";
 import { BasicConstraintsExtension, KeyUsageFlags, KeyUsagesExtension, X509Certificate } from "@peculiar/x509";
@@ -49,7 +51,18 @@ export interface MdaChainOptions {
   readonly anchor: TrustAnchor;
   readonly mode: TrustMode;
   readonly now: () => number;
-  readonly maxCertificateAgeMs?: number;
+  /** Step 8's bound (default 30 days); null skips step 8 (a caller with its own age rule). */
+  readonly maxCertificateAgeMs?: number | null;
+}
+
+/** A chain that passed steps 1-12: its path to the anchor and the leaf's extensions, not yet decoded. */
+export interface VerifiedMdaPath {
+  /** [leaf, intermediates..., anchor]: the trailing root, when sent, replaced by the anchor itself. */
+  readonly path: readonly X509Certificate[];
+  /** The leaf's extensions by OID (extnValue contents); repeated ones were refused. */
+  readonly leafExtensions: ReadonlyMap<string, Uint8Array>;
+  /** Hex SHA-256 of the anchor the chain verified to. */
+  readonly anchorSha256: string;
 }
 
 export interface VerifiedMdaChain {
@@ -64,6 +77,15 @@ export interface VerifiedMdaChain {
  * Throws AttestationError (checks listed in the file header).
  */
 export async function verifyMdaChain(chainDer: readonly Uint8Array[], options: MdaChainOptions): Promise<VerifiedMdaChain> {
+  const { path, leafExtensions, anchorSha256 } = await verifyMdaPath(chainDer, options);
+  return { leaf: path[0]!, claims: decodeAppleDeviceClaims(leafExtensions), anchorSha256 };
+}
+
+/**
+ * Steps 1-12 of the file header: the chain to the anchor and every path rule, without reading the
+ * leaf's Apple device properties. Throws AttestationError (development_root, chain_*).
+ */
+export async function verifyMdaPath(chainDer: readonly Uint8Array[], options: MdaChainOptions): Promise<VerifiedMdaPath> {
   const { anchor } = options;
   assertAnchorAllowed(anchor, options.mode);
 
@@ -104,9 +126,9 @@ export async function verifyMdaChain(chainDer: readonly Uint8Array[], options: M
     if (now < cert.notBefore.getTime()) throw new AttestationError("chain_validity", `${who} is not valid yet`);
     if (now > cert.notAfter.getTime()) throw new AttestationError("chain_validity", `${who} has expired`);
   });
-  const maxAge = options.maxCertificateAgeMs ?? DEFAULT_MAX_CERTIFICATE_AGE_MS;
+  const maxAge = options.maxCertificateAgeMs === undefined ? DEFAULT_MAX_CERTIFICATE_AGE_MS : options.maxCertificateAgeMs;
   const leaf = path[0]!;
-  if (now - leaf.notBefore.getTime() > maxAge) {
+  if (maxAge !== null && now - leaf.notBefore.getTime() > maxAge) {
     throw new AttestationError(
       "chain_age",
       `the leaf was issued ${Math.floor((now - leaf.notBefore.getTime()) / 3_600_000)} h ago, beyond the maximum age`,
@@ -136,7 +158,7 @@ export async function verifyMdaChain(chainDer: readonly Uint8Array[], options: M
     }
   });
 
-  return { leaf, claims: decodeAppleDeviceClaims(extensions[0]!), anchorSha256: anchor.sha256 };
+  return { path, leafExtensions: extensions[0]!, anchorSha256: anchor.sha256 };
 }
 
 function parseCertificate(der: Uint8Array, index: number): X509Certificate {

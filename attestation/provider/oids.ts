@@ -8,8 +8,11 @@
  *   1.2.840.113635.100.8.13.2  Secure Boot level   string: "Full Security" | "Reduced Security" | "Permissive Security"
  *   1.2.840.113635.100.8.13.3  third-party kexts   DER INTEGER, 0 = none allowed
  *   1.2.840.113635.100.8.10.1  OS version          string, e.g. "15.1.1"
- *   1.2.840.113635.100.8.11.1  freshness code      32 raw bytes; Umbra requires SHA-256 of the identity
- *                                                  key's 65-byte uncompressed point (the key binding)
+ *   1.2.840.113635.100.8.11.1  freshness code      32 raw bytes: the nonce asked for. MDM answers
+ *                                                  (mda-answer.ts) need an epoch nonce of mda-nonce.ts; the
+ *                                                  development-root hello path still needs SHA-256 of the
+ *                                                  identity key's 65-byte point (the old constant rule)
+ *   1.2.840.113635.100.8.9.1 / .9.2  serial number / UDID, raw strings (read by mda-answer.ts)
  *
  * "string": Apple stores version and status strings as bare UTF-8 in the extension value. A value that
  * starts with a DER string tag (UTF8String, PrintableString, IA5String) must be exactly one such element
@@ -94,7 +97,9 @@ export function decodeAppleDeviceClaims(extensions: ReadonlyMap<string, Uint8Arr
 
 /**
  * Judges decoded claims: SIP enabled, Full Security, no third-party kernel extensions, minimum OS
- * version, and the freshness code bound to `identityKey`. Throws AttestationError(sip | secure_boot |
+ * version, and the freshness code bound to `identityKey` by the old constant rule (SHA-256 of the
+ * point). Only the development-root hello path (trust.ts) uses it, until MDM answers (mda-answer.ts,
+ * rotating epoch nonces) replace that path too. Throws AttestationError(sip | secure_boot |
  * kernel_extensions | os_version | freshness_code).
  */
 export function checkAppleDeviceClaims(claims: AppleDeviceClaims, identityKey: IdentityKey, policy: ApplePolicy = {}): void {
@@ -111,8 +116,8 @@ export function checkAppleDeviceClaims(claims: AppleDeviceClaims, identityKey: I
 
 const STRING_TAGS: ReadonlySet<number> = new Set([TAG_UTF8_STRING, TAG_PRINTABLE_STRING, TAG_IA5_STRING]);
 
-/** Reads a bare or DER-wrapped printable ASCII string extension value. */
-function decodeAppleString(value: Uint8Array, check: AttestationCheck, what: string): string {
+/** Reads a bare or DER-wrapped printable ASCII string extension value. Throws AttestationError(check). */
+export function decodeAppleString(value: Uint8Array, check: AttestationCheck, what: string): string {
   let text = value;
   if (value.length > 0 && STRING_TAGS.has(value[0]!)) text = readWhole(value, check, what).value;
   if (text.length === 0 || text.length > MAX_STRING_BYTES) throw new AttestationError(check, `${what} is empty or too long`);

@@ -27,6 +27,7 @@ const SECRET_FIELDS: readonly string[] = [
   "mdmEnrolment.signingP12Password",
   "mdm.apiKey",
   "mdm.webhookKey",
+  "mdaSeed",
 ];
 /** Each replica's own name (generated per process by default): replicas of one deployment share a digest. */
 const PER_REPLICA_FIELDS: readonly string[] = ["cluster.replicaId"];

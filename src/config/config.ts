@@ -15,6 +15,7 @@ import type { TlsConfig } from "../tls/tls-config.ts";
 import { type ClusterConfig, parseCluster } from "./cluster-config.ts";
 import { CLUSTER_DERIVED } from "./cluster-settings.ts";
 import { CONFIG_OPTIONS, SETTINGS, type SettingName } from "./coordinator-settings.ts";
+import { readMdaSeed } from "./mda-seed.ts";
 import { parseMdmEnrolment } from "./mdm-enrol-config.ts";
 import { MDM_ENROL_DERIVED } from "./mdm-enrol-settings.ts";
 import { MDM_DERIVED, parseMdm } from "./mdm-settings.ts";
@@ -76,6 +77,7 @@ const DERIVED = [
   "expectedMeasurement",
   "configBinding",
   "configDigest",
+  "mdaSeed",
   ...CLUSTER_DERIVED,
   ...MDM_ENROL_DERIVED,
   ...MDM_DERIVED,
@@ -121,6 +123,8 @@ export interface Config extends SettingValues<Omit<typeof SETTINGS, (typeof DERI
   readonly mdmEnrolment: MdmEnrolmentConfig | null;
   /** MDM mode (UMBRA_MDM_URL; config/mdm-settings.ts); null: off, /v1/mdm/webhook is 404. */
   readonly mdm: MdmConfig | null;
+  /** The MDA nonces' secret key, at least 32 bytes (config/mda-seed.ts; a secret: not in the digest). */
+  readonly mdaSeed?: Uint8Array;
 }
 
 /**
@@ -144,6 +148,8 @@ export function loadConfig(flags: FlagValues, env: Env, defaultMode: Mode = "pro
   const oidc = readOidc(raw, jwt);
   const awaiting = parseSetting(SETTINGS.provisioning, raw("provisioning")) === "await";
   const cluster = parseCluster(raw, parseSetting(SETTINGS.db, raw("db")), production, awaiting);
+  const mdmUrl = raw("mdmUrl");
+  const mdaSeed = readMdaSeed(raw("mdaSeed"), mdmUrl, production);
 
   const config: Config = {
     mode,
@@ -167,6 +173,7 @@ export function loadConfig(flags: FlagValues, env: Env, defaultMode: Mode = "pro
     ...(jwt !== undefined ? { jwt } : {}),
     ...(publicUrl !== undefined ? { publicUrl } : {}),
     ...(oidc !== undefined ? { oidc } : {}),
+    ...(mdaSeed !== undefined ? { mdaSeed } : {}),
   };
   if (config.challengeTimeoutMs >= config.challengeIntervalMs) {
     throw new ConfigError("--challenge-timeout-ms must be shorter than --challenge-interval-ms");
