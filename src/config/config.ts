@@ -148,8 +148,9 @@ export function loadConfig(flags: FlagValues, env: Env, defaultMode: Mode = "pro
   const oidc = readOidc(raw, jwt);
   const awaiting = parseSetting(SETTINGS.provisioning, raw("provisioning")) === "await";
   const cluster = parseCluster(raw, parseSetting(SETTINGS.db, raw("db")), production, awaiting);
-  const mdmUrl = raw("mdmUrl");
-  const mdaSeed = readMdaSeed(raw("mdaSeed"), mdmUrl, production);
+  // MDM mode's own settings first (their refusals name them), then the seed it needs in production.
+  const mdm = parseMdm(raw, production, isLoopbackHost);
+  const mdaSeed = readMdaSeed(raw("mdaSeed"), mdm?.url, production);
 
   const config: Config = {
     mode,
@@ -167,7 +168,7 @@ export function loadConfig(flags: FlagValues, env: Env, defaultMode: Mode = "pro
     ...readBinding(raw),
     cluster,
     mdmEnrolment: parseMdmEnrolment(raw, production),
-    mdm: parseMdm(raw, production, isLoopbackHost),
+    mdm,
     ...(adminToken !== undefined ? { adminToken } : {}),
     ...(dbPassword !== undefined ? { dbPassword } : {}),
     ...(jwt !== undefined ? { jwt } : {}),
