@@ -15,10 +15,13 @@ const db = await testDatabase([SUITE]);
 const raw = db && postgres(db.url, { max: 1, onnotice: () => {} });
 afterAll(() => raw?.end({ timeout: 5 }));
 
-const claimers = async () =>
+/** The claim connections that hold an advisory lock now (a terminated one may linger in pg_stat_activity a moment). */
+const holders = async (): Promise<number[]> =>
   (
-    await (raw as postgres.Sql)`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'umbra-replica-claim' AND datname = current_database()`
-  )[0]?.n;
+    await (raw as postgres.Sql)<{ pid: number }[]>`
+      SELECT a.pid FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid AND l.locktype = 'advisory' AND l.granted
+      WHERE a.application_name = 'umbra-replica-claim' AND a.datname = current_database()`
+  ).map((r) => r.pid);
 
 describe.skipIf(db === undefined)(SUITE, () => {
   test("a claimed id is refused to another process until its holder ends; other ids are free", async () => {
@@ -47,8 +50,10 @@ describe.skipIf(db === undefined)(SUITE, () => {
       await first.claimReplica("c", (id) => lost.push(id));
       const terminate = () =>
         (raw as postgres.Sql)`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'umbra-replica-claim' AND datname = current_database()`;
+      const before = await holders();
       await terminate();
-      await waitFor(async () => (await claimers()) === 1, "the id claimed again", 10_000);
+      // Claimed again: a new connection holds the lock (not the terminated one, which may still be listed).
+      await waitFor(async () => (await holders()).some((pid) => !before.includes(pid)), "the id claimed again", 10_000);
       expect(await second.claimReplica("c").catch((e) => e instanceof StoreOpenError)).toBe(true);
       // Cut again, and another process takes the id before the holder reconnects: the holder hears of it.
       await terminate();
