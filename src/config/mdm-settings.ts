@@ -9,6 +9,14 @@ import type { MdmConfig } from "../mdm/types.ts";
 import { ConfigError, parseSetting, type SettingTable } from "./settings.ts";
 
 export const MDM_SETTINGS = {
+  // The MDA nonces' key: production refuses MDM mode without it (config/mda-seed.ts reads it).
+  mdaSeed: {
+    flag: "mda-seed",
+    env: "UMBRA_MDA_SEED",
+    kind: "string",
+    secret: true,
+    help: "secret key of the MDA attestation nonces, hex or base64, at least 32 bytes (config/mda-seed.ts)",
+  },
   mdmUrl: { flag: "mdm-url", env: "UMBRA_MDM_URL", kind: "string", help: "NanoMDM's API base URL: MDM mode on" },
   mdmApiKey: { flag: "mdm-api-key", env: "UMBRA_MDM_API_KEY", kind: "string", secret: true, help: "NanoMDM's API key" },
   mdmWebhookKey: {

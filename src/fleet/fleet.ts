@@ -7,10 +7,18 @@
  * max concurrency), then fastest recent first content. A session silent for longer than the liveness
  * timeout is ended (its attempts fail over). The admission bounds (`refusal`) count every session from
  * its socket's open (before hello) to its end. `version` moves on every change the public list shows
- * (welcome, end of a welcomed session, trust withdrawn); the list (public-list.ts) is rebuilt only then.
+ * (welcome, end of a welcomed session, trust withdrawn, raised or lapsed); the list (public-list.ts) is
+ * rebuilt only then. With a device trust (MDM mode), each attested session's identity key is announced on
+ * welcome and end, and re-vouched when a chain is stored for it (`revouch`) or its chain lapses.
  */
 import { randomBytes } from "node:crypto";
-import { meetsTrustFloor, type ProviderAttestation, summarizeAttestation, type TrustLevel } from "../../attestation/provider/levels.ts";
+import {
+  type DeviceChainVouch,
+  meetsTrustFloor,
+  type ProviderAttestation,
+  summarizeAttestation,
+  type TrustLevel,
+} from "../../attestation/provider/levels.ts";
 import type { Logger } from "../observability/logger.ts";
 import { CLOSE } from "../protocol/frames.ts";
 import type { FleetView, ModelCapacity } from "./fleet-view.ts";
@@ -23,7 +31,17 @@ import {
 } from "./public-list.ts";
 import { ProviderSession, type SessionIdentity, type SessionSettings, type SessionTransport } from "./session.ts";
 
+/** Stored device chains (MDM mode: src/mdm/device-trust.ts and the attestation scheduler, wired by the app). */
+export interface DeviceTrustSource {
+  /** The stored chain passing now for this identity key (65-byte point), or undefined. Never throws. */
+  vouch(identityKey: Uint8Array): Promise<DeviceChainVouch | undefined>;
+  /** An attested session with this identity key was welcomed / ended. */
+  connected(identityKey: Uint8Array): void;
+  disconnected(identityKey: Uint8Array): void;
+}
+
 export interface FleetOptions extends SessionSettings {
+  readonly deviceTrust?: DeviceTrustSource;
   readonly minTrust: TrustLevel;
   /** Sessions open at once per device token, counting those not yet welcomed. */
   readonly maxSessionsPerToken: number;
@@ -113,6 +131,8 @@ export class Fleet implements FleetView {
         onReady: (s) => {
           this.pending.delete(s.id);
           this.changes++;
+          const key = s.attestation?.identityKey?.point;
+          if (key !== undefined && s.trust !== "none") this.options.deviceTrust?.connected(key);
           for (const build of s.models.keys()) {
             let set = this.byBuild.get(build);
             if (!set) {
@@ -128,6 +148,8 @@ export class Fleet implements FleetView {
         },
         onClosed: (s) => {
           this.sessions.delete(s.id);
+          const key = s.attestation?.identityKey?.point;
+          if (key !== undefined && this.pending.has(s.id) === false) this.options.deviceTrust?.disconnected(key);
           if (!this.pending.delete(s.id)) this.changes++;
           const open = (this.perToken.get(s.identity.tokenId) ?? 1) - 1;
           if (open > 0) this.perToken.set(s.identity.tokenId, open);
@@ -141,6 +163,7 @@ export class Fleet implements FleetView {
         onTrustChanged: () => {
           this.changes++;
         },
+        onVouchLapsed: (s) => this.refreshVouch(s),
       },
       this.options,
       this.options.logger,
@@ -173,6 +196,25 @@ export class Fleet implements FleetView {
   async revalidateTokens(isLive: (tokenId: string) => Promise<boolean>): Promise<void> {
     const ids = new Set([...this.sessions.values()].map((s) => s.identity.tokenId));
     for (const id of ids) if (!(await isLive(id))) this.disconnectToken(id);
+  }
+
+  /** A chain was stored for this identity key (65-byte point): its live sessions are re-vouched. */
+  revouch(identityKey: Uint8Array): void {
+    const id = Buffer.from(identityKey);
+    for (const s of this.sessions.values()) {
+      const point = s.attestation?.identityKey?.point;
+      if (s.ready && point !== undefined && id.equals(point)) this.refreshVouch(s);
+    }
+  }
+
+  private refreshVouch(s: ProviderSession): void {
+    const point = s.attestation?.identityKey?.point;
+    const source = this.options.deviceTrust;
+    if (point === undefined || source === undefined) return;
+    source.vouch(point).then(
+      (vouch) => s.vouch(vouch),
+      () => undefined,
+    );
   }
 
   /** Requests waiting for a slot on this build. */

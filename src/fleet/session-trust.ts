@@ -3,11 +3,20 @@
  * provider answers its challenges. A wrong, late or missing answer withdraws it at once: level `none`
  * with the failure recorded (withdrawTrust), no more challenges; the session stays connected, below any
  * production floor. Before welcome the level is `none` and there is no attestation.
+ * A stored MDM chain (DeviceChainVouch) raises a self_signed session to hardware while it passes: at
+ * welcome (the fleet's assess) or later, when a fresh chain is stored; its `acceptedUntil` passing brings
+ * the session back to self_signed. A withdrawn session is never raised again.
  */
 import { type Challenge, type ChallengeSession, challengeFields } from "../../attestation/provider/challenge.ts";
 import { AttestationError } from "../../attestation/provider/errors.ts";
-import type { TrustLevel } from "../../attestation/provider/levels.ts";
-import { type ProviderAttestation, withdrawTrust } from "../../attestation/provider/levels.ts";
+import {
+  type DeviceChainVouch,
+  type ProviderAttestation,
+  type TrustLevel,
+  unvouchedAttestation,
+  vouchedAttestation,
+  withdrawTrust,
+} from "../../attestation/provider/levels.ts";
 import { type ChallengeResponse, encode } from "../protocol/frames.ts";
 import { ProtocolError } from "../protocol/parse.ts";
 
@@ -54,6 +63,26 @@ export class SessionTrust {
       return withdrawn ? { withdrawn } : {};
     }
     return due ? { due: encode({ type: "challenge", ...challengeFields(due) }) } : {};
+  }
+
+  /**
+   * The stored chain now vouching for the identity key (undefined: none): raises or lowers a session
+   * that earned self_signed or better. True when the level or the vouching chain changed.
+   */
+  vouch(vouch: DeviceChainVouch | undefined, now: number): boolean {
+    const current = this.current;
+    if (!current || current.level === "none") return false;
+    const next = vouch && vouch.acceptedUntil >= now ? vouchedAttestation(current, vouch) : unvouchedAttestation(current);
+    this.current = next;
+    return next.level !== current.level || next.deviceChain?.chainSha256 !== current.deviceChain?.chainSha256;
+  }
+
+  /** Back to self_signed when the vouching chain's acceptedUntil has passed; true when it did. */
+  expire(now: number): boolean {
+    const chain = this.current?.deviceChain;
+    if (!this.current || chain === undefined || chain.acceptedUntil >= now) return false;
+    this.current = unvouchedAttestation(this.current);
+    return true;
   }
 
   /** Withdraws trust; the error when the level moved (undefined when it was `none` already). */

@@ -108,7 +108,13 @@ describe("trust from verified evidence", () => {
         provider_count: 1,
         attested_providers: 1,
         trust_level: "hardware",
-        attestation: { secure_enclave: true, sip_enabled: true, secure_boot: true },
+        attestation: {
+          secure_enclave: true,
+          sip_enabled: true,
+          secure_boot: true,
+          device_chain_verified: true,
+          device_chain_sources: ["evidence"],
+        },
       }),
     );
   });
@@ -126,6 +132,8 @@ describe("trust from verified evidence", () => {
       routable: true,
       secure_enclave: true,
       device_chain_verified: true,
+      device_chain_source: "evidence",
+      device_chain_accepted_until: null,
       identity_key: expect.stringMatching(/^[A-Za-z0-9_-]{87}$/),
       identity_key_sha256: expect.stringMatching(/^[0-9a-f]{64}$/),
       encryption_key: expect.stringMatching(/^[A-Za-z0-9_-]{43}$/),
@@ -149,7 +157,13 @@ describe("trust from verified evidence", () => {
       expect.objectContaining({
         attested_providers: 1,
         trust_level: "self_signed",
-        attestation: { secure_enclave: true, sip_enabled: false, secure_boot: false },
+        attestation: {
+          secure_enclave: true,
+          sip_enabled: false,
+          secure_boot: false,
+          device_chain_verified: false,
+          device_chain_sources: [],
+        },
       }),
     );
   });
