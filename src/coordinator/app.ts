@@ -29,7 +29,7 @@ import { HoldKeeper } from "../store/pg/hold-keeper.ts";
 import type { MoneyAuthority } from "../store/pg/money-authority.ts";
 import type { ProviderTokenRecord, Store } from "../store/types.ts";
 import { type AppCluster, startCluster, withRemoteCapacity } from "./cluster-link.ts";
-import { type AppMdm, mdmDeviceTrust, startMdm } from "./mdm-link.ts";
+import { type AppMdm, type MdmTimings, mdmDeviceTrust, startMdm } from "./mdm-link.ts";
 import { evidenceHooks, type ProviderTrust, providerTrust } from "./provider-trust.ts";
 import { createLimiter } from "./rate-limits.ts";
 
@@ -69,6 +69,8 @@ export interface AppDeps {
   readonly cachesLive?: () => boolean;
   /** Attestation and provisioning made before the app (createFront); the app makes its own otherwise. */
   readonly front?: AppFront;
+  /** MDM mode: the attestation scheduler's connection jitter and backoff (tests shorten them). */
+  readonly mdmTimings?: MdmTimings;
 }
 
 export interface App {
@@ -192,7 +194,14 @@ export function createApp(deps: AppDeps): App {
     config.mdm && config.mdmEnrolment
       ? startMdm(
           { mdm: config.mdm, enrolment: config.mdmEnrolment, seed: config.mdaSeed, mode: config.mode },
-          { store, anchor: () => trust().then((t) => t.policy.anchor), now, logger, onAttested: (key) => fleet.revouch(key) },
+          {
+            store,
+            anchor: () => trust().then((t) => t.policy.anchor),
+            now,
+            logger,
+            onAttested: (key) => fleet.revouch(key),
+            ...(deps.mdmTimings ? { timings: deps.mdmTimings } : {}),
+          },
         )
       : undefined;
   const fleet = new Fleet({

@@ -13,7 +13,7 @@ import { type ProviderAttestation, vouchedAttestation } from "../../attestation/
 import { mdaEpoch, mdaNonce } from "../../attestation/provider/mda-nonce.ts";
 import type { TrustAnchor, TrustMode } from "../../attestation/provider/roots.ts";
 import type { DeviceTrustSource } from "../fleet/fleet.ts";
-import { AttestationScheduler } from "../mdm/attestation-scheduler.ts";
+import { AttestationScheduler, type AttestationSchedulerOptions } from "../mdm/attestation-scheduler.ts";
 import { MdmDeviceTrust } from "../mdm/device-trust.ts";
 import { EnrolmentService, type MdmEnrolmentConfig } from "../mdm/enrolment.ts";
 import { storeEnrolmentRecords } from "../mdm/enrolment-records.ts";
@@ -53,7 +53,11 @@ export interface MdmDeps {
   readonly logger: Logger;
   /** A verified chain was stored for this identity key (65-byte point): the fleet raises its sessions. */
   readonly onAttested: (identityKey: Uint8Array) => void;
+  /** The scheduler's connection jitter and backoff (tests shorten them; defaults otherwise). */
+  readonly timings?: MdmTimings;
 }
+
+export type MdmTimings = Pick<AttestationSchedulerOptions, "connectJitterMs" | "retry">;
 
 /** Part A's verifyMdaAnswer and nonces bound to a seed and anchor. */
 export function mdmChecks(seed: Uint8Array, anchor: () => Promise<TrustAnchor>, mode: TrustMode, now: () => number): MdmChecks {
@@ -92,6 +96,7 @@ export function startMdm(settings: MdmSettings, deps: MdmDeps): AppMdm {
     now,
     logger,
     maxInFlight: settings.mdm.maxInFlight,
+    ...deps.timings,
   }).start();
   const deviceTrust = new MdmDeviceTrust({ store: store.mdm, verify: checks.verify, logger });
   const records = storeEnrolmentRecords(store.mdm, async (enrolment) => (await deviceTrust.vouchFor(enrolment))?.verifiedAt ?? null);

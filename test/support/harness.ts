@@ -6,7 +6,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type ClusterConfig, type Config, loadConfig } from "../../src/config/config.ts";
-import { type App, type Clock, createApp } from "../../src/coordinator/app.ts";
+import { type App, type AppDeps, type Clock, createApp } from "../../src/coordinator/app.ts";
 import type { FleetView } from "../../src/fleet/fleet-view.ts";
 import { createLogger, type Logger } from "../../src/observability/logger.ts";
 import { createSqliteStore } from "../../src/store/sqlite/index.ts";
@@ -65,6 +65,8 @@ export interface TestAppOptions {
    * mode): the shared rate limits' tests, whose replicas share one store.
    */
   readonly cluster?: ClusterConfig;
+  /** MDM mode's scheduler timings (AppDeps.mdmTimings). */
+  readonly mdmTimings?: AppDeps["mdmTimings"];
 }
 
 export async function call(app: App, method: string, path: string, options: CallOptions = {}): Promise<CallResult> {
@@ -108,6 +110,7 @@ export async function testApp(options: TestAppOptions = {}): Promise<TestApp> {
     ...(options.sealedReplayEntries ? { sealedReplayEntries: options.sealedReplayEntries } : {}),
     ...(options.devHostData ? { devHostData: options.devHostData } : {}),
     ...(options.tlsPublicKeySpki ? { tlsPublicKeySpki: options.tlsPublicKeySpki } : {}),
+    ...(options.mdmTimings ? { mdmTimings: options.mdmTimings } : {}),
   });
   return {
     app,
