@@ -317,7 +317,7 @@ describe("a separately started provider joins a development coordinator at hardw
     const body = (await (await postChat(ctx.server.url, ctx.apiKey, chatBody("signed by the helper"))).json()) as Record<string, unknown>;
     expect((body.metadata as { trust_level: string }).trust_level).toBe("hardware");
 
-    // Without --dev-attestation there is no device chain to present yet: a clear refusal.
+    // Without --dev-attestation, and this coordinator offering no MDM enrolment: a clear refusal.
     const alone = Bun.spawn(
       [process.execPath, join(import.meta.dir, "../../src/provider/main.ts"), "start", ...args, "--identity-helper", helper],
       {
@@ -326,7 +326,9 @@ describe("a separately started provider joins a development coordinator at hardw
       },
     );
     expect(await alone.exited).not.toBe(0);
-    expect(await new Response(alone.stderr).text()).toContain("--identity-helper needs --dev-attestation on");
+    expect(await new Response(alone.stderr).text()).toContain(
+      "--identity-helper needs --dev-attestation on, or a coordinator with MDM enrolment",
+    );
   });
 
   test("a production coordinator offers no development chain: 404, and the provider does not start", async () => {
