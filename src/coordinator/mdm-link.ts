@@ -12,7 +12,7 @@ import { randomBytes } from "node:crypto";
 import { type ProviderAttestation, vouchedAttestation } from "../../attestation/provider/levels.ts";
 import { mdaEpoch, mdaNonce } from "../../attestation/provider/mda-nonce.ts";
 import type { TrustAnchor, TrustMode } from "../../attestation/provider/roots.ts";
-import type { DeviceTrustSource } from "../fleet/fleet.ts";
+import type { DeviceTrustSource } from "../fleet/session-trust.ts";
 import { AttestationScheduler, type AttestationSchedulerOptions } from "../mdm/attestation-scheduler.ts";
 import { MdmDeviceTrust } from "../mdm/device-trust.ts";
 import { EnrolmentService, type MdmEnrolmentConfig } from "../mdm/enrolment.ts";
@@ -30,6 +30,7 @@ export interface MdmChecks {
 }
 
 export interface AppMdm {
+  readonly revouchMs: number;
   readonly webhook: MdmWebhook;
   readonly scheduler: AttestationScheduler;
   readonly enrolment: EnrolmentService;
@@ -57,7 +58,13 @@ export interface MdmDeps {
   readonly timings?: MdmTimings;
 }
 
-export type MdmTimings = Pick<AttestationSchedulerOptions, "connectJitterMs" | "retry">;
+export type MdmTimings = Pick<AttestationSchedulerOptions, "connectJitterMs" | "retry"> & {
+  /** How often the fleet re-vouches self_signed sessions (default REVOUCH_MS). */
+  readonly revouchMs?: number;
+};
+
+/** A chain stored through another replica raises this replica's connections within this time. */
+export const REVOUCH_MS = 60_000;
 
 /** Part A's verifyMdaAnswer and nonces bound to a seed and anchor. */
 export function mdmChecks(seed: Uint8Array, anchor: () => Promise<TrustAnchor>, mode: TrustMode, now: () => number): MdmChecks {
@@ -96,12 +103,14 @@ export function startMdm(settings: MdmSettings, deps: MdmDeps): AppMdm {
     now,
     logger,
     maxInFlight: settings.mdm.maxInFlight,
-    ...deps.timings,
+    ...(deps.timings?.connectJitterMs !== undefined ? { connectJitterMs: deps.timings.connectJitterMs } : {}),
+    ...(deps.timings?.retry !== undefined ? { retry: deps.timings.retry } : {}),
   }).start();
   const deviceTrust = new MdmDeviceTrust({ store: store.mdm, verify: checks.verify, logger });
   const records = storeEnrolmentRecords(store.mdm, async (enrolment) => (await deviceTrust.vouchFor(enrolment))?.verifiedAt ?? null);
   const enrolment = new EnrolmentService(settings.enrolment, records, now, logger);
-  return { webhook, scheduler, enrolment, deviceTrust, checks, close: () => scheduler.stop() };
+  const revouchMs = deps.timings?.revouchMs ?? REVOUCH_MS;
+  return { revouchMs, webhook, scheduler, enrolment, deviceTrust, checks, close: () => scheduler.stop() };
 }
 
 /** The fleet's device trust in MDM mode: stored chains vouch, and connections reach the scheduler. */
@@ -112,6 +121,7 @@ export function mdmDeviceTrust(mdm: AppMdm, logger: Logger): DeviceTrustSource {
       mdm.scheduler.onProviderConnected(identityKey).catch(() => logger.warn("mdm attestation request failed", { reason: "scheduler" }));
     },
     disconnected: (identityKey) => mdm.scheduler.onProviderDisconnected(identityKey),
+    revouchMs: mdm.revouchMs,
   };
 }
 

@@ -9,16 +9,11 @@
  * its socket's open (before hello) to its end. `version` moves on every change the public list shows
  * (welcome, end of a welcomed session, trust withdrawn, raised or lapsed); the list (public-list.ts) is
  * rebuilt only then. With a device trust (MDM mode), each attested session's identity key is announced on
- * welcome and end, and re-vouched when a chain is stored for it (`revouch`) or its chain lapses.
+ * welcome and end, and re-vouched when a chain is stored for it (`revouch`), its chain lapses, or, for a
+ * self_signed one, every `revouchMs` (a chain stored through another replica).
  */
 import { randomBytes } from "node:crypto";
-import {
-  type DeviceChainVouch,
-  meetsTrustFloor,
-  type ProviderAttestation,
-  summarizeAttestation,
-  type TrustLevel,
-} from "../../attestation/provider/levels.ts";
+import { meetsTrustFloor, type ProviderAttestation, summarizeAttestation, type TrustLevel } from "../../attestation/provider/levels.ts";
 import type { Logger } from "../observability/logger.ts";
 import { CLOSE } from "../protocol/frames.ts";
 import type { FleetView, ModelCapacity } from "./fleet-view.ts";
@@ -30,15 +25,7 @@ import {
   publicEntry,
 } from "./public-list.ts";
 import { ProviderSession, type SessionIdentity, type SessionSettings, type SessionTransport } from "./session.ts";
-
-/** Stored device chains (MDM mode: src/mdm/device-trust.ts and the attestation scheduler, wired by the app). */
-export interface DeviceTrustSource {
-  /** The stored chain passing now for this identity key (65-byte point), or undefined. Never throws. */
-  vouch(identityKey: Uint8Array): Promise<DeviceChainVouch | undefined>;
-  /** An attested session with this identity key was welcomed / ended. */
-  connected(identityKey: Uint8Array): void;
-  disconnected(identityKey: Uint8Array): void;
-}
+import type { DeviceTrustSource } from "./session-trust.ts";
 
 export interface FleetOptions extends SessionSettings {
   readonly deviceTrust?: DeviceTrustSource;
@@ -67,6 +54,7 @@ export class Fleet implements FleetView {
   /** Ids of sessions not yet welcomed. */
   private readonly pending = new Set<string>();
   private changes = 0;
+  private revouchedAt = 0;
   /** The other replicas' public entries (cluster mode), listed after this replica's own. */
   private remotePublic: PublicListSource | undefined;
   private readonly publicList = new PublicProviderList({
@@ -281,6 +269,10 @@ export class Fleet implements FleetView {
         s.terminate(CLOSE.unauthorized, "device token expired");
       else s.pollChallenges();
     }
+    const source = this.options.deviceTrust;
+    if (source === undefined || now - this.revouchedAt < source.revouchMs) return;
+    this.revouchedAt = now;
+    for (const s of this.sessions.values()) if (s.ready && s.trust === "self_signed") this.refreshVouch(s);
   }
 
   private routable(s: ProviderSession): boolean {

@@ -20,6 +20,17 @@ import {
 import { type ChallengeResponse, encode } from "../protocol/frames.ts";
 import { ProtocolError } from "../protocol/parse.ts";
 
+/** Stored device chains (MDM mode: src/mdm/device-trust.ts and the attestation scheduler, wired by the app). */
+export interface DeviceTrustSource {
+  /** The stored chain passing now for this identity key (65-byte point), or undefined. Never throws. */
+  vouch(identityKey: Uint8Array): Promise<DeviceChainVouch | undefined>;
+  /** An attested session with this identity key was welcomed / ended. */
+  connected(identityKey: Uint8Array): void;
+  disconnected(identityKey: Uint8Array): void;
+  /** How often self_signed sessions are re-vouched (a chain stored through another replica). */
+  readonly revouchMs: number;
+}
+
 export class SessionTrust {
   private current: ProviderAttestation | undefined;
   private challenges: ChallengeSession | undefined;

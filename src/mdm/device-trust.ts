@@ -5,7 +5,8 @@
  * or NanoMDM: the store and the clock only. A chain that fails now (its epoch window, the 21-day leaf age
  * or a certificate's notAfter passed; another seed) vouches for nothing until a fresh one is stored.
  * The proven posture is the only one a passing chain can carry: SIP on, Full Security, no third-party
- * kexts, and the chain's OS version. Trust never depends on the provider binary's hash.
+ * kexts, and the chain's OS version. Trust never depends on the provider binary's hash. A stored chain
+ * that failed a check is not verified again (time only moves on): the fleet asks every minute or so.
  */
 import type { DeviceChainVouch } from "../../attestation/provider/levels.ts";
 import { FULL_SECURITY } from "../../attestation/provider/posture.ts";
@@ -20,7 +21,13 @@ export interface MdmVouch extends DeviceChainVouch {
   readonly verifiedAt: number;
 }
 
+/** Stored chains remembered as refused (bounded: cleared when full). */
+const MAX_REFUSED = 10_000;
+
 export class MdmDeviceTrust {
+  /** Enrolment id -> the refused stored chain (its hash and verification time). */
+  private readonly refused = new Map<string, string>();
+
   constructor(private readonly deps: { readonly store: MdmStore; readonly verify: MdaAnswerVerifier; readonly logger: Logger }) {}
 
   /** The vouch of the identity key's stored chain (65-byte point, or its base64), or undefined. Never throws. */
@@ -40,6 +47,8 @@ export class MdmDeviceTrust {
     if (enrolment.state !== "enrolled" || enrolment.serial === null) return undefined;
     const chain = await this.deps.store.chains.get(enrolment.id);
     if (chain === undefined) return undefined;
+    const mark = `${chain.chainSha256}:${chain.verifiedAt}:${enrolment.serial}`;
+    if (this.refused.get(enrolment.id) === mark) return undefined;
     try {
       const verified = await this.deps.verify({
         chain: chain.certificates.map((der) => new Uint8Array(Buffer.from(der, "base64"))),
@@ -58,7 +67,13 @@ export class MdmDeviceTrust {
         posture: { sipEnabled: true, secureBoot: FULL_SECURITY, thirdPartyKexts: false, osVersion },
       };
     } catch (e) {
-      this.deps.logger.debug("mdm stored chain no longer passes", { check: failedCheck(e), account_id: enrolment.accountId });
+      const check = failedCheck(e);
+      this.deps.logger.debug("mdm stored chain no longer passes", { check, account_id: enrolment.accountId });
+      // A check that failed fails for good; anything else (the trust anchor unavailable) is asked again.
+      if (check !== "error") {
+        if (this.refused.size >= MAX_REFUSED) this.refused.clear();
+        this.refused.set(enrolment.id, mark);
+      }
       return undefined;
     }
   }

@@ -4,14 +4,17 @@
  * Enrolment through the route, the Mac's check-ins through the webhook, then the provider connects: it
  * serves at self_signed until its first chain, the fleet asks the scheduler, DeviceInformation is enqueued
  * and answered, the chain stored, and the live session rises to hardware without a reconnect. A reconnect
- * keeps hardware from the stored chain with NanoMDM down; a chain stored for another key never gives it.
+ * keeps hardware from the stored chain with NanoMDM down; a chain stored through another replica (straight
+ * into the store here) raises it at the fleet's next re-vouch; a chain stored for another key never does.
  */
 import { describe, expect, test } from "bun:test";
 import { type PlistValue, parse } from "plist";
 import { buildEvidence, FULL_SECURITY, SoftwareIdentity } from "../../attestation/provider/index.ts";
+import { mdaEpoch, mdaNonce } from "../../attestation/provider/mda-nonce.ts";
 import { enrolMessage } from "../../src/mdm/enrolment.ts";
 import { type Agent, startAgent } from "../../src/provider/agent.ts";
 import { createEchoEngine } from "../../src/provider/engines/echo.ts";
+import { issueAppleLeaf } from "../support/apple-leaf.ts";
 import { FakeNanoMdm } from "../support/fake-nanomdm.ts";
 import { seedAccount, seedCatalog, tempDir, testApp } from "../support/harness.ts";
 import { mdmEnv, testCa } from "../support/mdm-ca.ts";
@@ -24,6 +27,7 @@ const POSTURE = { sipEnabled: true, secureBoot: FULL_SECURITY, thirdPartyKexts: 
 const API_KEY = "e2e-nanomdm-api-key";
 const WEBHOOK_KEY = "e2e-webhook-hmac-key-0123456789";
 const b64 = (bytes: Uint8Array) => Buffer.from(bytes).toString("base64");
+const SEED = new Uint8Array(32).fill(0x5e);
 
 interface Listed {
   readonly trust_level: string;
@@ -43,9 +47,9 @@ async function setup() {
     UMBRA_MDM_URL: fake.url,
     UMBRA_MDM_API_KEY: API_KEY,
     UMBRA_MDM_WEBHOOK_KEY: WEBHOOK_KEY,
-    UMBRA_MDA_SEED: "5e".repeat(32),
+    UMBRA_MDA_SEED: Buffer.from(SEED).toString("hex"),
   };
-  const t = await testApp({ env, mdmTimings: { connectJitterMs: 1, retry: { baseMs: 10, maxMs: 50, attempts: 5 } } });
+  const t = await testApp({ env, mdmTimings: { connectJitterMs: 1, retry: { baseMs: 10, maxMs: 50, attempts: 5 }, revouchMs: 1 } });
   await seedCatalog(t);
   const { accountId } = await seedAccount(t);
   const token = await providerToken(t, accountId);
@@ -114,6 +118,7 @@ async function setup() {
 
   return {
     t,
+    root,
     token,
     fake,
     server,
@@ -172,6 +177,39 @@ describe("hardware trust from stored MDM chains", () => {
     // At welcome already: the stored chain re-checked from the store, never waiting on NanoMDM.
     expect(again.state().trustLevel).toBe("hardware");
     expect(await env.listed(identity)).toMatchObject({ trust_level: "hardware", device_chain_source: "mdm" });
+  });
+
+  test("a chain stored through another replica raises the connection at the fleet's next re-vouch", async () => {
+    await using env = await setup();
+    const identity = SoftwareIdentity.generate();
+    const mac = await env.enrolledMac(identity);
+    // This replica's own request is answered, but its webhook goes elsewhere (another replica).
+    env.fake.webhookMode = () => "drop";
+    await env.connect(identity);
+    await waitFor(() => env.fake.enqueues.length === 1, "DeviceInformation enqueued");
+    expect((await env.listed(identity))?.trust_level).toBe("self_signed");
+    const store = env.t.app.store.mdm;
+    const enrolment = await store.enrolments.byIdentityKey(b64(identity.publicKey(65)));
+    if (!enrolment) throw new Error("no enrolment");
+    const now = Date.now();
+    const chain = await issueAppleLeaf(env.root, {
+      nonce: mdaNonce(SEED, mdaEpoch(now), identity.publicKey(65)),
+      serialNumber: mac.serial,
+      udid: mac.udid,
+    });
+    await store.chains.put({
+      enrolmentId: enrolment.id,
+      certificates: chain.map((c) => b64(c)),
+      chainSha256: "",
+      serial: mac.serial,
+      udid: mac.udid,
+      osVersion: "15.5",
+      leafNotBefore: now,
+      epoch: mdaEpoch(now),
+      verifiedAt: now,
+    });
+    env.t.app.fleet.sweep();
+    await waitFor(async () => (await env.listed(identity))?.trust_level === "hardware", "raised by the re-vouch");
   });
 
   test("a chain stored for another identity key never gives hardware", async () => {
