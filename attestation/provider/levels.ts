@@ -23,6 +23,22 @@ export function isTrustLevel(value: unknown): value is TrustLevel {
   return typeof value === "string" && (TRUST_LEVELS as readonly string[]).includes(value);
 }
 
+/** Where a provider's device chain came from: its MDM answer, stored and re-checked (issue 23), or the hello's own. */
+export type DeviceChainSource = "mdm" | "evidence";
+
+/**
+ * A stored MDM attestation chain that passes now for the connection's identity key (src/mdm/device-trust.ts):
+ * it raises a self_signed connection to hardware until `acceptedUntil`.
+ */
+export interface DeviceChainVouch {
+  readonly source: "mdm";
+  /** The last millisecond the chain still passes (Unix ms). */
+  readonly acceptedUntil: number;
+  /** What the chain proves: SIP on, Full Security, no kexts, its OS version. */
+  readonly posture: Posture;
+  readonly chainSha256: string;
+}
+
 /** The verified facts about one provider connection. */
 export interface ProviderAttestation {
   readonly level: TrustLevel;
@@ -36,6 +52,37 @@ export interface ProviderAttestation {
   readonly posture?: Posture;
   /** Why the level is none, when evidence was presented and refused (or trust was withdrawn). */
   readonly failure?: { readonly check: AttestationCheck; readonly message: string };
+  /** The stored MDM chain that raised this connection to hardware (absent for the hello's own chain). */
+  readonly deviceChain?: DeviceChainVouch;
+}
+
+/** The device chain's source of a hardware attestation, else null. */
+export function deviceChainSource(a: ProviderAttestation | undefined): DeviceChainSource | null {
+  if (a === undefined || a.level !== "hardware" || !a.mdaVerified) return null;
+  return a.deviceChain ? a.deviceChain.source : "evidence";
+}
+
+/**
+ * A self_signed connection raised by a stored chain: hardware, the chain recorded. Unchanged unless the
+ * attestation is self_signed with Secure Enclave evidence whose reported SIP, Secure Boot and kexts are the
+ * ones the chain proves (a contradiction fails closed: no raise).
+ */
+export function vouchedAttestation(a: ProviderAttestation, vouch: DeviceChainVouch): ProviderAttestation {
+  const base = unvouchedAttestation(a);
+  const p = base.posture;
+  if (base.level !== "self_signed" || !base.secureEnclave || p === undefined) return a;
+  const same =
+    p.sipEnabled === vouch.posture.sipEnabled &&
+    p.secureBoot === vouch.posture.secureBoot &&
+    p.thirdPartyKexts === vouch.posture.thirdPartyKexts;
+  return same ? { ...base, level: "hardware", mdaVerified: true, deviceChain: vouch } : base;
+}
+
+/** A connection raised by a stored chain, back at self_signed (the chain lapsed or is gone); others unchanged. */
+export function unvouchedAttestation(a: ProviderAttestation): ProviderAttestation {
+  if (a.deviceChain === undefined) return a;
+  const { deviceChain: _, ...rest } = a;
+  return rest.level === "hardware" ? { ...rest, level: "self_signed", mdaVerified: false } : rest;
 }
 
 /** What a provider without (accepted) evidence earns. */
@@ -56,8 +103,21 @@ export function withdrawTrust(attestation: ProviderAttestation, error: Attestati
 export interface AttestationSummary {
   readonly attestedProviders: number;
   readonly trustLevel: TrustLevel;
-  readonly attestation?: { readonly secureEnclave: boolean; readonly sipEnabled: boolean; readonly secureBoot: boolean };
+  readonly attestation?: SummaryAttestation;
 }
+
+export interface SummaryAttestation {
+  readonly secureEnclave: boolean;
+  readonly sipEnabled: boolean;
+  readonly secureBoot: boolean;
+  /** Every attested provider's level rests on a verified device chain. */
+  readonly deviceChainVerified: boolean;
+  /** The sources of those chains among the attested providers, sorted ([] without any). */
+  readonly deviceChainSources: readonly DeviceChainSource[];
+}
+
+const sources = (list: Iterable<DeviceChainSource | null | undefined>): DeviceChainSource[] =>
+  [...new Set([...list].filter((s): s is DeviceChainSource => s !== null && s !== undefined))].sort();
 
 /**
  * What one provider adds to a summary, as a replica tells the others (cluster fleet digests): its level,
@@ -68,6 +128,8 @@ export interface AttestationFacts {
   readonly secureEnclave: boolean;
   readonly sipEnabled: boolean;
   readonly secureBoot: boolean;
+  /** Which device chain vouched for a hardware level (null or absent below it; absent from older replicas). */
+  readonly deviceChain?: DeviceChainSource | null;
 }
 
 export function attestationFacts(p: ProviderAttestation): AttestationFacts {
@@ -77,6 +139,7 @@ export function attestationFacts(p: ProviderAttestation): AttestationFacts {
     secureEnclave: p.secureEnclave,
     sipEnabled: proven && p.posture?.sipEnabled === true,
     secureBoot: proven && p.posture?.secureBoot === FULL_SECURITY,
+    deviceChain: deviceChainSource(p),
   };
 }
 
@@ -92,6 +155,8 @@ export function summarizeFacts(providers: readonly AttestationFacts[]): Attestat
       secureEnclave: attested.every((p) => p.secureEnclave),
       sipEnabled: attested.every((p) => p.sipEnabled),
       secureBoot: attested.every((p) => p.secureBoot),
+      deviceChainVerified: attested.every((p) => p.deviceChain !== null && p.deviceChain !== undefined),
+      deviceChainSources: sources(attested.map((p) => p.deviceChain)),
     },
   };
 }
@@ -112,6 +177,8 @@ export function mergeSummaries(a: AttestationSummary, b: AttestationSummary): At
       secureEnclave: a.attestation.secureEnclave && b.attestation.secureEnclave,
       sipEnabled: a.attestation.sipEnabled && b.attestation.sipEnabled,
       secureBoot: a.attestation.secureBoot && b.attestation.secureBoot,
+      deviceChainVerified: a.attestation.deviceChainVerified && b.attestation.deviceChainVerified,
+      deviceChainSources: sources([...a.attestation.deviceChainSources, ...b.attestation.deviceChainSources]),
     },
   };
 }

@@ -26,8 +26,9 @@
  * certificates' notAfter.
  *
  * The development-root hello path does not come here: it keeps the old constant rule (freshness code =
- * SHA-256 of the identity key) in oids.ts checkAppleDeviceClaims, called by trust.ts, until a later part
- * moves it to MDM answers.
+ * SHA-256 of the identity key) in oids.ts checkAppleDeviceClaims, called by trust.ts, for
+ * `--dev-attestation` without MDM mode only; in MDM mode hardware comes from a stored chain re-checked
+ * here (src/mdm/device-trust.ts) and a hello's own chain earns nothing above self_signed.
  */
 import "./preload.ts";
 import { sha256 } from "@noble/hashes/sha2.js";

@@ -8,7 +8,9 @@
  *                encryption key and a posture that meets policy. Software could hold such a key; the
  *                posture is self-reported.
  *   hardware     self_signed plus an MDA chain to the anchor (mda-chain.ts) whose leaf is bound to the
- *                identity key (freshness code) and proves the same posture (oids.ts).
+ *                identity key (freshness code) and proves the same posture (oids.ts). Here: the hello's
+ *                own chain; in MDM mode the coordinator ignores it and raises self_signed from a stored
+ *                MDM chain instead (levels.ts vouchedAttestation, mda-answer.ts).
  *
  * Routing floor: providers below `floor` are not routable. Production defaults to `hardware` and
  * refuses a development anchor; development defaults to `none`.

@@ -17,6 +17,8 @@ export interface ModelAttestation {
   secure_enclave: boolean;
   sip_enabled: boolean;
   secure_boot: boolean;
+  device_chain_verified: boolean;
+  device_chain_sources: string[];
 }
 
 export interface ModelMetadata {
@@ -144,6 +146,8 @@ export class CatalogService {
         secure_enclave: capacity.attestation.secureEnclave,
         sip_enabled: capacity.attestation.sipEnabled,
         secure_boot: capacity.attestation.secureBoot,
+        device_chain_verified: capacity.attestation.deviceChainVerified,
+        device_chain_sources: [...capacity.attestation.deviceChainSources],
       };
     }
     if (build.displayName !== null) metadata.display_name = build.displayName;

@@ -11,6 +11,7 @@
 import {
   type AttestationFacts,
   attestationFacts,
+  type DeviceChainSource,
   isTrustLevel,
   meetsTrustFloor,
   NO_EVIDENCE,
@@ -34,14 +35,20 @@ export interface DigestProvider {
   readonly draining: boolean;
   readonly trust: TrustLevel;
   /** What verified evidence proves of its posture (/v1/models attestation figures); all false when absent. */
-  readonly att?: { readonly se: boolean; readonly sip: boolean; readonly sb: boolean };
+  readonly att?: { readonly se: boolean; readonly sip: boolean; readonly sb: boolean; readonly dc?: DeviceChainSource | null };
   /** Its public attestation entry, present when it meets the owner's routing floor. */
   readonly pub?: PublicProviderAttestation;
 }
 
 /** The summary facts of a digest entry (attestationFacts of the owner's session). */
 export function digestFacts(p: DigestProvider): AttestationFacts {
-  return { level: p.trust, secureEnclave: p.att?.se ?? false, sipEnabled: p.att?.sip ?? false, secureBoot: p.att?.sb ?? false };
+  return {
+    level: p.trust,
+    secureEnclave: p.att?.se ?? false,
+    sipEnabled: p.att?.sip ?? false,
+    secureBoot: p.att?.sb ?? false,
+    deviceChain: p.att?.dc ?? null,
+  };
 }
 
 export interface DigestPage {
@@ -74,7 +81,12 @@ export function describeFleet(fleet: Fleet, minTrust: TrustLevel): DigestProvide
         active: s.active,
         draining: s.draining,
         trust: s.trust,
-        att: { se: facts.secureEnclave, sip: facts.sipEnabled, sb: facts.secureBoot },
+        att: {
+          se: facts.secureEnclave,
+          sip: facts.sipEnabled,
+          sb: facts.secureBoot,
+          ...(facts.deviceChain ? { dc: facts.deviceChain } : {}),
+        },
         ...(pub ? { pub } : {}),
       };
     });
@@ -133,6 +145,9 @@ function publicEntry(v: unknown, id: string): PublicProviderAttestation {
     routable: flag("routable"),
     secure_enclave: flag("secure_enclave"),
     device_chain_verified: flag("device_chain_verified"),
+    // Absent from a replica of an earlier version: read as null.
+    device_chain_source: o.device_chain_source === "mdm" || o.device_chain_source === "evidence" ? o.device_chain_source : null,
+    device_chain_accepted_until: typeof o.device_chain_accepted_until === "number" ? o.device_chain_accepted_until : null,
     identity_key: text("identity_key"),
     identity_key_sha256: text("identity_key_sha256"),
     encryption_key: text("encryption_key"),
@@ -141,10 +156,11 @@ function publicEntry(v: unknown, id: string): PublicProviderAttestation {
   };
 }
 
-function facts(v: unknown): { se: boolean; sip: boolean; sb: boolean } {
+function facts(v: unknown): { se: boolean; sip: boolean; sb: boolean; dc?: DeviceChainSource } {
   const o = obj(v, "att");
   const flag = (k: string) => (typeof o[k] === "boolean" ? (o[k] as boolean) : fail(`att.${k} must be a boolean`));
-  return { se: flag("se"), sip: flag("sip"), sb: flag("sb") };
+  // `dc` (which device chain vouched) is absent below hardware and from replicas of earlier versions.
+  return { se: flag("se"), sip: flag("sip"), sb: flag("sb"), ...(o.dc === "mdm" || o.dc === "evidence" ? { dc: o.dc } : {}) };
 }
 
 function provider(v: unknown): DigestProvider {

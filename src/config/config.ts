@@ -18,7 +18,7 @@ import { CONFIG_OPTIONS, SETTINGS, type SettingName } from "./coordinator-settin
 import { readMdaSeed } from "./mda-seed.ts";
 import { parseMdmEnrolment } from "./mdm-enrol-config.ts";
 import { MDM_ENROL_DERIVED } from "./mdm-enrol-settings.ts";
-import { MDM_DERIVED, parseMdm } from "./mdm-settings.ts";
+import { MDM_DERIVED, parseMdm, requireWholeMdm } from "./mdm-settings.ts";
 import {
   ConfigError,
   type Env,
@@ -151,6 +151,8 @@ export function loadConfig(flags: FlagValues, env: Env, defaultMode: Mode = "pro
   // MDM mode's own settings first (their refusals name them), then the seed it needs in production.
   const mdm = parseMdm(raw, production, isLoopbackHost);
   const mdaSeed = readMdaSeed(raw("mdaSeed"), mdm?.url, production);
+  const mdmEnrolment = parseMdmEnrolment(raw, production);
+  requireWholeMdm(mdm, mdmEnrolment);
 
   const config: Config = {
     mode,
@@ -167,7 +169,7 @@ export function loadConfig(flags: FlagValues, env: Env, defaultMode: Mode = "pro
     expectedMeasurement: measurement === undefined ? null : parseMeasurement(measurement),
     ...readBinding(raw),
     cluster,
-    mdmEnrolment: parseMdmEnrolment(raw, production),
+    mdmEnrolment,
     mdm,
     ...(adminToken !== undefined ? { adminToken } : {}),
     ...(dbPassword !== undefined ? { dbPassword } : {}),

@@ -383,19 +383,11 @@ export const SETTINGS = {
     default: "off",
     help: "await: secrets are provisioned after start through the attested channel (POST /v1/provision)",
   },
-  // The MDA nonces' key (issue 23): production refuses MDM mode (`mdmUrl`, config/mdm-settings.ts) without it.
-  mdaSeed: {
-    flag: "mda-seed",
-    env: "UMBRA_MDA_SEED",
-    kind: "string",
-    secret: true,
-    help: "secret key of the MDA attestation nonces, hex or base64, at least 32 bytes (config/mda-seed.ts)",
-  },
   // Several replicas (issue 21; docs/operations.md "Running several replicas"): config/cluster-settings.ts.
   ...CLUSTER_SETTINGS,
   // MDM enrolment (issue 23; docs/operations.md): config/mdm-enrol-settings.ts.
   ...MDM_ENROL_SETTINGS,
-  // MDM enrolment through NanoMDM (issue 23): config/mdm-settings.ts.
+  // MDM enrolment through NanoMDM (issue 23), the MDA seed with it: config/mdm-settings.ts.
   ...MDM_SETTINGS,
 } as const satisfies SettingTable;
 

@@ -4,10 +4,19 @@
  * both keys are then required (secrets: flags, environment or `_FILE`, never in the configuration digest).
  * Production refuses plain http to NanoMDM off loopback (the API key would cross the network in clear).
  */
+import type { MdmEnrolmentConfig } from "../mdm/enrolment.ts";
 import type { MdmConfig } from "../mdm/types.ts";
 import { ConfigError, parseSetting, type SettingTable } from "./settings.ts";
 
 export const MDM_SETTINGS = {
+  // The MDA nonces' key: production refuses MDM mode without it (config/mda-seed.ts reads it).
+  mdaSeed: {
+    flag: "mda-seed",
+    env: "UMBRA_MDA_SEED",
+    kind: "string",
+    secret: true,
+    help: "secret key of the MDA attestation nonces, hex or base64, at least 32 bytes (config/mda-seed.ts)",
+  },
   mdmUrl: { flag: "mdm-url", env: "UMBRA_MDM_URL", kind: "string", help: "NanoMDM's API base URL: MDM mode on" },
   mdmApiKey: { flag: "mdm-api-key", env: "UMBRA_MDM_API_KEY", kind: "string", secret: true, help: "NanoMDM's API key" },
   mdmWebhookKey: {
@@ -69,4 +78,21 @@ export function parseMdm(
     webhookKey,
     maxInFlight: parseSetting(MDM_SETTINGS.mdmMaxInFlight, raw("mdmMaxInFlight")),
   });
+}
+
+/**
+ * One MDM switch: NanoMDM's side (`--mdm-url` and its keys) and enrolment (`--mdm-server-url`, topic, CA)
+ * are on together or not at all; either alone is refused, the message naming what is missing.
+ */
+export function requireWholeMdm(mdm: MdmConfig | null, enrolment: MdmEnrolmentConfig | null): void {
+  if (mdm !== null && enrolment === null) {
+    throw new ConfigError(
+      "MDM mode (--mdm-url) needs MDM enrolment too: set UMBRA_MDM_SERVER_URL, UMBRA_MDM_TOPIC, UMBRA_MDM_CA_CERT and UMBRA_MDM_CA_KEY_FILE",
+    );
+  }
+  if (mdm === null && enrolment !== null) {
+    throw new ConfigError(
+      "MDM enrolment (--mdm-server-url) needs MDM mode too: set UMBRA_MDM_URL, UMBRA_MDM_API_KEY(_FILE) and UMBRA_MDM_WEBHOOK_KEY(_FILE)",
+    );
+  }
 }

@@ -2,8 +2,6 @@
  * createApp: wires every service from its dependencies and nothing else. Tests build the app the same
  * way, with a temporary store, a fixed clock or a fake fleet.
  */
-import type { DevelopmentRoot, TrustPolicy } from "../../attestation/provider/index.ts";
-import type { ProviderAttestation } from "../../attestation/provider/levels.ts";
 import { AdminService } from "../admin/admin-service.ts";
 import { createHttpApp, type HttpApp } from "../api/http.ts";
 import { type CoordinatorAttestation, createCoordinatorAttestation } from "../attestation/coordinator-attestation.ts";
@@ -25,16 +23,17 @@ import { Fleet } from "../fleet/fleet.ts";
 import type { FleetView } from "../fleet/fleet-view.ts";
 import { ChatService } from "../inference/chat-service.ts";
 import { ToolSchemas } from "../inference/tool-schemas.ts";
-import { EnrolmentService } from "../mdm/enrolment.ts";
-import { type EnrolmentRecords, memoryEnrolmentRecords } from "../mdm/enrolment-records.ts";
 import { createLogger, type Logger } from "../observability/logger.ts";
 import { createMetrics, type Metrics } from "../observability/metrics.ts";
 import { HoldKeeper } from "../store/pg/hold-keeper.ts";
 import type { MoneyAuthority } from "../store/pg/money-authority.ts";
 import type { ProviderTokenRecord, Store } from "../store/types.ts";
 import { type AppCluster, startCluster, withRemoteCapacity } from "./cluster-link.ts";
-import { type AppMdm, type MdmChecks, startMdm } from "./mdm-link.ts";
+import { type AppMdm, type MdmTimings, mdmDeviceTrust, startMdm } from "./mdm-link.ts";
+import { evidenceHooks, type ProviderTrust, providerTrust } from "./provider-trust.ts";
 import { createLimiter } from "./rate-limits.ts";
+
+export type { ProviderTrust } from "./provider-trust.ts";
 
 export interface Clock {
   /** Unix milliseconds. */
@@ -70,13 +69,8 @@ export interface AppDeps {
   readonly cachesLive?: () => boolean;
   /** Attestation and provisioning made before the app (createFront); the app makes its own otherwise. */
   readonly front?: AppFront;
-  /**
-   * MDM enrolment records (with config.mdmEnrolment). Until the store's MdmStore is wired here, records
-   * kept in memory (issue 23 part C: the merger connects `store.mdm.enrolments`).
-   */
-  readonly enrolmentRecords?: EnrolmentRecords;
-  /** MDM mode (config.mdm): part A's answer checks and nonces, bound to the seed (mdm-link.ts). */
-  readonly mdmChecks?: MdmChecks;
+  /** MDM mode: the attestation scheduler's connection jitter and backoff (tests shorten them). */
+  readonly mdmTimings?: MdmTimings;
 }
 
 export interface App {
@@ -106,7 +100,7 @@ export interface App {
   readonly metrics: Metrics;
   /** Cluster mode: the NATS connection and ClusterNode (cluster-link.ts). */
   readonly cluster: AppCluster | undefined;
-  /** MDM mode: the webhook receiver and the attestation scheduler (mdm-link.ts); undefined when off. */
+  /** MDM mode: webhook, scheduler, enrolment, stored chains' trust (mdm-link.ts); undefined when off. */
   readonly mdm: AppMdm | undefined;
   /** Stops background work (liveness sweeps), ends provider sessions, closes the Redis and NATS clients. */
   close(): void;
@@ -116,35 +110,6 @@ export interface App {
 
 /** How often live provider sessions' device tokens are checked against the store. */
 const TOKEN_RECHECK_MS = 30_000;
-
-/** What a provider without (verifiable) evidence earns. */
-const NO_ATTESTATION: ProviderAttestation = Object.freeze({ level: "none", mdaVerified: false, secureEnclave: false });
-
-export interface ProviderTrust {
-  readonly policy: TrustPolicy;
-  /** The development root (development trust only): issues device chains to local providers. */
-  readonly devRoot?: DevelopmentRoot;
-}
-
-/**
- * The evidence checks (certificate chains, @peculiar/x509): loaded when the first provider presents
- * evidence, not at start, which their import would slow down (bench/HISTORY.md has the figure).
- */
-const evidenceChecks = () => import("../../attestation/provider/index.ts");
-
-/** The trust policy: the pinned Apple root, or a development root generated for this process. */
-async function providerTrust(config: Config, now: () => number): Promise<ProviderTrust> {
-  const { createTrustPolicy, DevelopmentRoot, TrustAnchor } = await evidenceChecks();
-  const mode = config.mode;
-  const schedule = {
-    floor: config.minTrust,
-    challengeIntervalMs: config.challengeIntervalMs,
-    challengeTimeoutMs: config.challengeTimeoutMs,
-  };
-  if (config.trustRoot === "apple") return { policy: createTrustPolicy({ mode, anchor: TrustAnchor.apple(), ...schedule }) };
-  const devRoot = await DevelopmentRoot.generate(now);
-  return { policy: createTrustPolicy({ mode, anchor: devRoot.anchor, ...schedule }), devRoot };
-}
 
 /** Renews this replica's holds every TTL/3 (sweeping expired ones after); every margin/2, `stop`s the overdue. */
 function startHoldKeeper(authority: MoneyAuthority, logger: Logger, stop: (requestIds: readonly string[]) => void): HoldKeeper {
@@ -213,8 +178,6 @@ export function createApp(deps: AppDeps): App {
   const now = () => clock.now();
   const logger = deps.logger ?? createLogger(config.logLevel);
   const metrics = createMetrics();
-  // MDM mode (UMBRA_MDM_URL): first, so that a refusal leaves nothing running.
-  const mdm = config.mdm ? startMdm(config.mdm, { store, checks: deps.mdmChecks, now, logger }) : undefined;
   const pricing = new PricingService(store.prices, config);
   // Built on first use (a development root costs a key generation, which the admin CLI never needs).
   let trustPromise: Promise<ProviderTrust> | undefined;
@@ -226,6 +189,21 @@ export function createApp(deps: AppDeps): App {
     }
     return trustPromise;
   };
+  // MDM mode (one switch: config.mdm with config.mdmEnrolment): chains checked against the provider trust anchor.
+  const mdm =
+    config.mdm && config.mdmEnrolment
+      ? startMdm(
+          { mdm: config.mdm, enrolment: config.mdmEnrolment, seed: config.mdaSeed, mode: config.mode },
+          {
+            store,
+            anchor: () => trust().then((t) => t.policy.anchor),
+            now,
+            logger,
+            onAttested: (key) => fleet.revouch(key),
+            ...(deps.mdmTimings ? { timings: deps.mdmTimings } : {}),
+          },
+        )
+      : undefined;
   const fleet = new Fleet({
     minTrust: config.minTrust,
     maxSessionsPerToken: config.maxSessionsPerToken,
@@ -235,24 +213,9 @@ export function createApp(deps: AppDeps): App {
     refuseUntrusted: config.mode === "production",
     // `catalog` is built below, before any provider can say hello. A store failure warns about nothing.
     modelWarnings: (ids) => catalog.servedModelWarnings(ids).catch(() => []),
-    assess: async (evidence, encryptionKey) => {
-      if (encryptionKey === undefined || evidence === undefined) return NO_ATTESTATION;
-      try {
-        const [{ policy }, { assessProviderEvidence }] = await Promise.all([trust(), evidenceChecks()]);
-        return await assessProviderEvidence(evidence, { policy, now, helloEncryptionKey: encryptionKey });
-      } catch {
-        return NO_ATTESTATION;
-      }
-    },
-    challenge: async (attestation) => {
-      try {
-        const [{ policy }, { startChallenges }] = await Promise.all([trust(), evidenceChecks()]);
-        return startChallenges(attestation, policy, now);
-      } catch {
-        return undefined;
-      }
-    },
+    ...evidenceHooks(trust, now, mdm),
     onUsageRejected: (bound) => metrics.observeUsageRejected(bound),
+    ...(mdm ? { deviceTrust: mdmDeviceTrust(mdm, logger) } : {}),
     logger,
     now,
   }).start();
@@ -369,9 +332,7 @@ export function createApp(deps: AppDeps): App {
     bodyTimeoutMs: config.bodyTimeoutMs,
     logger,
     metrics,
-    ...(config.mdmEnrolment
-      ? { mdmEnrolment: new EnrolmentService(config.mdmEnrolment, deps.enrolmentRecords ?? memoryEnrolmentRecords(), now, logger) }
-      : {}),
+    ...(mdm ? { mdmEnrolment: mdm.enrolment } : {}),
   });
   return {
     config,

@@ -2,7 +2,7 @@
  * What the catalog may know about the fleet: per-build capacity for /v1/models metadata. Fleet
  * (fleet.ts) implements it; tests pass their own to pin the metadata.
  */
-import type { TrustLevel } from "../../attestation/provider/levels.ts";
+import type { SummaryAttestation, TrustLevel } from "../../attestation/provider/levels.ts";
 
 export interface ModelCapacity {
   readonly providerCount: number;
@@ -13,7 +13,7 @@ export interface ModelCapacity {
   /** Highest verified trust level among the build's providers; "none" without verified evidence. */
   readonly trustLevel: TrustLevel;
   /** Posture proven by verified evidence, when any provider has some. */
-  readonly attestation?: { readonly secureEnclave: boolean; readonly sipEnabled: boolean; readonly secureBoot: boolean };
+  readonly attestation?: SummaryAttestation;
 }
 
 export interface FleetView {

@@ -7,7 +7,10 @@
  * max concurrency), then fastest recent first content. A session silent for longer than the liveness
  * timeout is ended (its attempts fail over). The admission bounds (`refusal`) count every session from
  * its socket's open (before hello) to its end. `version` moves on every change the public list shows
- * (welcome, end of a welcomed session, trust withdrawn); the list (public-list.ts) is rebuilt only then.
+ * (welcome, end of a welcomed session, trust withdrawn, raised or lapsed); the list (public-list.ts) is
+ * rebuilt only then. With a device trust (MDM mode), each attested session's identity key is announced on
+ * welcome and end, and re-vouched when a chain is stored for it (`revouch`), its chain lapses, or, for a
+ * self_signed one, every `revouchMs` (a chain stored through another replica).
  */
 import { randomBytes } from "node:crypto";
 import { meetsTrustFloor, type ProviderAttestation, summarizeAttestation, type TrustLevel } from "../../attestation/provider/levels.ts";
@@ -22,8 +25,10 @@ import {
   publicEntry,
 } from "./public-list.ts";
 import { ProviderSession, type SessionIdentity, type SessionSettings, type SessionTransport } from "./session.ts";
+import type { DeviceTrustSource } from "./session-trust.ts";
 
 export interface FleetOptions extends SessionSettings {
+  readonly deviceTrust?: DeviceTrustSource;
   readonly minTrust: TrustLevel;
   /** Sessions open at once per device token, counting those not yet welcomed. */
   readonly maxSessionsPerToken: number;
@@ -49,6 +54,7 @@ export class Fleet implements FleetView {
   /** Ids of sessions not yet welcomed. */
   private readonly pending = new Set<string>();
   private changes = 0;
+  private revouchedAt = 0;
   /** The other replicas' public entries (cluster mode), listed after this replica's own. */
   private remotePublic: PublicListSource | undefined;
   private readonly publicList = new PublicProviderList({
@@ -113,6 +119,8 @@ export class Fleet implements FleetView {
         onReady: (s) => {
           this.pending.delete(s.id);
           this.changes++;
+          const key = s.attestation?.identityKey?.point;
+          if (key !== undefined && s.trust !== "none") this.options.deviceTrust?.connected(key);
           for (const build of s.models.keys()) {
             let set = this.byBuild.get(build);
             if (!set) {
@@ -128,6 +136,8 @@ export class Fleet implements FleetView {
         },
         onClosed: (s) => {
           this.sessions.delete(s.id);
+          const key = s.attestation?.identityKey?.point;
+          if (key !== undefined && this.pending.has(s.id) === false) this.options.deviceTrust?.disconnected(key);
           if (!this.pending.delete(s.id)) this.changes++;
           const open = (this.perToken.get(s.identity.tokenId) ?? 1) - 1;
           if (open > 0) this.perToken.set(s.identity.tokenId, open);
@@ -141,6 +151,7 @@ export class Fleet implements FleetView {
         onTrustChanged: () => {
           this.changes++;
         },
+        onVouchLapsed: (s) => this.refreshVouch(s),
       },
       this.options,
       this.options.logger,
@@ -173,6 +184,25 @@ export class Fleet implements FleetView {
   async revalidateTokens(isLive: (tokenId: string) => Promise<boolean>): Promise<void> {
     const ids = new Set([...this.sessions.values()].map((s) => s.identity.tokenId));
     for (const id of ids) if (!(await isLive(id))) this.disconnectToken(id);
+  }
+
+  /** A chain was stored for this identity key (65-byte point): its live sessions are re-vouched. */
+  revouch(identityKey: Uint8Array): void {
+    const id = Buffer.from(identityKey);
+    for (const s of this.sessions.values()) {
+      const point = s.attestation?.identityKey?.point;
+      if (s.ready && point !== undefined && id.equals(point)) this.refreshVouch(s);
+    }
+  }
+
+  private refreshVouch(s: ProviderSession): void {
+    const point = s.attestation?.identityKey?.point;
+    const source = this.options.deviceTrust;
+    if (point === undefined || source === undefined) return;
+    source.vouch(point).then(
+      (vouch) => s.vouch(vouch),
+      () => undefined,
+    );
   }
 
   /** Requests waiting for a slot on this build. */
@@ -239,6 +269,10 @@ export class Fleet implements FleetView {
         s.terminate(CLOSE.unauthorized, "device token expired");
       else s.pollChallenges();
     }
+    const source = this.options.deviceTrust;
+    if (source === undefined || now - this.revouchedAt < source.revouchMs) return;
+    this.revouchedAt = now;
+    for (const s of this.sessions.values()) if (s.ready && s.trust === "self_signed") this.refreshVouch(s);
   }
 
   private routable(s: ProviderSession): boolean {

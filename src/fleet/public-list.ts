@@ -10,7 +10,7 @@
  *   Reads between changes reuse those strings; the default first page is kept whole.
  */
 
-import type { TrustLevel } from "../../attestation/provider/levels.ts";
+import { type DeviceChainSource, deviceChainSource, type TrustLevel } from "../../attestation/provider/levels.ts";
 import { postureJson } from "../../attestation/provider/posture.ts";
 import { toBase64url } from "../crypto/encoding.ts";
 import type { ProviderSession } from "./session.ts";
@@ -21,6 +21,10 @@ export interface PublicProviderAttestation {
   readonly routable: boolean;
   readonly secure_enclave: boolean;
   readonly device_chain_verified: boolean;
+  /** Which chain vouched: `mdm` (the Mac's stored MDM answer, re-checked), `evidence` (the hello's own), null. */
+  readonly device_chain_source: DeviceChainSource | null;
+  /** Until when (Unix ms) the stored MDM chain passes without a fresh one; null otherwise. */
+  readonly device_chain_accepted_until: number | null;
   /** The identity key (P-256, 65-byte uncompressed point, base64url) that signs evidence and challenges. */
   readonly identity_key: string | null;
   readonly identity_key_sha256: string | null;
@@ -64,6 +68,8 @@ export function publicEntry(s: ProviderSession): PublicProviderAttestation {
     routable: true,
     secure_enclave: a?.secureEnclave ?? false,
     device_chain_verified: a?.mdaVerified ?? false,
+    device_chain_source: deviceChainSource(a),
+    device_chain_accepted_until: a?.deviceChain?.acceptedUntil ?? null,
     identity_key: a?.identityKey ? toBase64url(a.identityKey.point) : null,
     identity_key_sha256: a?.identityKey?.id ?? null,
     encryption_key: s.encryptionKey ? toBase64url(s.encryptionKey) : null,

@@ -3,13 +3,33 @@
  * provider answers its challenges. A wrong, late or missing answer withdraws it at once: level `none`
  * with the failure recorded (withdrawTrust), no more challenges; the session stays connected, below any
  * production floor. Before welcome the level is `none` and there is no attestation.
+ * A stored MDM chain (DeviceChainVouch) raises a self_signed session to hardware while it passes: at
+ * welcome (the fleet's assess) or later, when a fresh chain is stored; its `acceptedUntil` passing brings
+ * the session back to self_signed. A withdrawn session is never raised again.
  */
 import { type Challenge, type ChallengeSession, challengeFields } from "../../attestation/provider/challenge.ts";
 import { AttestationError } from "../../attestation/provider/errors.ts";
-import type { TrustLevel } from "../../attestation/provider/levels.ts";
-import { type ProviderAttestation, withdrawTrust } from "../../attestation/provider/levels.ts";
+import {
+  type DeviceChainVouch,
+  type ProviderAttestation,
+  type TrustLevel,
+  unvouchedAttestation,
+  vouchedAttestation,
+  withdrawTrust,
+} from "../../attestation/provider/levels.ts";
 import { type ChallengeResponse, encode } from "../protocol/frames.ts";
 import { ProtocolError } from "../protocol/parse.ts";
+
+/** Stored device chains (MDM mode: src/mdm/device-trust.ts and the attestation scheduler, wired by the app). */
+export interface DeviceTrustSource {
+  /** The stored chain passing now for this identity key (65-byte point), or undefined. Never throws. */
+  vouch(identityKey: Uint8Array): Promise<DeviceChainVouch | undefined>;
+  /** An attested session with this identity key was welcomed / ended. */
+  connected(identityKey: Uint8Array): void;
+  disconnected(identityKey: Uint8Array): void;
+  /** How often self_signed sessions are re-vouched (a chain stored through another replica). */
+  readonly revouchMs: number;
+}
 
 export class SessionTrust {
   private current: ProviderAttestation | undefined;
@@ -54,6 +74,26 @@ export class SessionTrust {
       return withdrawn ? { withdrawn } : {};
     }
     return due ? { due: encode({ type: "challenge", ...challengeFields(due) }) } : {};
+  }
+
+  /**
+   * The stored chain now vouching for the identity key (undefined: none): raises or lowers a session
+   * that earned self_signed or better. True when the level or the vouching chain changed.
+   */
+  vouch(vouch: DeviceChainVouch | undefined, now: number): boolean {
+    const current = this.current;
+    if (!current || current.level === "none") return false;
+    const next = vouch && vouch.acceptedUntil >= now ? vouchedAttestation(current, vouch) : unvouchedAttestation(current);
+    this.current = next;
+    return next.level !== current.level || next.deviceChain?.chainSha256 !== current.deviceChain?.chainSha256;
+  }
+
+  /** Back to self_signed when the vouching chain's acceptedUntil has passed; true when it did. */
+  expire(now: number): boolean {
+    const chain = this.current?.deviceChain;
+    if (!this.current || chain === undefined || chain.acceptedUntil >= now) return false;
+    this.current = unvouchedAttestation(this.current);
+    return true;
   }
 
   /** Withdraws trust; the error when the level moved (undefined when it was `none` already). */

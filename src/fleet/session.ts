@@ -11,7 +11,7 @@
  */
 
 import type { AttestationError } from "../../attestation/provider/errors.ts";
-import type { ProviderAttestation, TrustLevel } from "../../attestation/provider/levels.ts";
+import type { DeviceChainVouch, ProviderAttestation, TrustLevel } from "../../attestation/provider/levels.ts";
 import { type UsageBound, type UsageLimits, usageLimits } from "../billing/usage-bounds.ts";
 import type { Logger } from "../observability/logger.ts";
 import {
@@ -55,8 +55,10 @@ export interface SessionHooks {
   onClosed(session: ProviderSession): void;
   /** A slot became free on this session: a waiting request may take it. */
   onSlotFreed(session: ProviderSession): void;
-  /** The session's trust level changed after welcome (withdrawn): what the public list shows moved. */
+  /** The session's trust level changed after welcome (withdrawn, vouched, lapsed): what the public list shows moved. */
   onTrustChanged(session: ProviderSession): void;
+  /** The stored chain that vouched for the session lapsed (its acceptedUntil passed): ask for a fresh one. */
+  onVouchLapsed?(session: ProviderSession): void;
 }
 
 export interface SessionSettings extends AdmissionSettings {
@@ -250,6 +252,11 @@ export class ProviderSession implements AttemptOwner {
    */
   pollChallenges(): void {
     if (this.state !== "ready") return;
+    if (this.earned.expire(this.now())) {
+      this.logger.info("provider device chain lapsed", { provider_id: this.id, status: this.trust });
+      this.hooks.onTrustChanged(this);
+      this.hooks.onVouchLapsed?.(this);
+    }
     const { due, withdrawn } = this.earned.poll();
     this.withdrawn(withdrawn);
     if (due === undefined) return;
@@ -258,6 +265,13 @@ export class ProviderSession implements AttemptOwner {
     } catch {
       // the close handler deals with a dead connection
     }
+  }
+
+  /** The stored chain now vouching for this session's identity key (the fleet's device trust), or none. */
+  vouch(vouch: DeviceChainVouch | undefined): void {
+    if (this.state !== "ready" || !this.earned.vouch(vouch, this.now())) return;
+    this.logger.info("provider trust from its device chain", { provider_id: this.id, status: this.trust });
+    this.hooks.onTrustChanged(this);
   }
 
   private withdrawn(error: AttestationError | undefined): void {

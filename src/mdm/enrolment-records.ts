@@ -1,81 +1,42 @@
 /**
  * What enrolment (part C of issue 23) needs of the MDM enrolment records, which the store owns
  * (`MdmStore.enrolments`, src/store/): create an enrolment when a profile is issued, and read an
- * account's enrolments (and whether one holds a verified chain) for the status route.
+ * account's enrolments (and whether one holds a chain that passes now) for the status route.
  *
  * A record's shape is the store's (MDM-CONTRACT.md part B): the enrolment token is kept only as its
- * SHA-256 (hex, as every secret: src/auth/secrets.ts `sha256Hex`), single use is the store's binding
- * (`bind` by token hash on the first mdm.Authenticate / TokenUpdate). One live enrolment per identity
- * key: creating one for a key that has one supersedes the old (its token binds no more).
- * `memoryEnrolmentRecords` keeps them in memory: tests, and the app until the store's domain is wired.
+ * SHA-256 (hex of its UTF-8 text, as every secret: src/auth/secrets.ts `sha256Hex`; the webhook looks up
+ * `url_params.e` the same way), single use is the store's binding (`bind` by token hash on the first
+ * mdm.Authenticate / TokenUpdate). One live enrolment per identity key: creating one for a key that has
+ * one checks the old out in the same transaction (its token binds no more). `storeEnrolmentRecords` is
+ * the store's; `attested` is the stored chain re-checked now (device-trust.ts).
  */
+import type { MdmEnrolment, MdmStore, NewMdmEnrolment } from "../store/mdm-types.ts";
 
-export type EnrolmentState = "issued" | "enrolled" | "checked_out";
-
-export interface EnrolmentRecord {
-  readonly id: string;
-  readonly accountId: string;
-  /** The device token the enrolment was made with. */
-  readonly providerTokenId: string;
-  /** The identity key's canonical 65-byte point, base64. */
-  readonly identityKey: string;
-  /** SHA-256 (hex) of the single-use enrolment token carried in the profile's URLs (`?e=`). */
-  readonly tokenHash: string;
-  /** Unix ms. */
-  readonly createdAt: number;
-  /** The token binds no enrolment after this (Unix ms). */
-  readonly tokenExpiresAt: number;
-  readonly nanomdmId: string | null;
-  readonly serial: string | null;
-  readonly state: EnrolmentState;
-  readonly updatedAt: number;
-}
-
-export type NewEnrolment = Omit<EnrolmentRecord, "nanomdmId" | "serial" | "state" | "updatedAt">;
+export type EnrolmentRecord = MdmEnrolment;
+export type NewEnrolment = NewMdmEnrolment;
 
 export interface EnrolmentRecords {
   /** Records a new enrolment in state `issued` (superseding a live one of the same identity key). */
   create(enrolment: NewEnrolment): Promise<EnrolmentRecord>;
-  /** The account's enrolments, oldest first. */
+  /** The account's enrolments. */
   forAccount(accountId: string): Promise<readonly EnrolmentRecord[]>;
-  /** When the enrolment's last verified chain was verified (Unix ms); null without one. */
-  lastVerifiedAt(enrolmentId: string): Promise<number | null>;
+  /** When the enrolment's stored chain was verified (Unix ms), while it still passes; null otherwise. */
+  attestedAt(enrolment: EnrolmentRecord): Promise<number | null>;
 }
 
-/** In-memory records; `verified` marks an enrolment's chain verified (tests stand in for part B's chains). */
-export interface MemoryEnrolmentRecords extends EnrolmentRecords {
-  readonly all: () => readonly EnrolmentRecord[];
-  setState(id: string, state: EnrolmentState, at: number, binding?: { nanomdmId: string; serial: string }): void;
-  verified(id: string, at: number): void;
-}
-
-export function memoryEnrolmentRecords(): MemoryEnrolmentRecords {
-  const records = new Map<string, EnrolmentRecord>();
-  const chains = new Map<string, number>();
+/** The store's records; `attestedAt` from the stored chain as re-checked now. */
+export function storeEnrolmentRecords(
+  store: MdmStore,
+  attestedAt: (enrolment: EnrolmentRecord) => Promise<number | null>,
+): EnrolmentRecords {
   return {
-    all: () => [...records.values()],
     async create(enrolment) {
-      for (const old of records.values()) {
-        if (old.identityKey === enrolment.identityKey && old.state !== "checked_out") {
-          records.set(old.id, { ...old, state: "checked_out", updatedAt: enrolment.createdAt });
-        }
-      }
-      const record: EnrolmentRecord = { ...enrolment, nanomdmId: null, serial: null, state: "issued", updatedAt: enrolment.createdAt };
-      records.set(record.id, record);
+      const record = await store.enrolments.create(enrolment);
+      // The device token was just authenticated: its account and token rows exist unless deleted meanwhile.
+      if (record === undefined) throw new Error("the enrolment's account or device token no longer exists");
       return record;
     },
-    async forAccount(accountId) {
-      return [...records.values()].filter((r) => r.accountId === accountId);
-    },
-    async lastVerifiedAt(id) {
-      return chains.get(id) ?? null;
-    },
-    setState(id, state, at, binding) {
-      const old = records.get(id);
-      if (old) records.set(id, { ...old, state, updatedAt: at, ...(binding ?? {}) });
-    },
-    verified(id, at) {
-      chains.set(id, at);
-    },
+    forAccount: (accountId) => store.enrolments.forAccount(accountId),
+    attestedAt,
   };
 }

@@ -8,7 +8,7 @@
  *      "umbra-enroll-v1" || challenge. Then an enrolment token (32 random bytes, base64url), its record
  *      (SHA-256 hex only), a device identity from the MDM CA, the profile (signed when configured).
  *   3. status: the enrolment of the given identity key in the caller's account, else the latest made with
- *      this token: none | issued | enrolled | attested (a verified chain); checked out reads as none.
+ *      this token: none | issued | enrolled | attested (a stored chain that passes now); checked out: none.
  * node-forge is loaded on the first enrolment, not at start. Challenges live in this process: in cluster
  * mode both calls must reach one replica (docs/operations.md).
  */
@@ -161,7 +161,7 @@ export class EnrolmentService {
       .sort((a, b) => a.createdAt - b.createdAt)
       .at(-1);
     if (record === undefined) return { state: "none" };
-    const attestedAt = record.state === "enrolled" ? await this.records.lastVerifiedAt(record.id) : null;
+    const attestedAt = record.state === "enrolled" ? await this.records.attestedAt(record) : null;
     return {
       state: attestedAt !== null ? "attested" : record.state === "enrolled" ? "enrolled" : "issued",
       enrolment_id: record.id,

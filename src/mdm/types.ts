@@ -37,6 +37,8 @@ export interface VerifiedMdaAnswer {
   readonly freshnessEpoch: number;
   /** Hex SHA-256 over the chain. */
   readonly chainSha256: string;
+  /** The last millisecond a re-check of this answer still passes (its epoch window, leaf age, notAfter). */
+  readonly acceptedUntil: number;
 }
 
 /** Checks an answer (every rule of part A); throws (an error with a `check` name) when it fails. */

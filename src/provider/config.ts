@@ -220,9 +220,7 @@ export function loadProviderConfig(flags: FlagValues, env: Env, sources: { file?
   const plain = parseSettings(PROVIDER_SETTINGS, DERIVED, raw);
   const identityHelper = raw("identityHelper");
   if (identityHelper === "") throw new ConfigError("--identity-helper: empty path");
-  // Production evidence also needs the Mac's device attestation chain and its measured posture.
-  if (identityHelper !== undefined && !plain.devAttestation)
-    throw new ConfigError("--identity-helper needs --dev-attestation on in this version");
+  // Without --dev-attestation the helper's key needs a coordinator with MDM enrolment: start asks it (mdm-attestation.ts).
 
   const coordinatorExpectation = expectationOf(raw, connectUrl);
 

@@ -54,7 +54,7 @@ export async function developmentAttestation(config: ProviderConfig, logger: Log
 }
 
 /** The identity key: the signing helper named by --identity-helper, else a fresh software key. */
-async function identityOf(config: ProviderConfig): Promise<ProviderIdentity> {
+export async function identityOf(config: ProviderConfig): Promise<ProviderIdentity> {
   if (config.identityHelper === undefined) return softwareIdentity(SoftwareIdentity.generate());
   try {
     return await helperIdentity([config.identityHelper]);

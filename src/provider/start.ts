@@ -25,10 +25,12 @@ import {
 } from "./config.ts";
 import { pinCoordinator } from "./coordinator-pin.ts";
 import { developmentAttestation, type Pin } from "./dev-attestation.ts";
+import { realProbe } from "./doctor/probe.ts";
 import { createEchoEngine } from "./engines/echo.ts";
 import type { Engine } from "./engines/engine.ts";
 import { createOpenAIEngine } from "./engines/openai.ts";
 import { ensureHome, type ProviderHome, providerHome, readCredentials } from "./home.ts";
+import { mdmAttestation, type RunCommand } from "./mdm-attestation.ts";
 import { ProviderRuntime, statusLine } from "./provider-runtime.ts";
 import { AlreadyRunning, type RuntimeState, readState, releasePidFile, runningPid, takePidFile } from "./runtime.ts";
 import { Schedule } from "./schedule.ts";
@@ -172,6 +174,9 @@ function tail(file: string, lines: number): string {
   }
 }
 
+/** The Mac's own commands (posture readings for MDM attestation), 10 s each. */
+const runCommand: RunCommand = (argv) => realProbe(process.env).run(argv, 10_000);
+
 /** Runs the agent in the foreground, within the schedule, until a signal or a refusal. */
 async function serve(config: ProviderConfig, home: ProviderHome, detached: boolean): Promise<number> {
   const schedule = Schedule.parse(config.schedule);
@@ -182,7 +187,11 @@ async function serve(config: ProviderConfig, home: ProviderHome, detached: boole
   logger.info("provider starting", { url: coordinator, version: VERSION, count: config.models.length });
   const expectation = config.coordinatorExpectation;
   const pin: Pin | undefined = expectation ? () => pinCoordinator(coordinator, expectation) : undefined;
-  const attestation = config.devAttestation ? await developmentAttestation(config, logger, pin) : undefined;
+  const attestation = config.devAttestation
+    ? await developmentAttestation(config, logger, pin)
+    : config.identityHelper !== undefined
+      ? await mdmAttestation(config, logger, pin, runCommand)
+      : undefined;
   try {
     return await new ProviderRuntime({ config, home, schedule, detached, logger, engine, line, pin, attestation }).run();
   } finally {

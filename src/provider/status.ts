@@ -2,7 +2,8 @@
  * `umbra-provider status`: the local provider's state, whether it runs or not: the process (pid file),
  * its connection, trust level and last challenge, models warm, active requests, requests and tokens
  * served (the state file a running `start` keeps), and the account's earnings as the coordinator reports
- * them (GET /v1/provider/me with the stored device token). `--json` for scripts.
+ * them (GET /v1/provider/me with the stored device token), and the MDM enrolment state (GET
+ * /v1/provider/enroll/status: enrolment-status.ts). `--json` for scripts.
  * Exit codes (as LSB init scripts): 0 running, 3 not running, 2 bad usage.
  *
  * `umbra-provider stop`: SIGTERM to the running `start` (it drains: finishes active requests, then
@@ -14,6 +15,7 @@ import { ConfigError, type Env } from "../config/settings.ts";
 import { VERSION } from "../version.ts";
 import { expectationOf, readConfigFile, settingReader } from "./config.ts";
 import { type CoordinatorExpectation, CoordinatorRefused, pinCoordinator, pinnedFetch } from "./coordinator-pin.ts";
+import { describeEnrolment, type EnrolmentAnswer, fetchEnrolmentStatus } from "./enrolment-status.ts";
 import { providerHome, readCredentials } from "./home.ts";
 import { type AccountView, fetchProviderMe } from "./provider-me.ts";
 import { describeState, isAlive, type RuntimeState, readPid, readState } from "./runtime.ts";
@@ -43,6 +45,8 @@ export interface StatusReport {
   readonly account: AccountView | null;
   /** Why `account` is null although a login is stored. */
   readonly account_error: string | null;
+  /** The MDM enrolment of the latest enrolment made with the stored device token; null without an answer. */
+  readonly enrolment: EnrolmentAnswer | null;
 }
 
 function flagsOf(argv: readonly string[], options: ParseArgsConfig["options"]) {
@@ -60,6 +64,7 @@ async function accountView(
   coordinator: string,
   token: string,
   expectation: CoordinatorExpectation | undefined,
+  found: { enrolment: EnrolmentAnswer | null },
 ): Promise<{ account: AccountView | null; error: string | null }> {
   try {
     // With --coordinator-image (environment or config file), the token goes to an attested coordinator only.
@@ -72,10 +77,12 @@ async function accountView(
         throw error;
       }
     }
-    const answer = await fetchProviderMe(coordinator, token, {
-      signal: AbortSignal.timeout(ME_TIMEOUT_MS),
-      ...(fetchMe ? { fetch: fetchMe } : {}),
-    });
+    const options = { signal: AbortSignal.timeout(ME_TIMEOUT_MS), ...(fetchMe ? { fetch: fetchMe } : {}) };
+    const [answer, enrolment] = await Promise.all([
+      fetchProviderMe(coordinator, token, options),
+      fetchEnrolmentStatus(coordinator, token, options).catch(() => null),
+    ]);
+    if (enrolment !== null) found.enrolment = enrolment;
     if (answer.status === 401)
       return { account: null, error: "the coordinator refused the stored device token; run 'umbra-provider login'" };
     if (answer.status !== 200) return { account: null, error: `the coordinator answered HTTP ${answer.status}` };
@@ -102,8 +109,9 @@ async function statusReport(env: Env): Promise<StatusReport> {
     const raw = settingReader({}, env, readConfigFile(home.configFile, false));
     expectation = expectationOf(raw, stored.credentials.coordinator);
   }
+  const found: { enrolment: EnrolmentAnswer | null } = { enrolment: null };
   const { account, error } = stored
-    ? await accountView(stored.credentials.coordinator, stored.credentials.token, expectation)
+    ? await accountView(stored.credentials.coordinator, stored.credentials.token, expectation, found)
     : { account: null, error: storedError };
   return {
     version: VERSION,
@@ -115,6 +123,7 @@ async function statusReport(env: Env): Promise<StatusReport> {
     linked: stored !== undefined,
     account,
     account_error: error,
+    enrolment: found.enrolment,
   };
 }
 
@@ -176,6 +185,7 @@ function formatStatus(r: StatusReport): string {
   } else {
     lines.push(`  account         linked to ${r.coordinator}; earnings unavailable: ${r.account_error ?? "unknown"}`);
   }
+  if (r.enrolment !== null) lines.push(`  MDM enrolment   ${describeEnrolment(r.enrolment)}`);
   return `${lines.join("\n")}\n`;
 }
 

@@ -3,24 +3,30 @@
  * configured; the challenge (single use, 5-minute expiry, wrong key or signature refused, another
  * account's device token can neither use nor read it); the profile served as
  * application/x-apple-aspen-config with the configured URLs whatever the Host, its token recorded only
- * hashed; re-enrolment keeps the identifiers; the status route per account.
+ * hashed (the hash the webhook computes for `url_params.e`); re-enrolment keeps the identifiers; the
+ * status route per account, from the store's records (attested: a stored chain that passes now).
  */
 import { describe, expect, test } from "bun:test";
 import { createHash } from "node:crypto";
 import { type PlistValue, parse } from "plist";
+import { mdaEpoch, mdaNonce } from "../../attestation/provider/mda-nonce.ts";
 import { SoftwareIdentity } from "../../attestation/provider/software-identity.ts";
 import { enrolMessage } from "../../src/mdm/enrolment.ts";
-import { type MemoryEnrolmentRecords, memoryEnrolmentRecords } from "../../src/mdm/enrolment-records.ts";
+import type { MdmEnrolment } from "../../src/store/mdm-types.ts";
+import { issueAppleLeaf } from "../support/apple-leaf.ts";
 import { type CallResult, call, seedAccount, type TestApp, tempDir, testApp } from "../support/harness.ts";
-import { mdmEnv, testCa, testSigningIdentity, verifyCms } from "../support/mdm-ca.ts";
+import { mdmEnv, NANOMDM_ENV, testCa, testSigningIdentity, verifyCms } from "../support/mdm-ca.ts";
 
 const ca = testCa();
 type Dict = { [key: string]: PlistValue };
 const b64 = (bytes: Uint8Array) => Buffer.from(bytes).toString("base64");
 
+const SEED = new Uint8Array(32).fill(7);
+
 interface Env {
   readonly t: TestApp;
-  readonly records: MemoryEnrolmentRecords;
+  /** The store's enrolment records of the first account, oldest first. */
+  readonly records: { all(): Promise<MdmEnrolment[]> };
   readonly clock: { now: number };
   readonly token: string;
   readonly otherToken: string;
@@ -28,10 +34,11 @@ interface Env {
 
 async function withEnrolment(run: (env: Env) => Promise<void>): Promise<void> {
   using dir = tempDir();
-  const records = memoryEnrolmentRecords();
   const clock = { now: 1_800_000_000_000 };
-  await using t = await testApp({ env: mdmEnv(dir.path, ca), enrolmentRecords: records, clock: { now: () => clock.now } });
+  const env = { ...NANOMDM_ENV, ...mdmEnv(dir.path, ca), UMBRA_MDA_SEED: Buffer.from(SEED).toString("hex") };
+  await using t = await testApp({ env, clock: { now: () => clock.now } });
   const a = await seedAccount(t);
+  const records = { all: async () => (await t.store.mdm.enrolments.forAccount(a.accountId)).reverse() };
   const b = await seedAccount(t);
   const token = (await t.app.admin.createProviderToken({ account_id: a.accountId })).token;
   const otherToken = (await t.app.admin.createProviderToken({ account_id: b.accountId })).token;
@@ -108,8 +115,9 @@ describe("MDM enrolment routes", () => {
         checkIn: mdm.ServerURL,
         eLength: 43,
       });
-      const [record] = records.all();
-      expect(records.all().length).toBe(1);
+      const all = await records.all();
+      const [record] = all;
+      expect(all.length).toBe(1);
       expect(record).toMatchObject({
         identityKey: b64(identity.publicKey(65)),
         tokenHash: createHash("sha256").update(e).digest("hex"),
@@ -119,7 +127,9 @@ describe("MDM enrolment routes", () => {
         nanomdmId: null,
         serial: null,
       });
-      expect(JSON.stringify(records.all())).not.toContain(e);
+      expect(JSON.stringify(all)).not.toContain(e);
+      // The webhook looks the token up by the same hash (url_params.e -> sha256 hex of its UTF-8).
+      expect((await t.store.mdm.enrolments.findByTokenHash(createHash("sha256").update(e, "utf8").digest("hex")))?.id).toBe(record?.id);
       expect(t.logs.join("\n")).not.toContain(e);
       // The challenge was used once.
       const again = await t.call("POST", "/v1/provider/enroll", { token, body: enrolBody(identity, c) });
@@ -152,7 +162,7 @@ describe("MDM enrolment routes", () => {
         { status: 400, param: "signature" },
         { status: 400, param: "identity_key" },
       ]);
-      expect(records.all()).toEqual([]);
+      expect(await records.all()).toEqual([]);
     }));
 
   test("another account's device token cannot use a challenge or read the enrolment", () =>
@@ -170,7 +180,7 @@ describe("MDM enrolment routes", () => {
         t.call("GET", `/v1/provider/enroll/status?identity_key=${key}`, { token }),
       ]);
       expect(seen.map((r) => (r.body as { state: string }).state)).toEqual(["none", "none", "issued"]);
-      expect(records.all().map((r) => r.accountId).length).toBe(1);
+      expect((await records.all()).length).toBe(1);
     }));
 
   test("status follows the record: issued, enrolled, attested; re-enrolment keeps the identifiers with a new token", () =>
@@ -179,13 +189,33 @@ describe("MDM enrolment routes", () => {
       const status = async () => (await t.call("GET", "/v1/provider/enroll/status", { token })).body;
       expect(await status()).toEqual({ state: "none" });
       const first = await t.call("POST", "/v1/provider/enroll", { token, body: enrolBody(identity, await challenge(t, token)) });
-      const id = records.all()[0]?.id ?? "";
+      const [record] = await records.all();
+      const id = record?.id ?? "";
       const base = { enrolment_id: id, identity_key: b64(identity.publicKey(65)), created_at: clock.now };
       expect(await status()).toEqual({ state: "issued", ...base, updated_at: clock.now, attested_at: null });
-      records.setState(id, "enrolled", clock.now + 1, { nanomdmId: "UDID-1", serial: "SERIAL1" });
+      await t.store.mdm.enrolments.bind({ tokenHash: record?.tokenHash ?? "", nanomdmId: "UDID-1", serial: "SERIAL1", at: clock.now + 1 });
       expect(await status()).toEqual({ state: "enrolled", ...base, updated_at: clock.now + 1, attested_at: null });
-      records.verified(id, clock.now + 2);
+      // A chain as the webhook stores it: Apple-shaped, from the coordinator's development root, this epoch's nonce.
+      const root = (await t.app.trust()).devRoot;
+      if (!root) throw new Error("no development root");
+      const nonce = mdaNonce(SEED, mdaEpoch(clock.now), identity.publicKey(65));
+      const chain = await issueAppleLeaf(root, { nonce, serialNumber: "SERIAL1", udid: "UDID-X" });
+      const stored = {
+        enrolmentId: id,
+        certificates: chain.map((c) => b64(c)),
+        chainSha256: "",
+        serial: "SERIAL1",
+        udid: "UDID-X",
+        osVersion: "15.5",
+        leafNotBefore: clock.now,
+        epoch: mdaEpoch(clock.now),
+        verifiedAt: clock.now + 2,
+      };
+      await t.store.mdm.chains.put(stored);
       expect(await status()).toEqual({ state: "attested", ...base, updated_at: clock.now + 1, attested_at: clock.now + 2 });
+      // A stored chain that no longer passes (another serial answered) is not an attestation.
+      await t.store.mdm.chains.put({ ...stored, serial: "SERIAL2" });
+      expect(await status()).toEqual({ state: "enrolled", ...base, updated_at: clock.now + 1, attested_at: null });
 
       clock.now += 1000;
       const second = await call(t.app, "POST", "/v1/provider/enroll", { token, body: enrolBody(identity, await challenge(t, token)) });
@@ -195,7 +225,7 @@ describe("MDM enrolment routes", () => {
       };
       expect(ids(second)).toEqual(ids(first));
       expect(mdmPayload(profileOf(second)).ServerURL).not.toEqual(mdmPayload(profileOf(first)).ServerURL);
-      expect(records.all().map((r) => r.state)).toEqual(["checked_out", "issued"]);
+      expect((await records.all()).map((r) => r.state)).toEqual(["checked_out", "issued"]);
       expect((await status()) as { state: string }).toMatchObject({ state: "issued", created_at: clock.now });
     }));
 
@@ -203,7 +233,7 @@ describe("MDM enrolment routes", () => {
     using dir = tempDir();
     const signing = testSigningIdentity();
     for (const password of [signing.password, "wrong"]) {
-      await using t = await testApp({ env: mdmEnv(dir.path, ca, { p12: signing.p12, password }) });
+      await using t = await testApp({ env: { ...NANOMDM_ENV, ...mdmEnv(dir.path, ca, { p12: signing.p12, password }) } });
       const { accountId } = await seedAccount(t);
       const { token } = await t.app.admin.createProviderToken({ account_id: accountId });
       const identity = SoftwareIdentity.generate();

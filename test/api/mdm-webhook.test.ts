@@ -1,24 +1,17 @@
 /**
  * POST /v1/mdm/webhook through createApp (in-process): 404 without MDM mode; in MDM mode a missing or wrong
  * X-Hmac-Signature is 401 invalid_token whatever the body, a signed body that is not an event 400, a signed
- * event 200 with what became of it; MDM mode without part A's checks refuses to build the app.
+ * event 200 with what became of it; development MDM mode without a seed runs on a random one, saying so.
  */
-import { describe, expect, test } from "bun:test";
+import { afterAll, describe, expect, test } from "bun:test";
 import { createHmac } from "node:crypto";
-import { startMdm } from "../../src/coordinator/mdm-link.ts";
-import { silentLogger } from "../../src/observability/logger.ts";
-import { createSqliteStore } from "../../src/store/sqlite/index.ts";
-import { testApp } from "../support/harness.ts";
-import { standInNonces } from "../support/mda-stand-in.ts";
+import { tempDir, testApp } from "../support/harness.ts";
+import { mdmEnv, NANOMDM_ENV, testCa } from "../support/mdm-ca.ts";
 
 const KEY = "route-test-webhook-key-0123";
-const MDM_ENV = { UMBRA_MDM_URL: "http://127.0.0.1:9", UMBRA_MDM_API_KEY: "api-key", UMBRA_MDM_WEBHOOK_KEY: KEY };
-const checks = {
-  verify: () => {
-    throw new Error("not called");
-  },
-  nonces: standInNonces(new Uint8Array(32)),
-};
+const caDir = tempDir();
+afterAll(() => caDir[Symbol.dispose]());
+const MDM_ENV = { ...NANOMDM_ENV, ...mdmEnv(caDir.path, testCa()), UMBRA_MDM_WEBHOOK_KEY: KEY };
 const sign = (body: string, key = KEY) => createHmac("sha256", key).update(body).digest("base64");
 const post = (body: string, signature?: string) => ({
   rawBody: body,
@@ -35,7 +28,7 @@ describe("POST /v1/mdm/webhook", () => {
   });
 
   test("MDM mode: 401 without or with a wrong signature, 400 for a signed non-event, 200 for a signed event", async () => {
-    await using t = await testApp({ env: MDM_ENV, mdmChecks: checks });
+    await using t = await testApp({ env: { ...MDM_ENV, UMBRA_MDA_SEED: "ab".repeat(32) } });
     const event = JSON.stringify({
       topic: "mdm.DeclarativeManagement",
       created_at: "2026-11-26T12:00:00Z",
@@ -59,15 +52,9 @@ describe("POST /v1/mdm/webhook", () => {
     ]);
   });
 
-  test("MDM mode without the MDA checks refuses to start", () => {
-    const store = createSqliteStore(":memory:");
-    const config = { url: "http://127.0.0.1:9", apiKey: "k", webhookKey: KEY, maxInFlight: 1 };
-    try {
-      expect(() => startMdm(config, { store, checks: undefined, now: Date.now, logger: silentLogger })).toThrow(
-        "MDM mode (--mdm-url) needs the MDA answer checks",
-      );
-    } finally {
-      store.close();
-    }
+  test("development MDM mode without a seed runs on a random one and says so in the log", async () => {
+    await using t = await testApp({ env: MDM_ENV });
+    expect(t.app.mdm).toBeDefined();
+    expect(t.logs.filter((l) => l.includes("without an MDA seed")).length).toBe(1);
   });
 });

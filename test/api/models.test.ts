@@ -119,7 +119,13 @@ function shapeProblems(model: Record<string, unknown>): string[] {
   const metadata = model.metadata as Record<string, unknown>;
   check("metadata", metadata, REQUIRED_METADATA, { attestation: "object", display_name: "string" });
   if (metadata.attestation !== undefined) {
-    const bools = { secure_enclave: "boolean", sip_enabled: "boolean", secure_boot: "boolean" } as const;
+    const bools = {
+      secure_enclave: "boolean",
+      sip_enabled: "boolean",
+      secure_boot: "boolean",
+      device_chain_verified: "boolean",
+      device_chain_sources: "string[]",
+    } as const;
     check("attestation", metadata.attestation as Record<string, unknown>, bools, {});
   }
   if (model.pricing !== undefined) {
@@ -282,7 +288,7 @@ describe("fleet capacity in metadata", () => {
       warmProviders: 1,
       canAccept: true,
       trustLevel: "hardware",
-      attestation: { secureEnclave: true, sipEnabled: true, secureBoot: false },
+      attestation: { secureEnclave: true, sipEnabled: true, secureBoot: false, deviceChainVerified: true, deviceChainSources: ["mdm"] },
     };
     const selfSigned: ModelCapacity = {
       providerCount: 1,
@@ -315,7 +321,13 @@ describe("fleet capacity in metadata", () => {
             routable_providers: 2,
             warm_providers: 1,
             can_accept: true,
-            attestation: { secure_enclave: true, sip_enabled: true, secure_boot: false },
+            attestation: {
+              secure_enclave: true,
+              sip_enabled: true,
+              secure_boot: false,
+              device_chain_verified: true,
+              device_chain_sources: ["mdm"],
+            },
           },
         },
         {

@@ -101,6 +101,8 @@ describe("GET /v1/providers/attestation", () => {
       routable: true,
       secure_enclave: true,
       device_chain_verified: false,
+      device_chain_source: null,
+      device_chain_accepted_until: null,
       identity_key: toBase64url(a.identity.publicKey()),
       identity_key_sha256: expect.stringMatching(/^[0-9a-f]{64}$/),
       encryption_key: toBase64url(a.session.encryptionKey as Uint8Array),

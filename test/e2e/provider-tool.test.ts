@@ -62,6 +62,7 @@ interface Status {
     warm_models: string[];
   } | null;
   account: { account_id: string; earnings: { total_micro_usd: number } } | null;
+  enrolment: { offered: boolean; state?: string } | null;
 }
 
 async function status(home: string): Promise<{ code: number; report: Status }> {
@@ -232,6 +233,8 @@ describe("start --detach, status, stop", () => {
     });
     expect(running.report.state?.provider_id).toMatch(/^prov_/);
     expect(running.report.state?.trust_level).toBe("none");
+    // This coordinator has no MDM enrolment (its status route is 404).
+    expect(running.report.enrolment).toEqual({ offered: false });
 
     // A second start for the same folder is refused.
     const twice = await tool(home, ["start", "--engine", "echo", "--model", BUILD]);
@@ -249,6 +252,7 @@ describe("start --detach, status, stop", () => {
     expect(human.stdout).toContain("running (pid");
     expect(human.stdout).toContain("trust level     none");
     expect(human.stdout).toContain(`${BUILD} (warm)`);
+    expect(human.stdout).toContain("MDM enrolment   not offered by this coordinator");
     expect(human.stdout).not.toContain(seeded.providerToken);
 
     const stopped = await tool(home, ["stop"]);

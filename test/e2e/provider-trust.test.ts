@@ -108,7 +108,13 @@ describe("trust from verified evidence", () => {
         provider_count: 1,
         attested_providers: 1,
         trust_level: "hardware",
-        attestation: { secure_enclave: true, sip_enabled: true, secure_boot: true },
+        attestation: {
+          secure_enclave: true,
+          sip_enabled: true,
+          secure_boot: true,
+          device_chain_verified: true,
+          device_chain_sources: ["evidence"],
+        },
       }),
     );
   });
@@ -126,6 +132,8 @@ describe("trust from verified evidence", () => {
       routable: true,
       secure_enclave: true,
       device_chain_verified: true,
+      device_chain_source: "evidence",
+      device_chain_accepted_until: null,
       identity_key: expect.stringMatching(/^[A-Za-z0-9_-]{87}$/),
       identity_key_sha256: expect.stringMatching(/^[0-9a-f]{64}$/),
       encryption_key: expect.stringMatching(/^[A-Za-z0-9_-]{43}$/),
@@ -149,7 +157,13 @@ describe("trust from verified evidence", () => {
       expect.objectContaining({
         attested_providers: 1,
         trust_level: "self_signed",
-        attestation: { secure_enclave: true, sip_enabled: false, secure_boot: false },
+        attestation: {
+          secure_enclave: true,
+          sip_enabled: false,
+          secure_boot: false,
+          device_chain_verified: false,
+          device_chain_sources: [],
+        },
       }),
     );
   });
@@ -303,7 +317,7 @@ describe("a separately started provider joins a development coordinator at hardw
     const body = (await (await postChat(ctx.server.url, ctx.apiKey, chatBody("signed by the helper"))).json()) as Record<string, unknown>;
     expect((body.metadata as { trust_level: string }).trust_level).toBe("hardware");
 
-    // Without --dev-attestation there is no device chain to present yet: a clear refusal.
+    // Without --dev-attestation, and this coordinator offering no MDM enrolment: a clear refusal.
     const alone = Bun.spawn(
       [process.execPath, join(import.meta.dir, "../../src/provider/main.ts"), "start", ...args, "--identity-helper", helper],
       {
@@ -312,7 +326,9 @@ describe("a separately started provider joins a development coordinator at hardw
       },
     );
     expect(await alone.exited).not.toBe(0);
-    expect(await new Response(alone.stderr).text()).toContain("--identity-helper needs --dev-attestation on");
+    expect(await new Response(alone.stderr).text()).toContain(
+      "--identity-helper needs --dev-attestation on, or a coordinator with MDM enrolment",
+    );
   });
 
   test("a production coordinator offers no development chain: 404, and the provider does not start", async () => {

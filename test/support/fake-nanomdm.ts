@@ -31,7 +31,8 @@ export type WebhookMode = "send" | "drop" | "twice" | "hold";
 
 export interface FakeNanoMdmOptions {
   readonly apiKey: string;
-  readonly webhookUrl: string;
+  /** Where webhooks go (a function: a coordinator started after this fake, whose URL comes later). */
+  readonly webhookUrl: string | (() => string);
   readonly webhookKey: string;
   /** Time the API takes to answer (so that concurrent calls overlap). */
   readonly latencyMs?: number;
@@ -243,7 +244,8 @@ export class FakeNanoMdm implements AsyncDisposable {
   async post(topic: string, event: unknown, signature?: string): Promise<{ status: number; body: unknown }> {
     const body = JSON.stringify(event);
     const hmac = signature ?? createHmac("sha256", this.options.webhookKey).update(body).digest("base64");
-    const response = await fetch(this.options.webhookUrl, {
+    const url = this.options.webhookUrl;
+    const response = await fetch(typeof url === "string" ? url : url(), {
       method: "POST",
       headers: { "content-type": "application/json; charset=utf-8", "x-hmac-signature": hmac },
       body,

@@ -8,7 +8,6 @@ import { join } from "node:path";
 import { type ClusterConfig, type Config, loadConfig } from "../../src/config/config.ts";
 import { type App, type AppDeps, type Clock, createApp } from "../../src/coordinator/app.ts";
 import type { FleetView } from "../../src/fleet/fleet-view.ts";
-import type { EnrolmentRecords } from "../../src/mdm/enrolment-records.ts";
 import { createLogger, type Logger } from "../../src/observability/logger.ts";
 import { createSqliteStore } from "../../src/store/sqlite/index.ts";
 import type { Store } from "../../src/store/types.ts";
@@ -66,10 +65,8 @@ export interface TestAppOptions {
    * mode): the shared rate limits' tests, whose replicas share one store.
    */
   readonly cluster?: ClusterConfig;
-  /** MDM enrolment records (AppDeps.enrolmentRecords). */
-  readonly enrolmentRecords?: EnrolmentRecords;
-  /** MDM mode's checks (AppDeps.mdmChecks), with UMBRA_MDM_* in `env`. */
-  readonly mdmChecks?: AppDeps["mdmChecks"];
+  /** MDM mode's scheduler timings (AppDeps.mdmTimings). */
+  readonly mdmTimings?: AppDeps["mdmTimings"];
 }
 
 export async function call(app: App, method: string, path: string, options: CallOptions = {}): Promise<CallResult> {
@@ -113,8 +110,7 @@ export async function testApp(options: TestAppOptions = {}): Promise<TestApp> {
     ...(options.sealedReplayEntries ? { sealedReplayEntries: options.sealedReplayEntries } : {}),
     ...(options.devHostData ? { devHostData: options.devHostData } : {}),
     ...(options.tlsPublicKeySpki ? { tlsPublicKeySpki: options.tlsPublicKeySpki } : {}),
-    ...(options.enrolmentRecords ? { enrolmentRecords: options.enrolmentRecords } : {}),
-    ...(options.mdmChecks ? { mdmChecks: options.mdmChecks } : {}),
+    ...(options.mdmTimings ? { mdmTimings: options.mdmTimings } : {}),
   });
   return {
     app,

@@ -1,7 +1,8 @@
 /**
  * MDM enrolment test material: an RSA MDM CA (certificate and key as PEM, the files the settings name) and
  * a profile signing identity (an RSA leaf under its own CA, as PKCS#12 with a password), made with
- * node-forge; `mdmEnv` gives the coordinator's MDM enrolment settings for them; `verifyCms` checks a signed
+ * node-forge; `mdmEnv` gives the coordinator's MDM enrolment settings for them (`NANOMDM_ENV` the NanoMDM side
+ * that goes with them: one MDM switch); `verifyCms` checks a signed
  * profile with node-forge's ASN.1 and RSA (forge itself does not verify PKCS#7).
  */
 import { createHash, generateKeyPairSync } from "node:crypto";
@@ -75,6 +76,13 @@ export function testSigningIdentity(password = "signing-pass"): {
   const p12 = forge.pkcs12.toPkcs12Asn1(key, [leaf, ca.certificate], password, { algorithm: "3des" });
   return { p12: new Uint8Array(Buffer.from(forge.asn1.toDer(p12).getBytes(), "binary")), password, leaf, ca };
 }
+
+/** NanoMDM's side of MDM mode (no server listens at the URL): together with `mdmEnv`'s enrolment settings. */
+export const NANOMDM_ENV: Readonly<Record<string, string>> = Object.freeze({
+  UMBRA_MDM_URL: "http://127.0.0.1:9",
+  UMBRA_MDM_API_KEY: "nanomdm-api-key",
+  UMBRA_MDM_WEBHOOK_KEY: "test-webhook-hmac-key-0123456789",
+});
 
 /** The MDM enrolment settings for `ca` (its certificate written into `dir`), and a signing identity when given. */
 export function mdmEnv(dir: string, ca: TestCa, signing?: { p12: Uint8Array; password: string }): Record<string, string> {

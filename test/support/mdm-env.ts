@@ -1,7 +1,8 @@
 /**
  * One MDM test environment (issue 23's scenarios): a real SQLite store, the webhook route on a real socket
  * (port 0), the fake NanoMDM (fake-nanomdm.ts) posting to it, the scheduler calling it through the real
- * client, part A's stand-ins (mda-stand-in.ts), and a clock the test moves. `provider()` makes an issued
+ * client, part A's verifyMdaAnswer and nonces (seed and development root bound as createApp binds them:
+ * coordinator/mdm-link.ts `mdmChecks`), and a clock the test moves. `provider()` makes an issued
  * enrolment and its simulated Mac; `enrol()` runs its check-ins; `attest()` connects it and waits until
  * the scheduler, NanoMDM and the Mac are done.
  */
@@ -9,8 +10,10 @@ import { createHash, randomBytes } from "node:crypto";
 import { join } from "node:path";
 import { p256 } from "@noble/curves/nist.js";
 import { Elysia } from "elysia";
+import { DevelopmentRoot } from "../../attestation/provider/index.ts";
 import { errorHandling } from "../../src/api/errors.ts";
 import { mdmWebhookRoutes } from "../../src/api/mdm-webhook.ts";
+import { mdmChecks } from "../../src/coordinator/mdm-link.ts";
 import { AttestationScheduler, type AttestationSchedulerOptions } from "../../src/mdm/attestation-scheduler.ts";
 import { NanoMdmClient } from "../../src/mdm/nanomdm-client.ts";
 import { MdmWebhook } from "../../src/mdm/webhook.ts";
@@ -19,7 +22,6 @@ import type { Store } from "../../src/store/types.ts";
 import { FakeNanoMdm } from "./fake-nanomdm.ts";
 import { tempDir } from "./harness.ts";
 import { type LogLine, recordingLogger } from "./logs.ts";
-import { StandInLeafIssuer, standInNonces, standInVerifier } from "./mda-stand-in.ts";
 import { SimulatedMac } from "./simulated-mac.ts";
 
 export const T0 = Date.UTC(2026, 10, 26, 12);
@@ -49,14 +51,15 @@ export async function mdmEnv(
   await store.accounts.create({ id: "acct_a", name: "a", at: T0 });
   await store.providerTokens.create({ id: "ptok_a", accountId: "acct_a", tokenHash: "pt", hint: "…a", createdAt: T0 });
   const seed = randomBytes(32);
-  const issuer = await StandInLeafIssuer.create(T0);
-  const nonces = standInNonces(seed);
+  const issuer = await DevelopmentRoot.generate(now);
+  const checks = mdmChecks(seed, async () => issuer.anchor, "development", now);
+  const nonces = checks.nonces;
   const logs: LogLine[] = [];
   const logger = recordingLogger(logs);
   const webhook = new MdmWebhook({
     key: WEBHOOK_KEY,
     store: store.mdm,
-    verify: standInVerifier({ seed, anchor: issuer.anchor, now }),
+    verify: checks.verify,
     now,
     logger,
   });

@@ -3,16 +3,19 @@
  * device-management schema says (`information.device.yaml`): QueryResponses with DevicePropertiesAttestation
  * ([leaf, Sub CA] DER, leaf first), SerialNumber, ProvisioningUDID, OSVersion; and obeys Apple's cache rule:
  * an absent nonce, the cached leaf's nonce, or fewer than 7 days since the last mint returns the cached leaf;
- * otherwise it mints a new one with `.11.1` = the requested nonce. Leaves come from the stand-in issuer
- * (mda-stand-in.ts). A Mac may sleep (no answer until `wake`), answer NotNow or Error, or freeze its cache.
+ * otherwise it mints a new one with `.11.1` = the requested nonce. Leaves are Apple-shaped, issued by a
+ * development root (apple-leaf.ts). A Mac may sleep (no answer until `wake`), answer NotNow or Error, or
+ * freeze its cache.
  */
 import type { PlistValue } from "plist";
-import type { LeafOptions, StandInLeafIssuer } from "./mda-stand-in.ts";
+import type { DevelopmentRoot, SecureBootLevel } from "../../attestation/provider/index.ts";
+import { issueAppleLeaf } from "./apple-leaf.ts";
 
 const WEEK = 7 * 86_400_000;
 
 export interface SimulatedMacOptions {
-  readonly issuer: StandInLeafIssuer;
+  /** The root whose intermediate issues the Mac's leaves (the coordinator's development root, or a test's). */
+  readonly issuer: DevelopmentRoot;
   /** The Mac's clock (Unix ms): the test's. */
   readonly now: () => number;
   readonly serial: string;
@@ -24,7 +27,15 @@ export interface SimulatedMacOptions {
 }
 
 /** The posture and identity the next minted leaf carries (Apple's view of the device). */
-export type LeafPosture = Pick<LeafOptions, "sipOff" | "secureBoot" | "kexts" | "noPosture" | "osVersion"> & { readonly serial?: string };
+export interface LeafPosture {
+  readonly sipOff?: boolean;
+  readonly secureBoot?: SecureBootLevel;
+  readonly kexts?: boolean;
+  /** macOS 14.0/14.1: no posture OIDs. */
+  readonly noPosture?: boolean;
+  readonly osVersion?: string;
+  readonly serial?: string;
+}
 
 export class SimulatedMac {
   readonly serial: string;
@@ -56,16 +67,16 @@ export class SimulatedMac {
     const same = cache !== undefined && nonce !== undefined && Buffer.from(cache.nonce).equals(Buffer.from(nonce));
     if (cache && (nonce === undefined || same || this.frozenCache || now - cache.mintedAt < WEEK)) return cache.chain;
     if (nonce === undefined) throw new Error("no cached attestation and no nonce");
-    const chain = await this.options.issuer.chain({
+    const chain = await issueAppleLeaf(this.options.issuer, {
       nonce,
-      serial: this.posture.serial ?? this.serial,
+      serialNumber: this.posture.serial ?? this.serial,
       udid: this.udid,
       notBefore: now - 60_000,
       ...(this.posture.osVersion !== undefined ? { osVersion: this.posture.osVersion } : {}),
-      ...(this.posture.sipOff ? { sipOff: true } : {}),
+      ...(this.posture.sipOff ? { sipEnabled: false } : {}),
       ...(this.posture.secureBoot ? { secureBoot: this.posture.secureBoot } : {}),
       ...(this.posture.kexts ? { kexts: true } : {}),
-      ...(this.posture.noPosture ? { noPosture: true } : {}),
+      ...(this.posture.noPosture ? { posture: false } : {}),
     });
     this.mints++;
     this.cache = { nonce: Uint8Array.from(nonce), chain, mintedAt: now };

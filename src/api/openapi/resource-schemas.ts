@@ -21,8 +21,19 @@ const microUsd = (description: string) => int64(`${description} µUSD per millio
 export function resourceSchemas(): Record<string, JsonSchema> {
   return {
     ModelAttestation: object(
-      { secure_enclave: { type: "boolean" }, sip_enabled: { type: "boolean" }, secure_boot: { type: "boolean" } },
-      ["secure_enclave", "sip_enabled", "secure_boot"],
+      {
+        secure_enclave: { type: "boolean" },
+        sip_enabled: { type: "boolean" },
+        secure_boot: { type: "boolean" },
+        device_chain_verified: { type: "boolean", description: "Every attested provider's level rests on a verified device chain." },
+        device_chain_sources: {
+          type: "array",
+          items: { type: "string", enum: ["evidence", "mdm"] },
+          description:
+            "Which chains vouched among the attested providers, sorted: `mdm` (a stored MDM answer), `evidence` (the hello's own).",
+        },
+      },
+      ["secure_enclave", "sip_enabled", "secure_boot", "device_chain_verified", "device_chain_sources"],
       "From verified evidence only; `sip_enabled` and `secure_boot` are true only when every attested provider proved them.",
     ),
     ModelMetadata: object(
@@ -138,6 +149,15 @@ export function resourceSchemas(): Record<string, JsonSchema> {
         routable: { type: "boolean", description: "At or above the routing floor: always true here." },
         secure_enclave: { type: "boolean", description: "Signed evidence verified." },
         device_chain_verified: { type: "boolean", description: "Apple MDA chain verified and bound to the identity key." },
+        device_chain_source: {
+          anyOf: [{ type: "string", enum: ["mdm", "evidence"] }, { type: "null" }],
+          description:
+            "Which chain vouched: `mdm` (the Mac's MDM answer, stored and re-checked), `evidence` (the hello's own); null below hardware.",
+        },
+        device_chain_accepted_until: {
+          anyOf: [{ type: "integer" }, { type: "null" }],
+          description: "Unix ms: the last moment the stored MDM chain passes without a fresh one; null otherwise.",
+        },
         identity_key: orNull(string("P-256 public key, 65-byte uncompressed point, base64url.")),
         identity_key_sha256: orNull(hex(32, "SHA-256 of the identity key (a receipt's `metadata.provider_key_id`).")),
         encryption_key: orNull(string("This connection's X25519 key, base64url.")),
@@ -150,6 +170,8 @@ export function resourceSchemas(): Record<string, JsonSchema> {
         "routable",
         "secure_enclave",
         "device_chain_verified",
+        "device_chain_source",
+        "device_chain_accepted_until",
         "identity_key",
         "identity_key_sha256",
         "encryption_key",

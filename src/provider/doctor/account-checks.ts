@@ -1,9 +1,10 @@
 /**
- * The checks that use the device token: the token itself and the catalog. The token goes only to the
+ * The checks that use the device token: the token itself, the catalog and the MDM enrolment. The token goes only to the
  * coordinator it was given for, over the pinned TLS key when --coordinator-image is given, and to no
  * coordinator whose attestation failed. Every level needs them (ok).
  */
 import type { PinnableInit, PinnedCoordinator } from "../coordinator-pin.ts";
+import { fetchEnrolmentStatus } from "../enrolment-status.ts";
 import { fetchProviderMe } from "../provider-me.ts";
 import { describeModelWarning } from "../runtime.ts";
 import { defineCheck, outcome, SERVICE_NEEDS } from "./check.ts";
@@ -125,5 +126,47 @@ export const catalog = defineCheck({
       return outcome(served.length > 0 ? "warn" : "fail", detail, `check the id; ${list}`);
     }
     return outcome("pass", `catalog builds: ${served.join(", ")}`);
+  },
+});
+
+const ENROL_FIX = "run umbra-provider enroll --identity-helper PATH on this Mac, then approve the profile in System Settings";
+
+/**
+ * GET /v1/provider/enroll/status with the token (the latest enrolment made with it): attested passes
+ * (a stored Apple chain gives hardware); enrolled warns (the chain is asked for when the provider connects);
+ * none or a profile not installed fail; a coordinator without MDM enrolment (404), no token or no answer
+ * warn. Hardware needs it ok; the other levels take it as advice.
+ */
+export const enrolment = defineCheck({
+  id: "mdm_enrolment",
+  title: "MDM enrolment",
+  needs: { hardware: "ok" },
+  async run({ probe, timeouts, token, coordinator, pinned }) {
+    if (token === undefined || coordinator.base === undefined) return outcome("warn", "not checked: no device token or coordinator");
+    const base = coordinator.base;
+    const fetchPinned = await pinnedProbeFetch(probe, pinned);
+    if (fetchPinned === undefined) return outcome("warn", "not checked: the coordinator's attestation did not pass");
+    try {
+      const answer = await within(timeouts.networkMs, (signal) => fetchEnrolmentStatus(base, token.value, { signal, fetch: fetchPinned }));
+      if (!answer.offered) {
+        return outcome("warn", "this coordinator offers no MDM enrolment: hardware trust only through --dev-attestation (development)");
+      }
+      if ("status" in answer) return outcome("warn", `not checked: ${base}/v1/provider/enroll/status answered HTTP ${answer.status}`);
+      switch (answer.state) {
+        case "attested":
+          return outcome("pass", "attested: Apple's attestation of this Mac is stored and passes (hardware)");
+        case "enrolled":
+          return outcome(
+            "warn",
+            "enrolled; Apple's attestation is asked for when the provider connects (it serves at self_signed until then)",
+          );
+        case "issued":
+          return outcome("fail", "a profile was issued but this Mac has not checked in (not approved yet?)", ENROL_FIX);
+        default:
+          return outcome("fail", "not enrolled in the coordinator's MDM server: hardware trust needs it", ENROL_FIX);
+      }
+    } catch (error) {
+      return outcome("warn", `not checked: ${messageOf(error)} (offline?)`);
+    }
   },
 });

@@ -3,12 +3,26 @@
  * the entries' `needs`). `runChecks` starts the coordinator's pin and health once, runs every check at
  * once and returns the results in this order.
  */
-import { catalog, deviceToken } from "./account-checks.ts";
+import { catalog, deviceToken, enrolment } from "./account-checks.ts";
 import { type Need, type Settings, type Status, TRUST_LEVELS, type TrustLevel } from "./check.ts";
 import { disk, macos, memory, platform, secureBoot, secureEnclave, sip } from "./machine-checks.ts";
 import { clock, coordinator, engine, pinOf, reachCoordinator } from "./service-checks.ts";
 
-const CHECKS = [platform, macos, sip, secureBoot, secureEnclave, memory, disk, engine, coordinator, clock, deviceToken, catalog] as const;
+const CHECKS = [
+  platform,
+  macos,
+  sip,
+  secureBoot,
+  secureEnclave,
+  memory,
+  disk,
+  engine,
+  coordinator,
+  clock,
+  deviceToken,
+  catalog,
+  enrolment,
+] as const;
 
 export type CheckId = (typeof CHECKS)[number]["id"];
 

@@ -223,17 +223,41 @@ describe("/v1/models attestation metadata", () => {
     [
       "one self_signed: posture self-reported, so not proven",
       [none, selfSigned],
-      { attestedProviders: 1, trustLevel: "self_signed", attestation: { secureEnclave: true, sipEnabled: false, secureBoot: false } },
+      {
+        attestedProviders: 1,
+        trustLevel: "self_signed",
+        attestation: { secureEnclave: true, sipEnabled: false, secureBoot: false, deviceChainVerified: false, deviceChainSources: [] },
+      },
     ],
     [
       "hardware only: posture proven",
       [hardware, hardware, none],
-      { attestedProviders: 2, trustLevel: "hardware", attestation: { secureEnclave: true, sipEnabled: true, secureBoot: true } },
+      {
+        attestedProviders: 2,
+        trustLevel: "hardware",
+        attestation: {
+          secureEnclave: true,
+          sipEnabled: true,
+          secureBoot: true,
+          deviceChainVerified: true,
+          deviceChainSources: ["evidence"],
+        },
+      },
     ],
     [
       "mixed: highest level, booleans only when every attested provider proves them",
       [selfSigned, hardware],
-      { attestedProviders: 2, trustLevel: "hardware", attestation: { secureEnclave: true, sipEnabled: false, secureBoot: false } },
+      {
+        attestedProviders: 2,
+        trustLevel: "hardware",
+        attestation: {
+          secureEnclave: true,
+          sipEnabled: false,
+          secureBoot: false,
+          deviceChainVerified: false,
+          deviceChainSources: ["evidence"],
+        },
+      },
     ],
   ] as const)("%s", (_, providers, expected) => {
     expect(summarizeAttestation(providers)).toEqual(expected);

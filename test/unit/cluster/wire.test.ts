@@ -134,6 +134,8 @@ describe("fleet digests", () => {
       routable: true,
       secure_enclave: true,
       device_chain_verified: false,
+      device_chain_source: null,
+      device_chain_accepted_until: null,
       identity_key: "k".repeat(87),
       identity_key_sha256: "a".repeat(64),
       encryption_key: null,
@@ -187,6 +189,8 @@ describe("the other replicas' providers (RemoteFleet)", () => {
       routable: true,
       secure_enclave: att?.se ?? false,
       device_chain_verified: false,
+      device_chain_source: null,
+      device_chain_accepted_until: null,
       identity_key: null,
       identity_key_sha256: null,
       encryption_key: null,
@@ -215,7 +219,7 @@ describe("the other replicas' providers (RemoteFleet)", () => {
       canAccept: true,
       attestedProviders: 2,
       trustLevel: "hardware",
-      attestation: { secureEnclave: true, sipEnabled: false, secureBoot: false },
+      attestation: { secureEnclave: true, sipEnabled: false, secureBoot: false, deviceChainVerified: false, deviceChainSources: [] },
     });
     // Merged with a local summary: the same as summarizing all of them together.
     const local = summarizeFacts([{ level: "hardware", secureEnclave: false, sipEnabled: true, secureBoot: true }]);

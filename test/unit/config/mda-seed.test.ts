@@ -3,18 +3,22 @@
  * environment, a flag or `UMBRA_MDA_SEED_FILE`; never quoted in an error; out of the configuration
  * digest; and production refusing MDM mode (`UMBRA_MDM_URL`) without it.
  */
-import { describe, expect, test } from "bun:test";
+import { afterAll, describe, expect, test } from "bun:test";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { ConfigError, loadConfig } from "../../../src/config/config.ts";
 import { configCanonicalBytes, configDigestHex } from "../../../src/config/config-digest.ts";
 import { tempDir } from "../../support/harness.ts";
+import { mdmEnv, testCa } from "../../support/mdm-ca.ts";
 
 const STRONG = "x".repeat(40);
 const SEED = Uint8Array.from({ length: 32 }, (_, i) => 0xa0 + i);
 const SEED_HEX = Buffer.from(SEED).toString("hex");
 const SEED_B64 = Buffer.from(SEED).toString("base64");
+const caDir = tempDir();
+afterAll(() => caDir[Symbol.dispose]());
 const MDM = {
+  ...mdmEnv(caDir.path, testCa()),
   UMBRA_MDM_URL: "http://127.0.0.1:9000",
   UMBRA_MDM_API_KEY: "nanomdm-api-key",
   UMBRA_MDM_WEBHOOK_KEY: "a-webhook-key-of-24-chars",

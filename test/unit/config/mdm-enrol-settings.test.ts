@@ -12,10 +12,12 @@ import forge from "node-forge";
 import { ConfigError, loadConfig } from "../../../src/config/config.ts";
 import { configCanonicalBytes } from "../../../src/config/config-digest.ts";
 import { tempDir } from "../../support/harness.ts";
-import { mdmEnv, testCa, testSigningIdentity } from "../../support/mdm-ca.ts";
+import { mdmEnv, NANOMDM_ENV, testCa, testSigningIdentity } from "../../support/mdm-ca.ts";
 
 const ca = testCa();
-const load = (env: Record<string, string>) => loadConfig({}, env, "development");
+/** With NanoMDM's side whenever enrolment is asked for (one MDM switch: mdm-settings.test.ts). */
+const load = (env: Record<string, string>) =>
+  loadConfig({}, env.UMBRA_MDM_SERVER_URL === undefined ? env : { ...NANOMDM_ENV, ...env }, "development");
 const refusal = (env: Record<string, string>) => {
   try {
     load(env);

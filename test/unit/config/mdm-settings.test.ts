@@ -3,16 +3,22 @@
  * alone), both keys required with it, keys from `_FILE`, the webhook key's minimum length, plain http off
  * loopback refused in production, and neither key in the configuration digest.
  */
-import { describe, expect, test } from "bun:test";
+import { afterAll, describe, expect, test } from "bun:test";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { ConfigError, loadConfig } from "../../../src/config/config.ts";
 import { configCanonicalBytes } from "../../../src/config/config-digest.ts";
 import { tempDir } from "../../support/harness.ts";
+import { mdmEnv, NANOMDM_ENV, testCa } from "../../support/mdm-ca.ts";
 
 const STRONG = "a".repeat(40);
 const WEBHOOK_KEY = "webhook-key-0123456789";
-const MDM = { UMBRA_MDM_URL: "http://127.0.0.1:9000/", UMBRA_MDM_API_KEY: "nanomdm-api-key", UMBRA_MDM_WEBHOOK_KEY: WEBHOOK_KEY };
+const caDir = tempDir();
+afterAll(() => caDir[Symbol.dispose]());
+/** MDM enrolment's settings: MDM mode is on with them or not at all. */
+const ENROLMENT = mdmEnv(caDir.path, testCa());
+const SERVER = { UMBRA_MDM_URL: "http://127.0.0.1:9000/", UMBRA_MDM_API_KEY: "nanomdm-api-key", UMBRA_MDM_WEBHOOK_KEY: WEBHOOK_KEY };
+const MDM = { ...SERVER, ...ENROLMENT };
 
 const refusal = (env: Record<string, string>, mode: "production" | "development" = "development") => {
   try {
@@ -40,7 +46,7 @@ describe("MDM settings", () => {
     using dir = tempDir();
     const file = join(dir.path, "webhook");
     writeFileSync(file, `${WEBHOOK_KEY}\n`);
-    const env = { UMBRA_MDM_URL: MDM.UMBRA_MDM_URL, UMBRA_MDM_API_KEY: "k", UMBRA_MDM_WEBHOOK_KEY_FILE: file };
+    const env = { ...ENROLMENT, UMBRA_MDM_URL: SERVER.UMBRA_MDM_URL, UMBRA_MDM_API_KEY: "k", UMBRA_MDM_WEBHOOK_KEY_FILE: file };
     expect(loadConfig({}, env, "development").mdm?.webhookKey).toBe(WEBHOOK_KEY);
   });
 
@@ -52,6 +58,15 @@ describe("MDM settings", () => {
     expect(refusal({ ...MDM, UMBRA_MDM_URL: "http://mdm.example:9000" }, "production")).toContain(
       "production mode refuses an http --mdm-url off loopback",
     );
+  });
+
+  test("one switch: NanoMDM's side and enrolment together, either alone refused naming what is missing", () => {
+    expect([refusal(SERVER), refusal(ENROLMENT)]).toEqual([
+      "MDM mode (--mdm-url) needs MDM enrolment too: set UMBRA_MDM_SERVER_URL, UMBRA_MDM_TOPIC, UMBRA_MDM_CA_CERT and UMBRA_MDM_CA_KEY_FILE",
+      "MDM enrolment (--mdm-server-url) needs MDM mode too: set UMBRA_MDM_URL, UMBRA_MDM_API_KEY(_FILE) and UMBRA_MDM_WEBHOOK_KEY(_FILE)",
+    ]);
+    const { UMBRA_MDM_URL: _, ...withoutUrl } = NANOMDM_ENV;
+    expect(refusal({ ...ENROLMENT, ...withoutUrl })).toBe("--mdm-api-key needs --mdm-url (MDM mode)");
   });
 
   test("neither key is in the configuration digest; the URL is", () => {

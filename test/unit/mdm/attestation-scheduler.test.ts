@@ -6,13 +6,13 @@
  */
 import { describe, expect, test } from "bun:test";
 import { join } from "node:path";
+import { mdaEpoch, mdaNonce } from "../../../attestation/provider/mda-nonce.ts";
 import { AttestationScheduler, MDA_EPOCH_MS } from "../../../src/mdm/attestation-scheduler.ts";
 import type { EnqueueResult } from "../../../src/mdm/nanomdm-client.ts";
 import { silentLogger } from "../../../src/observability/logger.ts";
 import { createSqliteStore } from "../../../src/store/sqlite/index.ts";
 import { tempDir } from "../../support/harness.ts";
 import { manualTimers, turns } from "../../support/manual-timers.ts";
-import { standInNonces } from "../../support/mda-stand-in.ts";
 
 const EPOCH = 2969;
 
@@ -33,7 +33,7 @@ async function setup(enqueueResult: () => EnqueueResult = () => ({ enqueued: tru
       },
       push: async () => ({ pushed: true, status: 200 }),
     },
-    nonces: standInNonces(new Uint8Array(32)),
+    nonces: { epoch: mdaEpoch, nonce: (epoch: number, key: Uint8Array) => mdaNonce(new Uint8Array(32), epoch, key) },
     now,
     logger: silentLogger,
     maxInFlight: 1,
@@ -47,7 +47,8 @@ async function setup(enqueueResult: () => EnqueueResult = () => ({ enqueued: tru
   await store.providerTokens.create({ id: "ptok_a", accountId: "acct_a", tokenHash: "pt", hint: "…a", createdAt: base });
   const keys: string[] = [];
   for (const i of [1, 2, 3]) {
-    const key = Buffer.alloc(65, i).toString("base64");
+    // The nonce takes a 65-byte uncompressed point (0x04 first); no signature is checked here.
+    const key = Buffer.concat([Buffer.from([4]), Buffer.alloc(64, i)]).toString("base64");
     keys.push(key);
     await store.mdm.enrolments.create({
       id: `enr_${i}`,

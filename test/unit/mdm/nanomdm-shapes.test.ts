@@ -10,13 +10,13 @@ import { createHmac } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { parse } from "plist";
+import { DevelopmentRoot } from "../../../attestation/provider/index.ts";
 import { deviceInformationCommand, readCheckIn, readCommandReport } from "../../../src/mdm/device-information.ts";
 import { NanoMdmClient, NanoMdmError } from "../../../src/mdm/nanomdm-client.ts";
 import { MdmWebhook } from "../../../src/mdm/webhook.ts";
 import { silentLogger } from "../../../src/observability/logger.ts";
 import type { MdmStore } from "../../../src/store/mdm-types.ts";
 import { FakeNanoMdm } from "../../support/fake-nanomdm.ts";
-import { StandInLeafIssuer } from "../../support/mda-stand-in.ts";
 import { SimulatedMac } from "../../support/simulated-mac.ts";
 
 const fixture = (name: string) => JSON.parse(readFileSync(join(import.meta.dir, "..", "..", "fixtures", "nanomdm", name), "utf8"));
@@ -70,7 +70,7 @@ describe("NanoMdmClient against the fake NanoMDM", () => {
     await using fake = new FakeNanoMdm({ apiKey: "k", webhookUrl: "http://127.0.0.1:9/none", webhookKey: "w".repeat(16) }).start();
     const client = new NanoMdmClient({ url: fake.url, apiKey: "k" });
     const mac = new SimulatedMac({
-      issuer: await StandInLeafIssuer.create(Date.now()),
+      issuer: await DevelopmentRoot.generate(Date.now),
       now: Date.now,
       serial: "S",
       udid: "U",

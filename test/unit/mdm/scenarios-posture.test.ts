@@ -4,7 +4,7 @@
  * Security, kexts allowed, macOS 14.0 without posture OIDs) or its serial. A refused answer stores no chain.
  */
 import { describe, expect, test } from "bun:test";
-import { EPOCH_MS } from "../../support/mda-stand-in.ts";
+import { MDA_EPOCH_MS as EPOCH_MS } from "../../../attestation/provider/mda-nonce.ts";
 import { type MdmEnv, mdmEnv, type TestProvider } from "../../support/mdm-env.ts";
 
 const DAY = 86_400_000;

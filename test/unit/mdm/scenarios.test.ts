@@ -1,8 +1,8 @@
 /**
  * Issue 23 point 6's delivery scenarios, each a test, end to end over real sockets: the scheduler and the
  * NanoMDM client against the fake NanoMDM, its simulated Macs, and its HMAC-signed webhooks into the
- * webhook route on a real SQLite store (test/support/mdm-env.ts). Part A's rules are its stand-in's
- * (test/support/mda-stand-in.ts). The posture and binding refusals are in scenarios-posture.test.ts.
+ * webhook route on a real SQLite store (test/support/mdm-env.ts). Part A's rules are its own
+ * (verifyMdaAnswer, mdaNonce; Apple-shaped leaves from test/support/apple-leaf.ts). The posture and binding refusals are in scenarios-posture.test.ts.
  */
 import { describe, expect, test } from "bun:test";
 import { type MdmEnv, mdmEnv, type TestProvider } from "../../support/mdm-env.ts";

@@ -81,6 +81,7 @@ function fakeProbe(fake: Fake = {}): FakeProbe {
       json({ status: "ok" }, { headers: { date: new Date(NOW + (fake.serverAheadMs ?? 0)).toUTCString() } }),
     [`${COORDINATOR}/v1/provider/me`]: () => json({ account_id: "acct_1", provider_tokens: 1 }),
     [`${COORDINATOR}/v1/provider/models`]: () => json({ object: "list", data: CATALOG }),
+    [`${COORDINATOR}/v1/provider/enroll/status`]: () => json({ state: "attested", attested_at: NOW }),
     ...fake.routes,
   };
   const requests: FakeProbe["requests"] = [];
@@ -200,11 +201,17 @@ describe("doctor on a healthy Mac", () => {
           detail: `present (from ${CREDENTIALS}); accepted for account acct_1`,
         },
         { id: "catalog", title: "Catalog", status: "pass", detail: "catalog builds: meta/llama-3.1-8b" },
+        {
+          id: "mdm_enrolment",
+          title: "MDM enrolment",
+          status: "pass",
+          detail: "attested: Apple's attestation of this Mac is stored and passes (hardware)",
+        },
       ],
     });
     expect(probe.helpersClosed).toEqual([1]);
-    const provider = (r: { url: string }) => /\/v1\/provider\/(me|models)$/.test(r.url);
-    expect(probe.requests.filter(provider).map((r) => r.authorization)).toEqual([`Bearer ${TOKEN}`, `Bearer ${TOKEN}`]);
+    const provider = (r: { url: string }) => /\/v1\/provider\/(me|models|enroll\/status)$/.test(r.url);
+    expect(probe.requests.filter(provider).map((r) => r.authorization)).toEqual([`Bearer ${TOKEN}`, `Bearer ${TOKEN}`, `Bearer ${TOKEN}`]);
     expect(probe.requests.filter((r) => !provider(r)).map((r) => r.authorization)).toEqual([null, null]);
   });
 
@@ -212,7 +219,7 @@ describe("doctor on a healthy Mac", () => {
     const { code, out } = await doctor(SERVE, fakeProbe());
     expect(code).toBe(0);
     const lines = out.trimEnd().split("\n");
-    expect(lines).toHaveLength(14);
+    expect(lines).toHaveLength(15);
     expect(lines.slice(0, 4)).toEqual([
       "pass  Apple Silicon   Apple M2 Max",
       "pass  macOS version   15.1",
@@ -221,6 +228,7 @@ describe("doctor on a healthy Mac", () => {
     ]);
     expect(lines.slice(11)).toEqual([
       "pass  Catalog         catalog builds: meta/llama-3.1-8b",
+      "pass  MDM enrolment   attested: Apple's attestation of this Mac is stored and passes (hardware)",
       "",
       "ready to serve at trust level hardware",
     ]);
@@ -421,6 +429,27 @@ describe.each(CONDITIONS)("%s", (_what, fake, flags, id, status, text, exit) => 
   });
 });
 
+describe("the MDM enrolment check (GET /v1/provider/enroll/status)", () => {
+  const status = (answer: () => Response | Promise<Response>) => ({ routes: { [`${COORDINATOR}/v1/provider/enroll/status`]: answer } });
+  test.each([
+    ["attested", status(() => json({ state: "attested", attested_at: NOW })), "pass", 0],
+    ["enrolled, no chain yet", status(() => json({ state: "enrolled", attested_at: null })), "warn", 0],
+    ["a profile not installed", status(() => json({ state: "issued", attested_at: null })), "fail", 1],
+    ["not enrolled", status(() => json({ state: "none" })), "fail", 1],
+    ["a coordinator without MDM enrolment", status(() => new Response("", { status: 404 })), "warn", 0],
+    ["offline", status(() => Promise.reject(new TypeError("offline"))), "warn", 0],
+  ] as const)("%s: %s at hardware", async (_, fake, expected, exit) => {
+    const { code, check } = await doctorJson(SERVE, fakeProbe(fake));
+    expect({ code, status: check("mdm_enrolment")?.status }).toEqual({ code: exit, status: expected });
+    if (expected === "fail") expect(check("mdm_enrolment")?.fix).toContain("umbra-provider enroll");
+  });
+
+  test("self_signed takes it as advice: not enrolled still serves there", async () => {
+    const { code } = await doctorJson([...SERVE, "--trust", "self_signed"], fakeProbe(status(() => json({ state: "none" }))));
+    expect(code).toBe(0);
+  });
+});
+
 describe("the catalog check: requests are routed by build", () => {
   test("an alias fails, naming the build to serve; exit 1 at every level", async () => {
     const flags = ["--engine", "echo", "--model", "meta/llama", "--identity-helper", HELPER];
@@ -601,6 +630,7 @@ describe("trust levels", () => {
         clock: "ok",
         device_token: "ok",
         catalog: "ok",
+        mdm_enrolment: "ok",
       },
       self_signed: {
         platform: "pass",
@@ -699,6 +729,7 @@ describe("--coordinator-image: the coordinator is pinned from its attestation", 
     const toCoordinator = probe.requests.filter((r) => r.url.startsWith(COORDINATOR));
     expect(toCoordinator.map((r) => `${r.url.slice(COORDINATOR.length)} pinned=${r.pinned}`).sort()).toEqual([
       "/healthz pinned=true",
+      "/v1/provider/enroll/status pinned=true",
       "/v1/provider/me pinned=true",
       "/v1/provider/models pinned=true",
     ]);

@@ -1,6 +1,6 @@
 /**
  * `umbra-provider enroll` (src/provider/enroll.ts) against a real coordinator on port 0 with MDM enrolment
- * configured (records in memory), the Mac's steps injected: another MDM present is refused with a clear
+ * configured (the store's enrolment records), the Mac's steps injected: another MDM present is refused with a clear
  * message before any profile is made; the happy path writes (0600) and opens the profile, says what to
  * approve, waits for `enrolled` and reports; a timeout reports what to check; the tokens are never printed.
  */
@@ -9,24 +9,40 @@ import { readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { type PlistValue, parse } from "plist";
 import { SoftwareIdentity } from "../../../attestation/provider/software-identity.ts";
-import { type MemoryEnrolmentRecords, memoryEnrolmentRecords } from "../../../src/mdm/enrolment-records.ts";
 import { pinCoordinator } from "../../../src/provider/coordinator-pin.ts";
 import { type EnrollPlatform, parseProfilesStatus, runEnroll } from "../../../src/provider/enroll.ts";
 import { softwareIdentity } from "../../../src/provider/identity.ts";
+import type { MdmEnrolment } from "../../../src/store/mdm-types.ts";
+import type { Store } from "../../../src/store/types.ts";
 import { seedAccount, tempDir, testApp } from "../../support/harness.ts";
-import { mdmEnv, testCa } from "../../support/mdm-ca.ts";
+import { mdmEnv, NANOMDM_ENV, testCa } from "../../support/mdm-ca.ts";
 import { startServer } from "../../support/server.ts";
 
 const ca = testCa();
 const NOT_ENROLLED = "Enrolled via DEP: No\nMDM enrollment: No\n";
 const CORPORATE = "Enrolled via DEP: No\nMDM enrollment: Yes (User Approved)\nMDM server: https://corp.example/mdm\n";
 
+/** The account's enrolment records in the store (oldest first), and a Mac's first check-in as the webhook binds it. */
+interface Records {
+  all(): Promise<MdmEnrolment[]>;
+  enrolled(record: MdmEnrolment): Promise<void>;
+}
+
+function recordsOf(store: Store, accountId: string): Records {
+  return {
+    all: async () => (await store.mdm.enrolments.forAccount(accountId)).reverse(),
+    enrolled: async (record) => {
+      await store.mdm.enrolments.bind({ tokenHash: record.tokenHash, nanomdmId: "UDID", serial: "SERIAL", at: Date.now() });
+    },
+  };
+}
+
 interface Run {
   readonly code: number;
   readonly stdout: string;
   readonly stderr: string;
   readonly opened: string[];
-  readonly records: MemoryEnrolmentRecords;
+  readonly records: Records;
   readonly home: string;
   readonly token: string;
 }
@@ -34,14 +50,14 @@ interface Run {
 /** Runs enroll against a fresh coordinator; `onPoll(n, records)` runs at each wait (n from 1). */
 async function enroll(
   profilesOutput: string | null,
-  options: { args?: string[]; onPoll?: (n: number, records: MemoryEnrolmentRecords) => void; platform?: NodeJS.Platform } = {},
+  options: { args?: string[]; onPoll?: (n: number, records: Records) => Promise<void>; platform?: NodeJS.Platform } = {},
 ): Promise<Run> {
   using dir = tempDir();
   using home = tempDir();
-  const records = memoryEnrolmentRecords();
-  await using t = await testApp({ env: mdmEnv(dir.path, ca), enrolmentRecords: records });
+  await using t = await testApp({ env: { ...NANOMDM_ENV, ...mdmEnv(dir.path, ca) } });
   await using server = startServer(t);
   const { accountId } = await seedAccount(t);
+  const records = recordsOf(t.store, accountId);
   const { token } = await t.app.admin.createProviderToken({ account_id: accountId });
   const out = { stdout: "", stderr: "" };
   const opened: string[] = [];
@@ -63,7 +79,7 @@ async function enroll(
     credentials: () => ({ credentials: { coordinator: server.url, token, accountId, createdAt: 0 }, mode: 0o600 }),
     sleep: async (ms) => {
       clock += ms;
-      options.onPoll?.(++polls, records);
+      await options.onPoll?.(++polls, records);
     },
     now: () => clock,
     stdout: { write: (text: string) => (out.stdout += text) },
@@ -73,7 +89,9 @@ async function enroll(
   let profileMode = 0;
   const file = opened[0];
   if (file) profileMode = statSync(file).mode & 0o777;
-  const result = { code, ...out, opened, records, home: home.path, token };
+  // Read before the coordinator closes: the run's records as they ended.
+  const final = await records.all();
+  const result = { code, ...out, opened, records: { ...records, all: async () => final }, home: home.path, token };
   if (file) Object.assign(result, { profileMode, profile: readFileSync(file, "utf8") });
   return result;
 }
@@ -96,7 +114,7 @@ describe("umbra-provider enroll", () => {
 
   test("another MDM on this Mac: refused with a clear message, no profile made", async () => {
     const run = await enroll(CORPORATE);
-    expect({ code: run.code, opened: run.opened, records: run.records.all().length }).toEqual({ code: 1, opened: [], records: 0 });
+    expect({ code: run.code, opened: run.opened, records: (await run.records.all()).length }).toEqual({ code: 1, opened: [], records: 0 });
     expect(run.stderr).toBe(
       "umbra-provider enroll: this Mac is already enrolled in another MDM server (https://corp.example/mdm); Apple allows one MDM per Mac. " +
         "Remove that enrolment first (a Mac managed by an organisation cannot enrol: it can serve below the hardware trust level).\n",
@@ -116,9 +134,9 @@ describe("umbra-provider enroll", () => {
 
   test("happy path: the profile written 0600 and opened, what to approve, waits for enrolled and reports", async () => {
     const run = (await enroll(NOT_ENROLLED, {
-      onPoll: (n, records) => {
-        const [record] = records.all();
-        if (n === 3 && record) records.setState(record.id, "enrolled", Date.now(), { nanomdmId: "UDID", serial: "SERIAL" });
+      onPoll: async (n, records) => {
+        const [record] = await records.all();
+        if (n === 3 && record) await records.enrolled(record);
       },
     })) as Run & { profileMode: number; profile: string };
     expect({ code: run.code, stderr: run.stderr, opened: run.opened, mode: run.profileMode }).toEqual({
@@ -132,28 +150,28 @@ describe("umbra-provider enroll", () => {
     expect(run.stdout).toContain("System Settings -> Privacy & Security -> Profiles (macOS 15 and later: General -> Device Management)");
     expect(run.stdout).toContain('"Umbra provider attestation (MDM)"');
     expect(run.stdout).toContain("Enrolled: this Mac checks in with https://mdm.umbra.example/mdm (state: enrolled).");
-    expect(run.records.all().map((r) => r.state)).toEqual(["enrolled"]);
+    expect((await run.records.all()).map((r) => r.state)).toEqual(["enrolled"]);
     expect(noSecrets(run)).toEqual([false, false]);
   });
 
   test("already enrolled with this coordinator for this key: nothing to do", async () => {
     using dir = tempDir();
-    const records = memoryEnrolmentRecords();
-    await using t = await testApp({ env: mdmEnv(dir.path, ca), enrolmentRecords: records });
+    await using t = await testApp({ env: { ...NANOMDM_ENV, ...mdmEnv(dir.path, ca) } });
     await using server = startServer(t);
     const { accountId } = await seedAccount(t);
+    const records = recordsOf(t.store, accountId);
     const tokenRecord = await t.app.admin.createProviderToken({ account_id: accountId });
     const key = SoftwareIdentity.generate();
-    await records.create({
+    const created = await t.store.mdm.enrolments.create({
       id: "enr_1",
       accountId,
       providerTokenId: tokenRecord.id,
       identityKey: Buffer.from(key.publicKey(65)).toString("base64"),
       tokenHash: "0".repeat(64),
       createdAt: 1,
-      tokenExpiresAt: 2,
+      tokenExpiresAt: Date.now() + 3_600_000,
     });
-    records.setState("enr_1", "enrolled", 3, { nanomdmId: "UDID", serial: "SERIAL" });
+    if (created) await records.enrolled(created);
     let stdout = "";
     const code = await runEnroll(["--identity-helper", "helper", "--coordinator", server.url, "--token", tokenRecord.token], {
       platform: "darwin",
