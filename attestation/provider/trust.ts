@@ -9,8 +9,9 @@
  *                posture is self-reported.
  *   hardware     self_signed plus an MDA chain to the anchor (mda-chain.ts) whose leaf is bound to the
  *                identity key (freshness code) and proves the same posture (oids.ts). Here: the hello's
- *                own chain; in MDM mode the coordinator ignores it and raises self_signed from a stored
- *                MDM chain instead (levels.ts vouchedAttestation, mda-answer.ts).
+ *                own chain, from the development root only (an Apple-rooted one earns self_signed: its
+ *                constant freshness code proves no fresh posture); Apple's vouches through a stored MDM
+ *                chain fetched with an epoch nonce (levels.ts vouchedAttestation, mda-answer.ts).
  *
  * Routing floor: providers below `floor` are not routable. Production defaults to `hardware` and
  * refuses a development anchor; development defaults to `none`.
@@ -108,6 +109,10 @@ export async function assessProviderEvidence(evidence: unknown, options: AssessO
     if (!samePosture(chain.claims.posture, se.posture)) {
       throw new AttestationError("posture_mismatch", "the evidence posture differs from the posture the chain proves");
     }
+    // A hello's chain is bound by the constant freshness rule (SHA-256 of the identity key): under Apple's
+    // cache an old SIP-on leaf would stay valid for ever. Only the development root vouches this way; an
+    // Apple chain vouches only when the coordinator fetched it with an epoch nonce (MDM, mda-answer.ts).
+    if (policy.anchor.kind !== "development") return { level: "self_signed", mdaVerified: false, ...base };
     return { level: "hardware", mdaVerified: true, ...base };
   } catch (e) {
     if (!(e instanceof AttestationError)) throw e;

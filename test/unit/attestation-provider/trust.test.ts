@@ -147,6 +147,16 @@ describe("assessProviderEvidence", () => {
     expect(summary(await assess(wire, production)).check).toBe("chain_anchor");
   });
 
+  test("a hello chain under an Apple-kind anchor: checked, but self_signed (its constant freshness code proves no fresh posture)", async () => {
+    // An anchor of kind "apple" over the development root's key (parse is private: Apple's own bytes are pinned).
+    const parse = (TrustAnchor as unknown as { parse(kind: "apple", der: Uint8Array): TrustAnchor }).parse;
+    const appleKind = createTrustPolicy({ mode: "development", anchor: parse.call(TrustAnchor, "apple", devRoot.anchor.der) });
+    const { wire } = await provider({ chain: "matching" });
+    expect(summary(await assess(wire, appleKind))).toEqual({ level: "self_signed", secureEnclave: true, mdaVerified: false, check: undefined });
+    const bad = await provider({ chain: "other-key" });
+    expect(summary(await assess(bad.wire, appleKind)).check).toBe("freshness_code");
+  });
+
   test("evidence for another hello key: none (encryption_key)", async () => {
     const { wire } = await provider();
     const a = await assessProviderEvidence(wire, { helloEncryptionKey: new Uint8Array(32), policy: devPolicy, now });
