@@ -67,6 +67,7 @@ describe("umbra-provider doctor (process)", () => {
         "clock",
         "device_token",
         "catalog",
+        "mdm_enrolment",
       ]);
     },
   );
