@@ -152,7 +152,12 @@ describe("assessProviderEvidence", () => {
     const parse = (TrustAnchor as unknown as { parse(kind: "apple", der: Uint8Array): TrustAnchor }).parse;
     const appleKind = createTrustPolicy({ mode: "development", anchor: parse.call(TrustAnchor, "apple", devRoot.anchor.der) });
     const { wire } = await provider({ chain: "matching" });
-    expect(summary(await assess(wire, appleKind))).toEqual({ level: "self_signed", secureEnclave: true, mdaVerified: false, check: undefined });
+    expect(summary(await assess(wire, appleKind))).toEqual({
+      level: "self_signed",
+      secureEnclave: true,
+      mdaVerified: false,
+      check: undefined,
+    });
     const bad = await provider({ chain: "other-key" });
     expect(summary(await assess(bad.wire, appleKind)).check).toBe("freshness_code");
   });
