@@ -77,7 +77,7 @@ export function createMetrics(options: MetricsOptions = {}): Metrics {
   const commitTime = new Histogram({
     name: "umbra_settlement_commit_seconds",
     help: "Time of one group commit of settlements",
-    buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1],
+    buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.0025, 0.005, 0.01, 0.05, 0.25, 1],
     registers: [registry],
   });
   const rateLimitMode = new Gauge({
