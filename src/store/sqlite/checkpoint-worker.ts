@@ -2,10 +2,10 @@
  * The WAL checkpoint worker's body (a Worker thread, src/store/sqlite/checkpointer.ts starts it): its own
  * bun:sqlite connection to the coordinator's database, which runs `PRAGMA wal_checkpoint(PASSIVE)` every
  * `intervalMs` (copies committed frames into the database and fsyncs it, without waiting for or blocking
- * the coordinator's writers), so that the event loop's connection (wal_autocheckpoint=0) never pays a
- * checkpoint's fsyncs. When the WAL file is past `truncateAboveBytes` after a passive pass (a reader kept it
- * from being reset), one `wal_checkpoint(TRUNCATE)` with a short busy timeout shrinks it: writers wait at
- * most that long. Reports each pass to the coordinator (counts only).
+ * the coordinator's writers; repeated while writes arrived meanwhile), so that the event loop's
+ * connection (wal_autocheckpoint=0) never pays a checkpoint's fsyncs. When the WAL file is past `truncateAboveBytes` after a passive pass (a reader kept it
+ * from being reset), one `wal_checkpoint(TRUNCATE)` shrinks it: it waits at most `truncateBusyMs` for
+ * the write lock, then holds writers while it copies what is left. Reports each pass (counts only).
  */
 import { Database } from "bun:sqlite";
 import { statSync } from "node:fs";
@@ -52,9 +52,22 @@ function checkpoint(kind: "PASSIVE" | "TRUNCATE"): CheckpointRow {
   return db.prepare(`PRAGMA wal_checkpoint(${kind})`).get() as CheckpointRow;
 }
 
+/** Most passive checkpoints in one pass (see pass()). */
+const MAX_ROUNDS = 8;
+
 function pass(): void {
   const started = performance.now();
-  const passive = checkpoint("PASSIVE");
+  // A checkpoint copies the frames that were in the WAL when it began; frames committed while it ran
+  // (its fsync takes milliseconds) stay, and then the next writer cannot reset the WAL, which would grow
+  // from pass to pass under steady writes. So check again while new frames arrived: each round copies
+  // only what the previous one let in, and a round that finds no new frame leaves the WAL fully copied.
+  let passive = checkpoint("PASSIVE");
+  for (let round = 1; round < MAX_ROUNDS; round++) {
+    const again = checkpoint("PASSIVE");
+    const settled = again.log <= passive.log;
+    passive = again;
+    if (settled) break;
+  }
   let size = walBytes();
   parentPort?.postMessage({
     kind: "passive",
