@@ -3,9 +3,10 @@
  * bun:sqlite connection to the coordinator's database, which runs `PRAGMA wal_checkpoint(PASSIVE)` every
  * `intervalMs` (copies committed frames into the database and fsyncs it, without waiting for or blocking
  * the coordinator's writers; repeated while writes arrived meanwhile), so that the event loop's
- * connection (wal_autocheckpoint=0) never pays a checkpoint's fsyncs. When the WAL file is past `truncateAboveBytes` after a passive pass (a reader kept it
- * from being reset), one `wal_checkpoint(TRUNCATE)` shrinks it: it waits at most `truncateBusyMs` for
- * the write lock, then holds writers while it copies what is left. Reports each pass (counts only).
+ * connection (wal_autocheckpoint=0) never pays a checkpoint's fsyncs. When the WAL file is past
+ * `truncateAboveBytes` after a pass (a reader kept it from being reset), one `wal_checkpoint(TRUNCATE)`
+ * shrinks it: it waits at most `truncateBusyMs` for the write lock, then holds writers while it copies
+ * what is left and truncates. Reports each pass to the coordinator (counts only).
  */
 import { Database } from "bun:sqlite";
 import { statSync } from "node:fs";
