@@ -61,6 +61,38 @@ describe("WAL checkpoint worker", () => {
     }
   });
 
+  test("steady writes at a moderate rate: the passive passes alone keep the WAL bounded (no TRUNCATE)", async () => {
+    using dir = tempDir();
+    const path = join(dir.path, "umbra.db");
+    const { client } = openSqlite(path);
+    const reports: CheckpointReport[] = [];
+    const checkpointer = startCheckpointer(client, path, {
+      logger: recordingLogger([]),
+      intervalMs: 20,
+      truncateAboveBytes: 1024 * 1024 * 1024, // never
+      onReport: (r) => reports.push(r),
+    });
+    try {
+      client.exec("CREATE TABLE filler (id INTEGER PRIMARY KEY, body TEXT NOT NULL)");
+      const insert = client.prepare("INSERT INTO filler (body) VALUES (?)");
+      const body = "x".repeat(1000);
+      let largest = 0;
+      // ~12 MB through the WAL, a commit every ~5 ms (the passes' fsyncs overlap some of them).
+      for (let round = 0; round < 300; round++) {
+        client.transaction(() => {
+          for (let i = 0; i < 40; i++) insert.run(body);
+        })();
+        largest = Math.max(largest, walSize(path));
+        await Bun.sleep(5);
+      }
+      expect(reports.filter((r) => r.kind === "truncate")).toEqual([]);
+      expect(largest).toBeLessThan(6 * 1024 * 1024);
+    } finally {
+      await checkpointer.stop();
+      client.close();
+    }
+  });
+
   test("a crashed worker is logged and started again; the store keeps working", async () => {
     using dir = tempDir();
     const path = join(dir.path, "umbra.db");
