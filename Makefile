@@ -55,7 +55,7 @@ format: deps
 check: typecheck lint test
 
 build: deps console-assets
-	$(BUN) build $(BUILD_FLAGS) src/coordinator/main.ts --outfile dist/umbra-coordinator
+	$(BUN) build $(BUILD_FLAGS) src/coordinator/main.ts src/store/sqlite/checkpoint-worker.ts --outfile dist/umbra-coordinator
 	$(BUN) build $(BUILD_FLAGS) src/provider/main.ts --outfile dist/umbra-provider
 	$(BUN) build $(BUILD_FLAGS) --target=bun-darwin-arm64 src/provider/main.ts --outfile dist/umbra-provider-darwin-arm64
 	@cd dist && sha256sum umbra-coordinator umbra-provider umbra-provider-darwin-arm64

@@ -21,7 +21,7 @@ build_in() { # build_in DIR: a copy of the repository in DIR, its binary and ima
     tar --null -T - -c) | tar -x -C "$1"
   ln -s "$modules" "$1/node_modules"
   # The console's assets (console/dist, ignored by git) are built in each copy, as make build does.
-  (cd "$1" && "$modules/.bin/bun" console/build.ts >/dev/null && "$modules/.bin/bun" build $flags src/coordinator/main.ts --outfile dist/umbra-coordinator >/dev/null) ||
+  (cd "$1" && "$modules/.bin/bun" console/build.ts >/dev/null && "$modules/.bin/bun" build $flags src/coordinator/main.ts src/store/sqlite/checkpoint-worker.ts --outfile dist/umbra-coordinator >/dev/null) ||
     die "bun build failed in $1"
   "$1/image/build/image.sh" "$1/dist/image" 2>&1 | sed "s|^|  [$(basename "$1")] |" >&2
 }

@@ -186,10 +186,8 @@ export const SETTINGS = {
     max: HOUR_MS,
     help: "provider liveness timeout",
   },
-  /**
-   * Provider connections open at once with one device token, counting those still before `welcome`;
-   * the next is refused (HTTP 429 before the upgrade, or close 4029).
-   */
+  // Provider connections open at once with one device token, counting those still before `welcome`;
+  // the next is refused (HTTP 429 before the upgrade, or close 4029).
   maxSessionsPerToken: {
     flag: "max-sessions-per-token",
     env: "UMBRA_MAX_SESSIONS_PER_TOKEN",
@@ -217,10 +215,8 @@ export const SETTINGS = {
     default: "on",
     help: "billing and rate limits (off: development only)",
   },
-  /**
-   * On SIGTERM or SIGINT: how long answers in flight may take to finish before the providers are
-   * disconnected (new requests get 503 meanwhile). 0: end them at once.
-   */
+  // On SIGTERM or SIGINT: how long answers in flight may take to finish before the providers are
+  // disconnected (new requests get 503 meanwhile). 0: end them at once.
   shutdownDrainMs: {
     flag: "shutdown-drain-ms",
     env: "UMBRA_SHUTDOWN_DRAIN_MS",
@@ -230,10 +226,8 @@ export const SETTINGS = {
     max: HOUR_MS,
     help: "on SIGTERM, time for answers in flight to finish (0 = none)",
   },
-  /**
-   * Settlements per second from which they are grouped (journaled and applied to the database in larger
-   * commits, src/billing/settlement-writer.ts); below it each is committed at once. 0 (the default): always grouped.
-   */
+  // Settlements per second from which they are grouped (journaled and applied to the database in larger
+  // commits, src/billing/settlement-writer.ts); below it each is committed at once. 0 (the default): always grouped.
   settlementGroupAbove: {
     flag: "settlement-group-above",
     env: "UMBRA_SETTLEMENT_GROUP_ABOVE",
@@ -242,6 +236,15 @@ export const SETTINGS = {
     min: 0,
     max: 1_000_000_000,
     help: "settlements per second from which they are grouped (0 = always)",
+  },
+  // SQLite WAL checkpoints: `worker` (a Worker of their own: src/store/sqlite/checkpointer.ts) or `inline` (diagnosis).
+  sqliteCheckpoints: {
+    flag: "sqlite-checkpoints",
+    env: "UMBRA_SQLITE_CHECKPOINTS",
+    kind: "enum",
+    values: ["worker", "inline"],
+    default: "worker",
+    help: "SQLite WAL checkpoints: worker (off the event loop) or inline",
   },
   // Config: null for 0 (no limit).
   defaultRpm: {

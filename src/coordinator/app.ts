@@ -364,6 +364,7 @@ export function createApp(deps: AppDeps): App {
       mdm?.close();
       fleet.stop();
       limits.close();
+      metrics.close();
       void keeper?.stop();
     },
   };

@@ -42,7 +42,10 @@ export async function openServing(config: Config, extra: Extra = {}): Promise<Se
       throw e;
     }
   }
-  const store = pg ?? (await openStore(config.db, { journal: true, ...password }));
+  // One logger for the app and the store's checkpoint worker (its crashes are logged).
+  const logger = extra.logger ?? createLogger(config.logLevel);
+  const checkpoints = config.sqliteCheckpoints === "worker" ? { checkpoints: { logger } } : {};
+  const store = pg ?? (await openStore(config.db, { journal: true, ...password, ...checkpoints }));
   const authority =
     pg && config.cluster
       ? {
@@ -50,7 +53,7 @@ export async function openServing(config: Config, extra: Extra = {}): Promise<Se
           cachesLive: () => pg.changes.epoch() !== null,
         }
       : {};
-  const app = createApp({ config, store, ...authority, ...extra });
+  const app = createApp({ config, store, ...authority, ...extra, logger });
   claimLost = (id) =>
     app.logger.error("replica id claimed by another process after a reconnect: give each replica its own id", { replica_id: id });
   return { app, store };

@@ -3,6 +3,7 @@
  * in one test process never share counters. Labels are route templates and statuses, never ids or content.
  */
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
+import { monitorLoopDelay } from "./loop-delay.ts";
 
 export interface Metrics {
   readonly registry: Registry;
@@ -18,7 +19,12 @@ export interface Metrics {
   /** Cluster mode: gauges of the replica's view, read from `view` when /metrics is rendered. */
   watchCluster(view: ClusterView): void;
   render(): Promise<string>;
+  /** Stops the event-loop delay timer (the app's close). */
+  close(): void;
 }
+
+/** Bounds of the event-loop delay histogram, in seconds: 1, 2, 5, 10, 20, 50 ms and beyond. */
+export const LOOP_DELAY_BUCKETS = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1];
 
 /** What a replica sees of the cluster (src/coordinator/cluster-link.ts, the Postgres change feed). */
 export interface ClusterView {
@@ -30,7 +36,12 @@ export interface ClusterView {
   cachesLive(): boolean | undefined;
 }
 
-export function createMetrics(): Metrics {
+export interface MetricsOptions {
+  /** Interval of the event-loop delay timer in ms (loop-delay.ts; 2). */
+  readonly loopDelayIntervalMs?: number;
+}
+
+export function createMetrics(options: MetricsOptions = {}): Metrics {
   const registry = new Registry();
   const requests = new Counter({
     name: "umbra_http_requests_total",
@@ -66,7 +77,7 @@ export function createMetrics(): Metrics {
   const commitTime = new Histogram({
     name: "umbra_settlement_commit_seconds",
     help: "Time of one group commit of settlements",
-    buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1],
+    buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.0025, 0.005, 0.01, 0.05, 0.25, 1],
     registers: [registry],
   });
   const rateLimitMode = new Gauge({
@@ -75,8 +86,16 @@ export function createMetrics(): Metrics {
     labelNames: ["mode"] as const,
     registers: [registry],
   });
+  const loopDelay = new Histogram({
+    name: "umbra_event_loop_delay_seconds",
+    help: "Lateness of a short self-rescheduling timer (every 2 ms): how long the event loop was held up; a stall of S shows as S - 2 ms to S",
+    buckets: LOOP_DELAY_BUCKETS,
+    registers: [registry],
+  });
+  const monitor = monitorLoopDelay((seconds) => loopDelay.observe(seconds), options.loopDelayIntervalMs);
   return {
     registry,
+    close: () => monitor.stop(),
     watchCluster(view) {
       const gauge = (name: string, help: string, read: () => number | undefined) =>
         new Gauge({

@@ -5,12 +5,15 @@
  */
 import { createPgStore } from "./pg/index.ts";
 import { describeDatabase } from "./pg/open.ts";
+import type { CheckpointerOptions } from "./sqlite/checkpointer.ts";
 import { createSqliteStore } from "./sqlite/index.ts";
 import type { Store } from "./types.ts";
 
 export interface OpenStoreOptions {
   /** SQLite only: keep the settlement journal next to the file (the running coordinator). */
   readonly journal?: boolean;
+  /** SQLite only: WAL checkpoints in a Worker of their own (the running coordinator; sqlite/checkpointer.ts). */
+  readonly checkpoints?: CheckpointerOptions;
   /** Postgres only: the password when it is not in the URL (--db-password). */
   readonly password?: string;
 }

@@ -28,8 +28,13 @@ const ADMIN = "binary-test-admin-token-0123456789abcdef";
 const dirs = [tempDir("umbra-build-a-"), tempDir("umbra-build-b-")];
 const sha256 = (path: string) => createHash("sha256").update(readFileSync(path)).digest("hex");
 
-async function build(entry: string, out: string): Promise<void> {
-  const proc = Bun.spawn([BUN, ...FLAGS, join(ROOT, entry), "--outfile", out], { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
+async function build(entries: readonly string[], out: string): Promise<void> {
+  const entry = entries.join(" ");
+  const proc = Bun.spawn([BUN, ...FLAGS, ...entries.map((e) => join(ROOT, e)), "--outfile", out], {
+    cwd: ROOT,
+    stdout: "pipe",
+    stderr: "pipe",
+  });
   const code = await proc.exited;
   if (code !== 0) throw new Error(`build of ${entry} failed: ${await new Response(proc.stderr).text()}`);
 }
@@ -39,8 +44,9 @@ async function build(entry: string, out: string): Promise<void> {
 beforeAll(async () => {
   await Promise.all(
     dirs.flatMap((dir) => [
-      build("src/coordinator/main.ts", join(dir.path, "umbra-coordinator")),
-      build("src/provider/main.ts", join(dir.path, "umbra-provider")),
+      // As the Makefile: the WAL checkpoint worker is a second entry point of the coordinator.
+      build(["src/coordinator/main.ts", "src/store/sqlite/checkpoint-worker.ts"], join(dir.path, "umbra-coordinator")),
+      build(["src/provider/main.ts"], join(dir.path, "umbra-provider")),
     ]),
   );
 }, 240_000);
@@ -168,6 +174,11 @@ describe("compiled coordinator", () => {
         cache: asset.headers.get("cache-control"),
         bytes: (await asset.arrayBuffer()).byteLength > 10_000,
       }).toEqual({ shell: 200, csp: true, asset: 200, cache: "public, max-age=31536000, immutable", bytes: true });
+      // The WAL checkpoint worker runs inside the binary (a missing entry point fails at once, logged).
+      await Bun.sleep(1_200);
+      proc.kill("SIGTERM");
+      for (let r = await reader.read(); !r.done; r = await reader.read()) text += new TextDecoder().decode(r.value);
+      expect(text).not.toContain("WAL checkpoint worker");
     } finally {
       proc.kill("SIGTERM");
       expect(await proc.exited).toBe(0);

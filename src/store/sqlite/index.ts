@@ -4,6 +4,7 @@ import { journalPath, openJournal } from "../journal.ts";
 import type { ApiKeyRecord, SettlementJournal, Store } from "../types.ts";
 import { sqliteAccounts } from "./accounts.ts";
 import { sqliteCatalog, sqlitePrices } from "./catalog.ts";
+import { type Checkpointer, type CheckpointerOptions, startCheckpointer } from "./checkpointer.ts";
 import { sqliteConsoleSessions, sqliteSignInLinks } from "./console.ts";
 import { sqliteApiKeys, sqliteProviderTokens } from "./keys.ts";
 import { sqliteMdm } from "./mdm.ts";
@@ -18,6 +19,11 @@ export interface SqliteStoreOptions {
    * only. Other processes (the admin CLI) leave it to the coordinator.
    */
   readonly journal?: boolean;
+  /**
+   * WAL checkpoints in a Worker of their own (checkpointer.ts) instead of on this connection's commits:
+   * the running coordinator (`--sqlite-checkpoints worker`, the default). Ignored for ":memory:".
+   */
+  readonly checkpoints?: CheckpointerOptions;
 }
 
 /** Opens (creating and migrating) the database at `path`. Throws StoreOpenError. */
@@ -30,6 +36,8 @@ export function createSqliteStore(path: string, options: SqliteStoreOptions = {}
     client.close();
     throw e;
   }
+  let checkpointer: Checkpointer | undefined;
+  if (options.checkpoints && path !== ":memory:") checkpointer = startCheckpointer(client, path, options.checkpoints);
   const freshness = new Freshness(client);
   const keysByHash = new EpochCache<ApiKeyRecord>(freshness);
   const keys = sqliteApiKeys(db, freshness, keysByHash);
@@ -52,6 +60,8 @@ export function createSqliteStore(path: string, options: SqliteStoreOptions = {}
       if (closed) return;
       closed = true;
       journal?.close();
+      // The worker closes its own connection; this one's close then checkpoints once more (shutdown).
+      void checkpointer?.stop();
       client.close();
     },
   };

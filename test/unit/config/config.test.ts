@@ -38,6 +38,7 @@ describe("loadConfig", () => {
       defaultTpm: null,
       maxQueuedPerModel: 64,
       settlementGroupAbove: 0,
+      sqliteCheckpoints: "worker",
       shutdownDrainMs: 10_000,
       challengeIntervalMs: 300_000,
       challengeTimeoutMs: 30_000,
