@@ -49,29 +49,11 @@ function Charts({ o }: { o: Overview }) {
       </section>
       <details>
         <summary>The charts' numbers per day</summary>
-        <table>
-          <caption>Requests, tokens and spend per UTC day</caption>
-          <thead>
-            <tr>
-              <th scope="col">Day</th>
-              <th scope="col">Requests</th>
-              <th scope="col">Prompt tokens</th>
-              <th scope="col">Completion tokens</th>
-              <th scope="col">Spend</th>
-            </tr>
-          </thead>
-          <tbody>
-            {o.days.map((d) => (
-              <tr key={d.date}>
-                <th scope="row">{d.date}</th>
-                <td class="n">{num(d.requests)}</td>
-                <td class="n">{num(d.prompt_tokens)}</td>
-                <td class="n">{num(d.completion_tokens)}</td>
-                <td class="n">{money(d.spend_micro_usd)}</td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
+        <Totals
+          caption="Requests, tokens and spend per UTC day"
+          first="Day"
+          rows={o.days.map((d) => ({ ...d, id: d.date, name: d.date }))}
+        />
       </details>
     </>
   );
