@@ -14,6 +14,9 @@
  * Ecdsa-Sig-Value, strict DER). High-S signatures are accepted (the Secure Enclave, WebCrypto and
  * OpenSSL produce them half of the time; ECDSA malleability does not matter here because nothing is
  * keyed by the signature bytes; STACK.md item 8). Verified with node:crypto, which accepts either half.
+ * verifyIdentitySignatureOffLoop is the same check through node:crypto's callback form, which runs the
+ * verification on the runtime's thread pool: the coordinator's receipt check per answer (issue 25; the
+ * event loop pays ~5 us against ~48, bench/receipt-verify.ts).
  */
 import { createPublicKey, type KeyObject, verify } from "node:crypto";
 import { p256 } from "@noble/curves/nist.js";
@@ -69,6 +72,29 @@ export function verifyIdentitySignature(key: IdentityKey, message: Uint8Array, d
     ok = false;
   }
   if (!ok) throw new AttestationError("signature", `${what} signature does not verify with the identity key`);
+}
+
+/**
+ * verifyIdentitySignature off the event loop: the same key object, encoding and verdict, the same
+ * AttestationError when it does not verify (the promise rejects; it never settles before the verdict).
+ */
+export function verifyIdentitySignatureOffLoop(
+  key: IdentityKey,
+  message: Uint8Array,
+  derSignature: Uint8Array,
+  what: string,
+): Promise<void> {
+  const refused = () => new AttestationError("signature", `${what} signature does not verify with the identity key`);
+  return new Promise((resolve, reject) => {
+    try {
+      verify("sha256", message, { key: keyObject(key), dsaEncoding: "der" }, derSignature, (error, ok) => {
+        if (error === null && ok === true) resolve();
+        else reject(refused());
+      });
+    } catch {
+      reject(refused());
+    }
+  });
 }
 
 /** SubjectPublicKeyInfo DER prefix of an uncompressed P-256 point (id-ecPublicKey, prime256v1). */

@@ -42,7 +42,13 @@ export {
 } from "./dev-root.ts";
 export { decodeBase64, encodeBase64 } from "./encoding.ts";
 export { ATTESTATION_CHECKS, type AttestationCheck, AttestationError } from "./errors.ts";
-export { freshnessCodeFor, type IdentityKey, parseIdentityKey, verifyIdentitySignature } from "./identity-key.ts";
+export {
+  freshnessCodeFor,
+  type IdentityKey,
+  parseIdentityKey,
+  verifyIdentitySignature,
+  verifyIdentitySignatureOffLoop,
+} from "./identity-key.ts";
 export {
   checkMdaLeaf,
   decodeMdaLeaf,

@@ -7,14 +7,16 @@
  * session ends, its attempts fail over). Invalid output is returned, not thrown, and fails the attempt
  * without failover: a sealed frame that does not open or verify (sealed-channel.ts), a plaintext frame
  * in a sealed attempt, text far beyond the budget (outputCharLimit in attempt.ts), usage beyond what the
- * coordinator can believe (billing/usage-bounds.ts).
+ * coordinator can believe (billing/usage-bounds.ts). A signed sealed `complete` is the one promise: its
+ * receipt is verified on the thread pool, and the attempt ends with the verdict (session.ts holds it).
  */
 import { type UsageBound, usageViolation } from "../billing/usage-bounds.ts";
 import type { Delta, Hello, ProviderFrame, ToolCallDelta, Usage } from "../protocol/frames.ts";
 import { ProtocolError } from "../protocol/parse.ts";
-import type { Attempt, AttemptSeal } from "./attempt.ts";
-import { openSealed, type ReceiptSigner, type SealedFrame, sealedFailure, verifyReceipt } from "./sealed-channel.ts";
+import type { Attempt, AttemptSeal, VerifiedReceipt } from "./attempt.ts";
+import { openSealed, type ReceiptSigner, type SealedFrame, sealedFailure, verifyReceiptOffLoop } from "./sealed-channel.ts";
 
+type SealedComplete = { type: "sealed_complete" };
 export type AttemptFrame = Exclude<ProviderFrame, Hello | { type: "heartbeat" } | { type: "challenge_response" }>;
 
 /** What the session gives: its clock, the receipt signer (itself), and the usage-rejection metric. */
@@ -33,8 +35,13 @@ export interface FrameOutcome {
 const RELAYED: FrameOutcome = Object.freeze({});
 const OVER_BUDGET: FrameOutcome = Object.freeze({ invalid: "output far beyond the output budget" });
 
-/** Checks one frame and relays it to its attempt. @throws ProtocolError for a frame out of order. */
-export function applyAttemptFrame(attempt: Attempt, frame: AttemptFrame, ctx: FrameContext): FrameOutcome {
+/**
+ * Checks one frame and relays it to its attempt; a promise only for a receipt being verified (above).
+ * @throws ProtocolError for a frame out of order.
+ */
+export function applyAttemptFrame(attempt: Attempt, frame: Exclude<AttemptFrame, SealedComplete>, ctx: FrameContext): FrameOutcome;
+export function applyAttemptFrame(attempt: Attempt, frame: AttemptFrame, ctx: FrameContext): FrameOutcome | Promise<FrameOutcome>;
+export function applyAttemptFrame(attempt: Attempt, frame: AttemptFrame, ctx: FrameContext): FrameOutcome | Promise<FrameOutcome> {
   const seal = attempt.sealed;
   const sealed = frame.type === "sealed_chunk" || frame.type === "sealed_tool_call" || frame.type === "sealed_complete";
   if (attempt.sealedSession && (frame.type === "chunk" || frame.type === "tool_call" || frame.type === "complete")) {
@@ -73,19 +80,27 @@ export function applyAttemptFrame(attempt: Attempt, frame: AttemptFrame, ctx: Fr
 
 /**
  * A sealed frame, opened and read (sealed-channel.ts), then checked like a plaintext one; any failure,
- * a tool call out of order included, is invalid output.
+ * a tool call out of order included, is invalid output. A signed `complete` waits for its receipt's
+ * verdict (a promise); an unsigned one (a provider without an identity key) completes at once.
  */
-function applySealed(attempt: Attempt, frame: SealedFrame, seal: AttemptSeal, ctx: FrameContext): FrameOutcome {
+function applySealed(attempt: Attempt, frame: SealedFrame, seal: AttemptSeal, ctx: FrameContext): FrameOutcome | Promise<FrameOutcome> {
   try {
     const opened = openSealed(seal.opener, frame);
     if (opened.type === "chunk") return relayDelta(attempt, opened.delta, ctx);
     if (opened.type === "tool_call") return relayToolCall(attempt, opened.call, ctx);
     const { end } = opened;
-    return complete(attempt, end.usage, ctx, () => {
-      const responseSha256 = attempt.responseSha256() as Uint8Array;
-      const receipt = verifyReceipt(ctx.signer, { requestId: attempt.requestId, seal, responseSha256 }, end);
+    const finish = (receipt: VerifiedReceipt | undefined): FrameOutcome => {
       attempt.push({ type: "complete", finishReason: end.finish_reason, usage: end.usage, ...(receipt ? { receipt } : {}) });
+      return RELAYED;
+    };
+    let verdict: Promise<VerifiedReceipt> | undefined;
+    const outcome = complete(attempt, end.usage, ctx, () => {
+      const responseSha256 = attempt.responseSha256() as Uint8Array;
+      verdict = verifyReceiptOffLoop(ctx.signer, { requestId: attempt.requestId, seal, responseSha256 }, end);
     });
+    if (outcome !== RELAYED) return outcome;
+    if (verdict === undefined) return finish(undefined);
+    return verdict.then(finish, (e: unknown) => ({ invalid: sealedFailure(e) }));
   } catch (e) {
     return { invalid: sealedFailure(e) };
   }

@@ -7,11 +7,12 @@
  * counter order). Its answer opens with the exported response key: ChunkOpener enforces order (seq from
  * 0, no replay, nothing after final) and authenticity, then the payload is read like a plaintext frame.
  * An attested provider signs a receipt over the canonical receipt bytes (src/crypto/receipts.ts) of
- * request id, model build, SHA-256 of the request plaintext, the response digest and the usage.
+ * request id, model build, SHA-256 of the request plaintext, the response digest and the usage; the
+ * coordinator checks it on the runtime's thread pool (verifyReceiptOffLoop), before the attempt completes.
  */
 
 import { AttestationError } from "../../attestation/provider/errors.ts";
-import { verifyIdentitySignature } from "../../attestation/provider/identity-key.ts";
+import { verifyIdentitySignature, verifyIdentitySignatureOffLoop } from "../../attestation/provider/identity-key.ts";
 import type { ProviderAttestation, TrustLevel } from "../../attestation/provider/levels.ts";
 import { ChunkOpener } from "../crypto/chunks.ts";
 import { fromBase64url, toBase64url, toHex } from "../crypto/encoding.ts";
@@ -106,15 +107,33 @@ export interface ReceiptSigner {
   readonly trust: TrustLevel;
 }
 
+type Answer = { readonly requestId: string; readonly seal: AttemptSeal; readonly responseSha256: Uint8Array };
+
 /**
  * Verifies the receipt of a sealed answer. A provider without a verified identity key signs nothing
  * (undefined); an attested one must sign. Throws AttestationError (missing or bad signature).
  */
-export function verifyReceipt(
-  signer: ReceiptSigner,
-  answer: { readonly requestId: string; readonly seal: AttemptSeal; readonly responseSha256: Uint8Array },
-  end: Final,
-): VerifiedReceipt | undefined {
+export function verifyReceipt(signer: ReceiptSigner, answer: Answer, end: Final): VerifiedReceipt | undefined {
+  const check = receiptCheck(signer, answer, end);
+  if (check === undefined) return undefined;
+  verifyIdentitySignature(check.identityKey, check.bytes, check.signature, "receipt");
+  return check.receipt;
+}
+
+/**
+ * verifyReceipt with the signature check off the event loop (the runtime's thread pool): the same
+ * bytes, verdict and errors. Undefined at once when the provider signs nothing; a missing receipt or a
+ * signature that is not base64url throws at once, as verifyReceipt; a bad signature rejects the promise
+ * with AttestationError("signature").
+ */
+export function verifyReceiptOffLoop(signer: ReceiptSigner, answer: Answer, end: Final): Promise<VerifiedReceipt> | undefined {
+  const check = receiptCheck(signer, answer, end);
+  if (check === undefined) return undefined;
+  return verifyIdentitySignatureOffLoop(check.identityKey, check.bytes, check.signature, "receipt").then(() => check.receipt);
+}
+
+/** What a receipt check needs: the key, the canonical receipt bytes, the signature, and what it proves. */
+function receiptCheck(signer: ReceiptSigner, answer: Answer, end: Final) {
   const identityKey = signer.attestation?.identityKey;
   if (!identityKey) return undefined;
   if (!end.receipt) throw new AttestationError("signature", "an attested provider must sign a receipt");
@@ -130,8 +149,8 @@ export function verifyReceipt(
       completionTokens: end.usage.completion_tokens,
     },
   });
-  verifyIdentitySignature(identityKey, bytes, fromBase64url(end.receipt.signature, "receipt.signature"), "receipt");
-  return {
+  const signature = fromBase64url(end.receipt.signature, "receipt.signature");
+  const receipt: VerifiedReceipt = {
     signature: end.receipt.signature,
     responseHash: toHex(responseSha256),
     requestHash: toHex(seal.requestSha256),
@@ -139,4 +158,5 @@ export function verifyReceipt(
     providerKeyId: identityKey.id,
     trustLevel: signer.trust,
   };
+  return { identityKey, bytes, signature, receipt };
 }

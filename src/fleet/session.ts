@@ -27,7 +27,7 @@ import {
 import { ProtocolError, parseProviderMessage } from "../protocol/parse.ts";
 import { type AdmissionSettings, admit, checkHello, logWelcome } from "./admission.ts";
 import { Attempt, type AttemptOwner, attemptKey, outputCharLimit } from "./attempt.ts";
-import { applyAttemptFrame, type FrameContext } from "./attempt-frames.ts";
+import { applyAttemptFrame, type FrameContext, type FrameOutcome } from "./attempt-frames.ts";
 import { SealedChannel } from "./sealed-channel.ts";
 import { SessionTrust } from "./session-trust.ts";
 
@@ -77,6 +77,8 @@ export class ProviderSession implements AttemptOwner {
   private state: State = "awaiting_hello";
   private readonly attempts = new Map<string, Attempt>();
   private readonly recent = new Set<string>();
+  /** Attempts whose receipt is being verified (attempt-frames.ts): complete as far as the provider is concerned. */
+  private readonly verifying = new Set<Attempt>();
   private readonly served = new Map<string, ServedModel>();
   private capacity = 0;
   private assigned = 0;
@@ -235,15 +237,32 @@ export class ProviderSession implements AttemptOwner {
       default: {
         const key = attemptKey(frame.request_id, frame.attempt);
         const attempt = this.attempts.get(key);
-        if (!attempt) {
+        if (!attempt || this.verifying.has(attempt)) {
           if (this.recent.has(key)) return; // crossed our cancel in flight
           throw new ProtocolError(`${frame.type} for an attempt not dispatched to this provider`);
         }
         const outcome = applyAttemptFrame(attempt, frame, this.frameContext);
-        if (outcome.invalid !== undefined) this.untrust(attempt, outcome.invalid);
-        else if (outcome.firstContentMs !== undefined) this.noteFirstContent(outcome.firstContentMs);
+        if (outcome instanceof Promise) this.awaitReceipt(attempt, outcome);
+        else this.applyOutcome(attempt, outcome);
       }
     }
+  }
+
+  private applyOutcome(attempt: Attempt, outcome: FrameOutcome): void {
+    if (outcome.invalid !== undefined) this.untrust(attempt, outcome.invalid);
+    else if (outcome.firstContentMs !== undefined) this.noteFirstContent(outcome.firstContentMs);
+  }
+
+  /**
+   * A receipt on the thread pool: the attempt ends with its verdict, as if the check were synchronous.
+   * Meanwhile a frame for it is one for an attempt already ended, and a close does not fail it.
+   */
+  private awaitReceipt(attempt: Attempt, verdict: Promise<FrameOutcome>): void {
+    this.verifying.add(attempt);
+    void verdict.then((outcome) => {
+      this.verifying.delete(attempt);
+      this.applyOutcome(attempt, outcome);
+    });
   }
 
   /**
@@ -368,7 +387,9 @@ export class ProviderSession implements AttemptOwner {
   onTransportClosed(): void {
     if (this.state === "closed") return;
     this.state = "closed";
-    for (const attempt of [...this.attempts.values()]) attempt.push({ type: "lost", reason: "provider disconnected" });
+    for (const attempt of [...this.attempts.values()]) {
+      if (!this.verifying.has(attempt)) attempt.push({ type: "lost", reason: "provider disconnected" });
+    }
     this.hooks.onClosed(this);
   }
 }
