@@ -1,6 +1,7 @@
 /**
  * The event-loop delay histogram in /metrics (issue 25 point 4; src/observability/loop-delay.ts): a
- * deliberate 30 ms busy-wait on the loop is counted above the 20 ms bound and at or below 50 ms.
+ * deliberate 30 ms busy-wait on the loop is counted above the 20 ms bound (not an upper bound: on a
+ * loaded shared host the process may also be descheduled around the wait, which only adds lateness).
  */
 import { describe, expect, test } from "bun:test";
 import { createMetrics } from "../../../src/observability/metrics.ts";
@@ -13,7 +14,7 @@ function bucket(text: string, le: string): number {
 }
 
 describe("event-loop delay histogram", () => {
-  test("a 30 ms busy-wait lands in the (20 ms, 50 ms] bucket", async () => {
+  test("a 30 ms busy-wait lands above the 20 ms bound", async () => {
     const metrics = createMetrics();
     try {
       await Bun.sleep(20);
@@ -24,8 +25,8 @@ describe("event-loop delay histogram", () => {
       }
       await Bun.sleep(20);
       const after = await metrics.render();
-      const between = (text: string) => bucket(text, "0.05") - bucket(text, "0.02");
-      expect(between(after) - between(before)).toBeGreaterThanOrEqual(1);
+      const above20 = (text: string) => bucket(text, "+Inf") - bucket(text, "0.02");
+      expect(above20(after) - above20(before)).toBeGreaterThanOrEqual(1);
       for (const le of ["0.001", "0.002", "0.005", "0.01", "0.02", "0.05", "+Inf"]) expect(bucket(after, le)).toBeGreaterThan(0);
     } finally {
       metrics.close();
