@@ -12,7 +12,7 @@
  */
 import { spawn } from "node:child_process";
 import { openSync, readFileSync } from "node:fs";
-import type { Env } from "../config/settings.ts";
+import { type Env, processEnv } from "../config/settings.ts";
 import { createLogger } from "../observability/logger.ts";
 import { VERSION } from "../version.ts";
 import {
@@ -175,7 +175,7 @@ function tail(file: string, lines: number): string {
 }
 
 /** The Mac's own commands (posture readings for MDM attestation), 10 s each. */
-const runCommand: RunCommand = (argv) => realProbe(process.env).run(argv, 10_000);
+const runCommand: RunCommand = (argv) => realProbe(processEnv()).run(argv, 10_000);
 
 /** Runs the agent in the foreground, within the schedule, until a signal or a refusal. */
 async function serve(config: ProviderConfig, home: ProviderHome, detached: boolean): Promise<number> {
