@@ -1,8 +1,9 @@
 /**
  * Billing's Reservations over the Postgres money authority (store/pg/money-authority.ts), for several
- * coordinators on one database: every reserve is one round trip that the database decides (no memory
- * here), a shortfall becomes the same 402 as Wallets', and every settlement is one idempotent call that
- * charges at most the hold. A settlement whose hold had gone (swept after its replica stopped renewing)
+ * coordinators on one database: a hot key's request is admitted synchronously on this replica's balance
+ * lease (money-leases.ts), any other is one round trip that the database decides; a shortfall first
+ * reclaims the account's leases everywhere, then becomes the same 402 as Wallets'; every settlement is
+ * one idempotent call that charges at most the hold. A settlement whose hold had gone (swept after its replica stopped renewing)
  * charges nothing and is logged for review. A settlement the database did not answer (restarting) is
  * sent again, idempotent on the request id, backing off up to `retry.maxMs`, for as long as the hold's
  * lease; only then does it fail, the hold abandoned (the replica's next renewal gives it back).
@@ -33,14 +34,20 @@ export class AuthorityReservations implements Reservations {
     private readonly retry: SettleRetry = RETRY,
   ) {}
 
+  tryReserve(request: HoldRequest): Hold | undefined {
+    if (request.requestId === undefined) return undefined;
+    const { requestId, accountId, keyId, amount } = request;
+    return this.authority.admit({ requestId, accountId, keyId, amount }) ? holdFor(request) : undefined;
+  }
+
   async reserve(request: HoldRequest): Promise<Hold> {
     if (request.requestId === undefined) throw new Error("the money authority needs the request id to hold money");
-    const out = await this.authority.reserve({
-      requestId: request.requestId,
-      accountId: request.accountId,
-      keyId: request.keyId,
-      amount: request.amount,
-    });
+    const { requestId, accountId, keyId, amount } = request;
+    let out = await this.authority.reserve({ requestId, accountId, keyId, amount });
+    // Money in a balance lease (here or on another replica) is given back before anyone is refused.
+    if ("shortfall" in out && (out.shortfall === "funds" || out.shortfall === "quota") && (await this.authority.reclaim(accountId))) {
+      out = await this.authority.reserve({ requestId, accountId, keyId, amount });
+    }
     if ("shortfall" in out) {
       if (out.shortfall === "quota") throw Errors.insufficientQuota("this API key has reached its spend cap");
       if (out.shortfall === "funds") {
@@ -48,10 +55,7 @@ export class AuthorityReservations implements Reservations {
       }
       throw new Error(`the money authority refused the hold (${out.shortfall})`);
     }
-    const { accountId, amount, keyId } = request;
-    return keyId !== null && request.spendCap !== null
-      ? { accountId, amount, keyId, capped: true, done: false }
-      : { accountId, amount, keyId, capped: false, done: false };
+    return holdFor(request);
   }
 
   async settle(hold: Hold | undefined, settlement: Settlement): Promise<void> {
@@ -80,4 +84,11 @@ export class AuthorityReservations implements Reservations {
       }
     }
   }
+}
+
+function holdFor(request: HoldRequest): Hold {
+  const { accountId, amount, keyId } = request;
+  return keyId !== null && request.spendCap !== null
+    ? { accountId, amount, keyId, capped: true, done: false }
+    : { accountId, amount, keyId, capped: false, done: false };
 }

@@ -32,6 +32,8 @@ export const subjects = {
   control: (prefix: string, requestId: string, attempt: number) => `${prefix}.ctl.${requestId}.${attempt}`,
   digest: (prefix: string, replicaId: string) => `${prefix}.fleet.${replicaId}`,
   allDigests: (prefix: string) => `${prefix}.fleet.*`,
+  /** Balance leases on an account given back (money-leases.ts); the body is the account id. */
+  recall: (prefix: string, replicaId: string) => `${prefix}.money.recall.${replicaId}`,
 };
 
 export function isToken(s: string): boolean {

@@ -28,7 +28,7 @@ import { createMetrics, type Metrics } from "../observability/metrics.ts";
 import { HoldKeeper } from "../store/pg/hold-keeper.ts";
 import type { MoneyAuthority } from "../store/pg/money-authority.ts";
 import type { ProviderTokenRecord, Store } from "../store/types.ts";
-import { type AppCluster, startCluster, withRemoteCapacity } from "./cluster-link.ts";
+import { type AppCluster, linkLeases, startCluster, withRemoteCapacity } from "./cluster-link.ts";
 import { type AppMdm, type MdmTimings, mdmDeviceTrust, startMdm } from "./mdm-link.ts";
 import { evidenceHooks, type ProviderTrust, providerTrust } from "./provider-trust.ts";
 import { createLimiter } from "./rate-limits.ts";
@@ -226,6 +226,7 @@ export function createApp(deps: AppDeps): App {
     spacedAbovePerSecond: config.settlementGroupAbove,
     observeCommit: (n, seconds) => metrics.observeSettlementCommit(n, seconds),
   });
+  if (deps.moneyAuthority && cluster) linkLeases(deps.moneyAuthority, cluster);
   const billing = new Billing(deps.moneyAuthority ? new AuthorityReservations(deps.moneyAuthority, logger) : wallets, config);
   // In process, or shared through Redis in cluster mode (--redis-url); its client closes with the app.
   const liveReplicas = deps.liveReplicas ?? cluster?.liveReplicas ?? (() => 1);
@@ -366,6 +367,7 @@ export function createApp(deps: AppDeps): App {
       limits.close();
       metrics.close();
       void keeper?.stop();
+      void deps.moneyAuthority?.close();
     },
   };
 }

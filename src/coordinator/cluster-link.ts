@@ -12,11 +12,13 @@ import { mergeSummaries, type TrustLevel } from "../../attestation/provider/leve
 import type { DigestProvider } from "../cluster/digest.ts";
 import { ClusterNode } from "../cluster/node.ts";
 import type { RemoteCapacity } from "../cluster/remote-fleet.ts";
+import { isToken, subjects } from "../cluster/wire.ts";
 import type { ClusterConfig } from "../config/config.ts";
 import type { Fleet } from "../fleet/fleet.ts";
 import type { FleetView } from "../fleet/fleet-view.ts";
 import type { RemoteProviders } from "../inference/dispatch.ts";
 import type { Logger } from "../observability/logger.ts";
+import type { MoneyAuthority } from "../store/pg/money-authority.ts";
 
 /** Between connection attempts while NATS has never answered. */
 const RETRY_MS = 2000;
@@ -42,8 +44,17 @@ export interface AppCluster {
   machinesOf(accountId: string): readonly DigestProvider[];
   /** The ClusterNode once connected (tests). */
   readonly node: ClusterNode | undefined;
+  /** NATS is connected now (other replicas can reach this one). */
+  connected(): boolean;
+  /** Asks another replica to give back its balance leases on an account; resolves when it has, or after 1 s. */
+  recall(replica: string, accountId: string): Promise<void>;
+  /** What this replica does when asked (the money authority's leases give theirs back). */
+  onRecall(handler: (accountId: string) => Promise<unknown>): void;
   close(): void;
 }
+
+/** How long a recall waits for the other replica's answer. */
+const RECALL_MS = 1000;
 
 /** The connection options of the configured servers (credentials apart from the addresses). */
 export function natsOptions(cluster: ClusterConfig) {
@@ -67,6 +78,18 @@ export function startCluster(deps: ClusterLinkDeps): AppCluster {
   let closed = false;
   let retry: ReturnType<typeof setTimeout> | undefined;
   let warned = false;
+  let connectedNow = false;
+  let recallHandler: ((accountId: string) => Promise<unknown>) | undefined;
+  const recalls = (c: NatsConnection) =>
+    c.subscribe(subjects.recall(cluster.prefix, cluster.replicaId), {
+      callback: (err, msg) => {
+        if (err || recallHandler === undefined) return;
+        recallHandler(new TextDecoder().decode(msg.data)).then(
+          () => msg.respond(),
+          () => msg.respond(),
+        );
+      },
+    });
   const attempt = () => {
     connect({ ...natsOptions(cluster), timeout: RETRY_MS, reconnect: true, maxReconnectAttempts: -1 }).then(
       (c) => {
@@ -87,6 +110,14 @@ export function startCluster(deps: ClusterLinkDeps): AppCluster {
           logger.error("cluster node not started: serving local providers only", { replica_id: cluster.replicaId });
           return void c.close();
         }
+        recalls(c);
+        connectedNow = true;
+        void (async () => {
+          for await (const status of c.status()) {
+            if (status.type === "disconnect") connectedNow = false;
+            else if (status.type === "reconnect") connectedNow = true;
+          }
+        })().catch(() => {});
         const remoteFleet = node.remote;
         deps.fleet.showRemote({ version: () => remoteFleet.version, entries: () => remoteFleet.publicAttestations() });
         logger.info("cluster connected", { replica_id: cluster.replicaId });
@@ -126,6 +157,14 @@ export function startCluster(deps: ClusterLinkDeps): AppCluster {
     get node() {
       return node;
     },
+    connected: () => node !== undefined && nc !== undefined && !nc.isClosed() && connectedNow,
+    recall: async (replica, accountId) => {
+      if (nc === undefined || !isToken(replica)) return;
+      await nc.request(subjects.recall(cluster.prefix, replica), accountId, { timeout: RECALL_MS }).catch(() => {});
+    },
+    onRecall: (handler) => {
+      recallHandler = handler;
+    },
     close: () => {
       closed = true;
       clearTimeout(retry);
@@ -154,4 +193,14 @@ export function withRemoteCapacity(local: FleetView, cluster: AppCluster): Fleet
       };
     },
   };
+}
+
+/**
+ * Balance leases across replicas: taken only while NATS is up (so recalls reach this replica), recalled
+ * from the others before a 402, given back here when another replica asks.
+ */
+export function linkLeases(authority: MoneyAuthority, cluster: AppCluster): void {
+  authority.recaller = (replica, accountId) => cluster.recall(replica, accountId);
+  authority.leases.enableWhen(() => cluster.connected());
+  cluster.onRecall((accountId) => authority.leases.recall(accountId));
 }

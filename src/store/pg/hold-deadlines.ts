@@ -31,6 +31,19 @@ export class HoldDeadlines {
     this.holds.set(requestId, { deadline: sentAt + this.ttlMs - this.marginMs, since: answeredAt });
   }
 
+  /** A request admitted on a lease (money-leases.ts): it stops when the lease does (same deadline and grant time). */
+  trackAs(requestId: string, leaseId: string): void {
+    const lease = this.holds.get(leaseId);
+    if (lease === undefined) throw new Error(`no deadline for ${leaseId}`);
+    this.holds.set(requestId, { ...lease });
+  }
+
+  /** A call sent at `sentAt` set the hold's expiry again (a lease topped up): a later deadline, same grant time. */
+  extend(requestId: string, sentAt: number): void {
+    const h = this.holds.get(requestId);
+    if (h !== undefined && h.deadline !== Number.NEGATIVE_INFINITY) h.deadline = Math.max(h.deadline, sentAt + this.ttlMs - this.marginMs);
+  }
+
   /** The hold was settled or released: nothing to watch any more. */
   forget(requestId: string): void {
     this.holds.delete(requestId);

@@ -16,6 +16,7 @@ import postgres, { type Sql } from "postgres";
 import { PLATFORM_ACCOUNT_ID, type Settlement } from "../types.ts";
 import { type BatchCounts, CallBatcher } from "./call-batcher.ts";
 import { HoldDeadlines } from "./hold-deadlines.ts";
+import { type LeaseOptions, Leases } from "./money-leases.ts";
 
 /** Why a reserve was refused: the account's available money, the key's spend cap, no such account or
  * key (for that account), or a hold already open under that request id. */
@@ -55,7 +56,20 @@ export interface RenewOutcome {
 
 export interface MoneyAuthority {
   readonly replica: string;
+  /** Admits the request on its key's balance lease (money-leases.ts), synchronously; false: `reserve` it. */
+  admit(request: HoldRequest): boolean;
   reserve(request: HoldRequest): Promise<ReserveOutcome>;
+  /**
+   * Before refusing for money: gives back what this replica's leases on the account hold unused and asks
+   * the other replicas holding leases on it (`recaller`) to do the same. True when any lease was found.
+   */
+  reclaim(accountId: string): Promise<boolean>;
+  /** How another replica is asked to give back its leases on an account (the cluster's recall). */
+  recaller: ((replica: string, accountId: string) => Promise<void>) | undefined;
+  /** This replica's balance leases (the cluster's recall handler calls `recall`). */
+  readonly leases: Leases;
+  /** Gives the leases back (shutdown). */
+  close(): Promise<void>;
   settle(settlement: Settlement): Promise<SettleOutcome>;
   /** Gives the hold back uncharged; false when it was gone. */
   release(requestId: string): Promise<boolean>;
@@ -71,7 +85,13 @@ export interface MoneyAuthority {
   /** The replica's renewal bookkeeping. */
   readonly deadlines: HoldDeadlines;
   /** Calls and round trips so far, per batched kind. */
-  batches(): { readonly reserve: BatchCounts; readonly settle: BatchCounts; readonly release: BatchCounts };
+  batches(): {
+    readonly reserve: BatchCounts;
+    readonly settle: BatchCounts;
+    readonly release: BatchCounts;
+    /** Settlements of requests admitted on leases. */
+    readonly leased: BatchCounts;
+  };
 }
 
 export interface MoneyAuthorityOptions {
@@ -85,6 +105,14 @@ export interface MoneyAuthorityOptions {
   readonly now?: () => number;
   /** Most calls of one kind in one round trip; 256 unless given. 1: no batching. */
   readonly batchMax?: number;
+  /** Balance leases (money-leases.ts); on with its defaults unless given; false: none. */
+  readonly leases?: LeaseOptions | false;
+}
+
+interface LeasedSettlement {
+  readonly settlement: Settlement;
+  readonly leaseId: string;
+  readonly amount: number;
 }
 
 const SHORTFALLS: Readonly<Record<string, Shortfall>> = { UM001: "funds", UM002: "quota", UM003: "unknown", "23505": "duplicate" };
@@ -172,11 +200,47 @@ export function pgMoneyAuthority(client: Sql, options: MoneyAuthorityOptions): M
     max,
     rolledBack,
   );
-  /** Reserves sent and not answered yet: a renewal may already see their rows. */
+  const leased = new CallBatcher<LeasedSettlement, SettleOutcome>(
+    async (items) => {
+      const json = JSON.stringify(items.map((x, i) => ({ ...settlementItem(x.settlement, i), lease_id: x.leaseId, amount: x.amount })));
+      const rows = await client<{ item: number; applied: boolean; had_hold: boolean; charged: string }[]>`
+        SELECT item, applied, had_hold, charged FROM umbra_settle_leased_batch(${json}::text::jsonb, ${PLATFORM_ACCOUNT_ID})`;
+      return inOrder(items.length, rows, (row) => ({ applied: row.applied, hadHold: row.had_hold, charged: Number(row.charged) }));
+    },
+    max,
+    rolledBack,
+  );
+  /** Reserves (and lease grants) sent and not answered yet: a renewal may already see their rows. */
   const reserving = new Set<string>();
-  return {
+  const leases = new Leases(
+    client,
+    replica,
+    ttl,
+    deadlines,
+    reserving,
+    options.leases === false ? { enabled: () => false } : options.leases,
+  );
+  if (options.leases !== false) leases.start();
+  const authority: MoneyAuthority = {
     replica,
     deadlines,
+    leases,
+    recaller: undefined,
+    admit(r) {
+      return options.leases !== false && leases.admit(r);
+    },
+    async reclaim(accountId) {
+      const mine = leases.holds(accountId);
+      const [, others] = await Promise.all([
+        leases.recall(accountId),
+        client<{ owner_replica: string }[]>`SELECT DISTINCT owner_replica FROM holds
+          WHERE account_id = ${accountId} AND request_id LIKE 'lease:%' AND owner_replica <> ${replica}`,
+      ]);
+      const recaller = authority.recaller;
+      if (recaller) await Promise.all(others.map((o) => recaller(o.owner_replica, accountId).catch(() => {})));
+      return mine || others.length > 0;
+    },
+    close: () => leases.close(),
     async reserve(r) {
       if (!Number.isSafeInteger(r.amount) || r.amount <= 0) throw new Error(`hold amount must be a positive integer, got ${r.amount}`);
       const sentAt = deadlines.time();
@@ -190,11 +254,22 @@ export function pgMoneyAuthority(client: Sql, options: MoneyAuthorityOptions): M
       }
     },
     async settle(s) {
+      const lease = leases.leased(s.requestId);
+      if (lease) {
+        leases.settling(s.requestId, s.charge);
+        const out = await leased.call({ settlement: s, leaseId: lease.leaseId, amount: lease.amount });
+        leases.settled(s.requestId, out.applied, out.charged);
+        return out;
+      }
       const out = await settlements.call(s);
       deadlines.forget(s.requestId);
       return out;
     },
     async release(requestId) {
+      if (leases.leased(requestId)) {
+        leases.forget(requestId);
+        return true;
+      }
       const out = await releases.call(requestId);
       deadlines.forget(requestId);
       return out;
@@ -203,13 +278,16 @@ export function pgMoneyAuthority(client: Sql, options: MoneyAuthorityOptions): M
       const sentAt = deadlines.time();
       const rows = await client<{ request_id: string }[]>`SELECT request_id FROM umbra_renew(${replica}, ${ttl})`;
       const ids = rows.map((x) => x.request_id);
-      const lost = deadlines.renewed(sentAt, ids);
-      // Rows no request of this process holds: a reserve whose answer never came, an abandoned settlement.
+      // A lease's requests are present as their lease is.
+      const lost = deadlines.renewed(sentAt, leases.present(ids));
+      leases.lost(lost);
+      // Rows no request of this process holds: a reserve whose answer never came, an abandoned settlement, a closed lease.
       const orphans = ids.filter((id) => deadlines.deadline(id) === undefined && !reserving.has(id));
       if (orphans.length > 0) await Promise.all(orphans.map((id) => releases.call(id)));
       return { renewed: ids.length - orphans.length, lost, released: orphans.length };
     },
     abandon(requestId) {
+      leases.forget(requestId);
       deadlines.forget(requestId);
     },
     async sweep(batch = 500) {
@@ -221,8 +299,9 @@ export function pgMoneyAuthority(client: Sql, options: MoneyAuthorityOptions): M
         if (n < batch) return total;
       }
     },
-    batches: () => ({ reserve: reserves.counts(), settle: settlements.counts(), release: releases.counts() }),
+    batches: () => ({ reserve: reserves.counts(), settle: settlements.counts(), release: releases.counts(), leased: leased.counts() }),
   };
+  return authority;
 }
 
 /** Item i's outcome (the functions answer with each item's 1-based position, in their own order). */

@@ -13,6 +13,7 @@ import m0004 from "./0004_change_feed.sql" with { type: "text" };
 import m0005 from "./0005_console_sessions.sql" with { type: "text" };
 import m0006 from "./0006_provider_token_names.sql" with { type: "text" };
 import m0007 from "./0007_mdm_enrolments.sql" with { type: "text" };
+import m0008 from "./0008_money_leases.sql" with { type: "text" };
 import journal from "./meta/_journal.json" with { type: "json" };
 
 const TEXTS: Readonly<Record<string, string>> = {
@@ -24,6 +25,7 @@ const TEXTS: Readonly<Record<string, string>> = {
   "0005_console_sessions": m0005,
   "0006_provider_token_names": m0006,
   "0007_mdm_enrolments": m0007,
+  "0008_money_leases": m0008,
 };
 
 export const PG_MIGRATIONS: readonly EmbeddedMigration[] = journal.entries.map((e) => {
