@@ -49,6 +49,8 @@ interface Lease {
   live: boolean;
   /** A grant, top-up or return in flight. */
   busy: boolean;
+  /** Resolves when the call in flight (busy) is answered. */
+  done: Promise<void>;
   lastUse: number;
   readonly requests: Set<string>;
 }
@@ -71,6 +73,7 @@ export class Leases {
   private seq = 0;
   private readonly o: Required<Omit<LeaseOptions, "enabled">> & { enabled: () => boolean };
   private timer: ReturnType<typeof setInterval> | undefined;
+  private closed = false;
 
   constructor(
     private readonly client: Sql,
@@ -195,33 +198,42 @@ export class Leases {
    */
   async recall(accountId: string): Promise<number> {
     this.cool.set(accountId, this.deadlines.time() + this.o.coolMs);
-    const leases = [...this.byId.values()].filter((l) => l.accountId === accountId);
+    const leases = this.all().filter((l) => l.accountId === accountId);
     let total = 0;
     await Promise.all(
       leases.map(async (l) => {
-        l.live = false;
-        total += await this.giveBack(l);
+        total += await this.retire(l);
       }),
     );
     return total;
   }
 
-  /** Whether this replica holds a lease on the account. */
+  /** Whether this replica holds a lease on the account (or has asked for one). */
   holds(accountId: string): boolean {
-    for (const l of this.byId.values()) if (l.accountId === accountId) return true;
-    return false;
+    return this.all().some((l) => l.accountId === accountId);
   }
 
   /** Gives every lease back (shutdown); requests still running keep theirs until they end. */
   async close(): Promise<void> {
+    this.closed = true;
     if (this.timer) clearInterval(this.timer);
     this.timer = undefined;
-    await Promise.all(
-      [...this.byId.values()].map((l) => {
-        l.live = false;
-        return this.giveBack(l);
-      }),
-    );
+    await Promise.all(this.all().map((l) => this.retire(l)));
+  }
+
+  /** Every lease, those whose grant is in flight too. */
+  private all(): Lease[] {
+    return [...new Set([...this.byId.values(), ...this.bySlot.values()])];
+  }
+
+  /**
+   * No more admissions on the lease; given back (what no request uses) once the grant or top-up in flight
+   * is answered: a grant that commits during a recall or a close is not left live, holding money.
+   */
+  private async retire(l: Lease): Promise<number> {
+    l.live = false;
+    while (l.busy) await l.done;
+    return this.byId.has(l.id) ? this.giveBack(l) : 0; // not there: never granted, or closed already
   }
 
   get size(): number {
@@ -247,7 +259,7 @@ export class Leases {
     const drained = l.inUse === 0 && l.charging === 0;
     const amount = drained ? l.granted : free(l);
     if (!drained && amount <= 0) return 0;
-    l.busy = true;
+    const answered = this.begin(l);
     if (drained) this.drop(l);
     else l.granted -= amount;
     try {
@@ -256,7 +268,7 @@ export class Leases {
     } catch {
       return 0; // still held: the next upkeep, or the next renewal (a closed lease is an orphan), gives it back
     } finally {
-      l.busy = false;
+      answered();
       if (drained) this.deadlines.forget(l.id);
     }
   }
@@ -282,10 +294,12 @@ export class Leases {
       charging: 0,
       target,
       live: false,
-      busy: true,
+      busy: false,
+      done: Promise.resolve(),
       lastUse: this.deadlines.time(),
       requests: new Set(),
     };
+    const answered = this.begin(lease);
     this.bySlot.set(slot, lease);
     this.reserving.add(lease.id);
     const sentAt = this.deadlines.time();
@@ -293,7 +307,8 @@ export class Leases {
       const got = await this.grant(lease, target, r.amount, false);
       if (got.granted > 0) {
         lease.granted = got.granted;
-        lease.live = true;
+        // Not if the account was recalled (it cools) or this replica closed meanwhile: then it goes back.
+        lease.live = !this.closed && !((this.cool.get(r.accountId) ?? Number.NEGATIVE_INFINITY) > this.deadlines.time());
         this.byId.set(lease.id, lease);
         this.deadlines.track(lease.id, sentAt);
         return;
@@ -303,7 +318,7 @@ export class Leases {
     } catch {
       this.bySlot.delete(slot); // a row committed without an answer is an orphan: the next renewal releases it
     } finally {
-      lease.busy = false;
+      answered();
       this.reserving.delete(lease.id);
     }
   }
@@ -311,7 +326,7 @@ export class Leases {
   private async topUp(lease: Lease, min: number): Promise<void> {
     const want = lease.target - free(lease);
     if (lease.busy || want < min) return;
-    lease.busy = true;
+    const answered = this.begin(lease);
     const sentAt = this.deadlines.time();
     try {
       const got = await this.grant(lease, want, min, true);
@@ -322,7 +337,7 @@ export class Leases {
     } catch {
       // the lease goes on with what it has; a top-up that committed unanswered only leaves this view low
     } finally {
-      lease.busy = false;
+      answered();
     }
   }
 
@@ -331,6 +346,19 @@ export class Leases {
       SELECT granted, shortfall FROM umbra_lease(${lease.id}, ${lease.accountId}, ${lease.keyId}, ${want}, ${min},
         ${this.o.share}, ${existing}, ${this.replica}, ${this.ttlMs})`;
     return { granted: Number(row?.granted ?? 0), shortfall: row?.shortfall ?? null };
+  }
+
+  /** Marks a call in flight on the lease; the function returned marks it answered. */
+  private begin(l: Lease): () => void {
+    let answered = () => {};
+    l.busy = true;
+    l.done = new Promise<void>((resolve) => {
+      answered = resolve;
+    });
+    return () => {
+      l.busy = false;
+      answered();
+    };
   }
 
   /** No more admissions; forgotten once nothing draws on it. */

@@ -79,11 +79,12 @@ END $$;
 -- Settlements of requests admitted on leases, many at once: as umbra_settle_batch, but each charge,
 -- min(charge, the request's share of the lease, what the lease has left), comes off its lease row (which
 -- stays), not a hold of its own. `p_items` as umbra_settle_batch's, plus `lease_id` and `amount` (what the
--- request was admitted for). A lease that is gone charges nothing (`had_hold` false).
+-- request was admitted for). A lease that is gone charges nothing (`had_hold` false). Per settlement one
+-- `charge` ledger entry; earnings and fees one entry per receiving account per batch (request id null, as
+-- the SQLite store writes them).
 CREATE FUNCTION umbra_settle_leased_batch(p_items jsonb, p_platform_account_id text)
     RETURNS TABLE(item integer, applied boolean, had_hold boolean, charged bigint) LANGUAGE plpgsql AS $$
 DECLARE
-  -- Per settlement, in request id order (a request id twice counts once, at its first).
   r_item integer[];
   r_id text[];
   r_lease text[];
@@ -101,30 +102,36 @@ DECLARE
   r_charge bigint[];
   r_fee bigint[];
   r_earn bigint[];
-  -- The leases, locked, and what each has left as the batch goes.
   l_ids text[];
   l_accounts text[];
   l_keys text[];
   l_left bigint[];
+  m_account text[];
+  m_kind text[];
+  m_amount bigint[];
+  m_request text[];
+  m_at bigint[];
+  v_settled text[];
   v_applied text[];
   v_n integer;
   v_l integer;
 BEGIN
-  SELECT array_agg(x.item ORDER BY x.request_id COLLATE "C", x.item), array_agg(x.request_id ORDER BY x.request_id COLLATE "C", x.item),
-      array_agg(x.lease_id ORDER BY x.request_id COLLATE "C", x.item), array_agg(x.amount ORDER BY x.request_id COLLATE "C", x.item),
-      array_agg(x.charge ORDER BY x.request_id COLLATE "C", x.item), array_agg(x.fee ORDER BY x.request_id COLLATE "C", x.item),
-      array_agg(x.earning ORDER BY x.request_id COLLATE "C", x.item),
-      array_agg(x.provider_account_id ORDER BY x.request_id COLLATE "C", x.item), array_agg(x.at_ms ORDER BY x.request_id COLLATE "C", x.item),
-      array_agg(x.account_id ORDER BY x.request_id COLLATE "C", x.item), array_agg(x.key_id ORDER BY x.request_id COLLATE "C", x.item)
+  SELECT array_agg(x.item), array_agg(x.request_id), array_agg(x.lease_id), array_agg(x.amount), array_agg(x.charge),
+      array_agg(x.fee), array_agg(x.earning), array_agg(x.provider_account_id), array_agg(x.at_ms), array_agg(x.account_id),
+      array_agg(x.key_id)
     INTO r_item, r_id, r_lease, r_amount, r_asked, r_fee_asked, r_earn_asked, r_provider, r_at, r_account, r_key
-    FROM jsonb_to_recordset(p_items) AS x(item integer, request_id text, lease_id text, amount bigint, charge bigint, fee bigint,
-      earning bigint, provider_account_id text, at_ms bigint, account_id text, key_id text);
+    FROM (SELECT * FROM jsonb_to_recordset(p_items) AS x0(item integer, request_id text, lease_id text, amount bigint, charge bigint,
+      fee bigint, earning bigint, provider_account_id text, at_ms bigint, account_id text, key_id text)
+      ORDER BY x0.request_id COLLATE "C", x0.item) x;
   v_n := coalesce(array_length(r_item, 1), 0);
   IF v_n = 0 THEN RETURN; END IF;
   SELECT array_agg(h.request_id), array_agg(h.account_id), array_agg(h.key_id), array_agg(h.amount_micro_usd)
     INTO l_ids, l_accounts, l_keys, l_left FROM (
       SELECT h0.request_id, h0.account_id, h0.key_id, h0.amount_micro_usd FROM holds h0
         WHERE h0.request_id = ANY(r_lease) AND h0.request_id LIKE 'lease:%' ORDER BY h0.request_id COLLATE "C" FOR UPDATE) h;
+  -- Settled before (a retry whose answer was lost): charges nothing, so takes nothing of its lease from the
+  -- others in the batch (a batch on a lease holds its row's lock, so an earlier one has committed).
+  SELECT coalesce(array_agg(u.request_id), '{}') INTO v_settled FROM usage u WHERE u.request_id = ANY(r_id);
   r_first := array_fill(false, ARRAY[v_n]);
   r_had := array_fill(false, ARRAY[v_n]);
   r_charge := array_fill(0::bigint, ARRAY[v_n]);
@@ -136,22 +143,21 @@ BEGIN
       r_key[i] := l_keys[v_l];
       IF r_first[i] THEN
         r_had[i] := true;
-        r_charge[i] := greatest(least(r_asked[i], r_amount[i], l_left[v_l]), 0);
+        r_charge[i] := CASE WHEN r_id[i] = ANY(v_settled) THEN 0 ELSE greatest(least(r_asked[i], r_amount[i], l_left[v_l]), 0) END;
         l_left[v_l] := l_left[v_l] - r_charge[i];
       END IF;
     END IF;
   END LOOP;
-  -- The usage rows: only the call that writes one charges.
   WITH ins AS (
     INSERT INTO usage (request_id, account_id, key_id, model, build_id, provider_id, prompt_tokens, cached_tokens,
         completion_tokens, cost_micro_usd, started_at, first_content_ms, duration_ms, outcome)
-      SELECT r_id[g], r_account[g], r_key[g], u.model, u.build_id, u.provider_id, u.prompt_tokens, u.cached_tokens,
-          u.completion_tokens, r_charge[g], u.started_at, u.first_content_ms, u.duration_ms, u.outcome
-        FROM generate_series(1, v_n) g
+      SELECT r.id, r.account, r.key, u.model, u.build_id, u.provider_id, u.prompt_tokens, u.cached_tokens,
+          u.completion_tokens, r.charge, u.started_at, u.first_content_ms, u.duration_ms, u.outcome
+        FROM unnest(r_item, r_id, r_account, r_key, r_charge, r_first) AS r(item, id, account, key, charge, first)
         JOIN jsonb_to_recordset(p_items) AS u(item integer, model text, build_id text, provider_id text, prompt_tokens bigint,
           cached_tokens bigint, completion_tokens bigint, started_at bigint, first_content_ms bigint, duration_ms bigint,
-          outcome text) ON u.item = r_item[g]
-        WHERE r_first[g] ORDER BY r_id[g] COLLATE "C"
+          outcome text) ON u.item = r.item
+        WHERE r.first ORDER BY r.id COLLATE "C"
       ON CONFLICT DO NOTHING RETURNING usage.request_id)
   SELECT array_agg(ins.request_id) INTO v_applied FROM ins;
   r_applied := array_fill(false, ARRAY[v_n]);
@@ -163,33 +169,46 @@ BEGIN
     IF r_had[i] THEN r_fee[i] := greatest(least(r_fee_asked[i], r_charge[i]), 0); END IF;
     IF r_provider[i] IS NOT NULL THEN r_earn[i] := greatest(least(r_earn_asked[i], r_charge[i] - r_fee[i]), 0); END IF;
   END LOOP;
-  IF EXISTS (SELECT 1 FROM unnest(r_fee) f WHERE f > 0) THEN
+  -- The ledger's moves, once: a charge entry per settlement (with its request id), then per receiving
+  -- account one earning entry and the platform one fee entry for the whole batch (request id null, as
+  -- the SQLite store writes them; the usage rows say which requests they cover).
+  SELECT array_agg(mv.account_id ORDER BY mv.seq), array_agg(mv.kind ORDER BY mv.seq), array_agg(mv.amount ORDER BY mv.seq),
+      array_agg(mv.request_id ORDER BY mv.seq), array_agg(mv.at_ms ORDER BY mv.seq)
+    INTO m_account, m_kind, m_amount, m_request, m_at FROM (
+      SELECT c.account AS account_id, 'charge'::text AS kind, -c.charge AS amount, c.id AS request_id, c.at AS at_ms, c.seq
+        FROM unnest(r_account, r_charge, r_id, r_at) WITH ORDINALITY AS c(account, charge, id, at, seq) WHERE c.charge > 0
+      UNION ALL
+      SELECT e.provider, 'earning'::text, sum(e.earn)::bigint, NULL::text, max(e.at), v_n + 1
+        FROM unnest(r_provider, r_earn, r_at) AS e(provider, earn, at) WHERE e.earn > 0 GROUP BY e.provider
+      UNION ALL
+      SELECT p_platform_account_id, 'fee'::text, sum(f.fee)::bigint, NULL::text, max(f.at), v_n + 2
+        FROM unnest(r_fee, r_at) AS f(fee, at) WHERE f.fee > 0 HAVING count(*) > 0) mv;
+  IF m_account IS NULL THEN
+    RETURN QUERY SELECT m.item, m.applied, m.had, m.charge FROM unnest(r_item, r_applied, r_had, r_charge) AS m(item, applied, had, charge);
+    RETURN;
+  END IF;
+  IF p_platform_account_id = ANY(m_account) THEN
     INSERT INTO accounts (id, name, jwt_subject, created_at) VALUES (p_platform_account_id, 'Platform', NULL, 0)
       ON CONFLICT DO NOTHING;
     INSERT INTO balances (account_id, balance_micro_usd, reserved_micro_usd, updated_at)
       VALUES (p_platform_account_id, 0, 0, 0) ON CONFLICT DO NOTHING;
   END IF;
-  PERFORM 1 FROM balances WHERE account_id IN (SELECT mv.account_id FROM umbra_settle_moves(p_platform_account_id, r_id, r_at,
-      r_had, r_account, r_charge, r_charge, r_provider, r_earn, r_fee) mv)
-    ORDER BY account_id COLLATE "C" FOR UPDATE;
+  PERFORM 1 FROM balances WHERE account_id = ANY(m_account) ORDER BY account_id COLLATE "C" FOR UPDATE;
   PERFORM 1 FROM api_keys WHERE id = ANY(r_key) ORDER BY id COLLATE "C" FOR UPDATE;
-  IF EXISTS (SELECT 1 FROM umbra_settle_moves(p_platform_account_id, r_id, r_at, r_had, r_account, r_charge, r_charge, r_provider,
-      r_earn, r_fee) mv WHERE NOT EXISTS (SELECT 1 FROM balances b WHERE b.account_id = mv.account_id)) THEN
+  IF EXISTS (SELECT 1 FROM unnest(m_account) a WHERE NOT EXISTS (SELECT 1 FROM balances b WHERE b.account_id = a)) THEN
     RAISE EXCEPTION 'a settlement moves money to or from an account without a balance' USING ERRCODE = '23503';
   END IF;
   INSERT INTO ledger_entries (account_id, kind, amount_micro_usd, balance_after_micro_usd, request_id, created_at)
-    SELECT mv.account_id, mv.kind, mv.amount,
-        b.balance_micro_usd + sum(mv.amount) OVER (PARTITION BY mv.account_id ORDER BY mv.seq, mv.sub), mv.request_id, mv.at_ms
-      FROM umbra_settle_moves(p_platform_account_id, r_id, r_at, r_had, r_account, r_charge, r_charge, r_provider, r_earn, r_fee) mv
-      JOIN balances b ON b.account_id = mv.account_id
-      WHERE mv.amount <> 0 ORDER BY mv.account_id, mv.seq, mv.sub;
+    SELECT m.account, m.kind, m.amount, b.balance_micro_usd + sum(m.amount) OVER (PARTITION BY m.account ORDER BY m.ord),
+        m.request, m.at
+      FROM unnest(m_account, m_kind, m_amount, m_request, m_at) WITH ORDINALITY AS m(account, kind, amount, request, at, ord)
+      JOIN balances b ON b.account_id = m.account ORDER BY m.account, m.ord;
   -- A lease's charges leave the balance and its reservation together.
-  UPDATE balances b SET balance_micro_usd = b.balance_micro_usd + t.delta,
-      reserved_micro_usd = b.reserved_micro_usd - t.unheld, updated_at = coalesce(t.at_ms, b.updated_at)
-    FROM (SELECT mv.account_id, sum(mv.amount) AS delta, sum(mv.unheld) AS unheld,
-        max(mv.at_ms) FILTER (WHERE mv.amount <> 0) AS at_ms FROM umbra_settle_moves(p_platform_account_id, r_id, r_at, r_had,
-        r_account, r_charge, r_charge, r_provider, r_earn, r_fee) mv GROUP BY 1) t
-    WHERE b.account_id = t.account_id;
+  UPDATE balances b SET balance_micro_usd = b.balance_micro_usd + t.delta, reserved_micro_usd = b.reserved_micro_usd - t.unheld,
+      updated_at = t.at
+    FROM (SELECT m.account, sum(m.amount) AS delta, sum(CASE WHEN m.kind = 'charge' THEN -m.amount ELSE 0 END) AS unheld,
+        max(m.at) AS at FROM unnest(m_account, m_kind, m_amount, m_at) AS m(account, kind, amount, at) GROUP BY 1) t
+    WHERE b.account_id = t.account;
   UPDATE api_keys k SET held_micro_usd = k.held_micro_usd - t.charged, spent_micro_usd = k.spent_micro_usd + t.charged
     FROM (SELECT m.key, sum(m.charge) AS charged FROM unnest(r_key, r_charge, r_had) AS m(key, charge, had)
       WHERE m.had AND m.key IS NOT NULL GROUP BY 1 HAVING sum(m.charge) > 0) t
