@@ -111,7 +111,8 @@ DECLARE
   m_amount bigint[];
   m_request text[];
   m_at bigint[];
-  v_settled text[];
+  l_start bigint[];
+  v_retried boolean := false;
   v_applied text[];
   v_n integer;
   v_l integer;
@@ -129,9 +130,7 @@ BEGIN
     INTO l_ids, l_accounts, l_keys, l_left FROM (
       SELECT h0.request_id, h0.account_id, h0.key_id, h0.amount_micro_usd FROM holds h0
         WHERE h0.request_id = ANY(r_lease) AND h0.request_id LIKE 'lease:%' ORDER BY h0.request_id COLLATE "C" FOR UPDATE) h;
-  -- Settled before (a retry whose answer was lost): charges nothing, so takes nothing of its lease from the
-  -- others in the batch (a batch on a lease holds its row's lock, so an earlier one has committed).
-  SELECT coalesce(array_agg(u.request_id), '{}') INTO v_settled FROM usage u WHERE u.request_id = ANY(r_id);
+  l_start := l_left;
   r_first := array_fill(false, ARRAY[v_n]);
   r_had := array_fill(false, ARRAY[v_n]);
   r_charge := array_fill(0::bigint, ARRAY[v_n]);
@@ -143,7 +142,7 @@ BEGIN
       r_key[i] := l_keys[v_l];
       IF r_first[i] THEN
         r_had[i] := true;
-        r_charge[i] := CASE WHEN r_id[i] = ANY(v_settled) THEN 0 ELSE greatest(least(r_asked[i], r_amount[i], l_left[v_l]), 0) END;
+        r_charge[i] := greatest(least(r_asked[i], r_amount[i], l_left[v_l]), 0);
         l_left[v_l] := l_left[v_l] - r_charge[i];
       END IF;
     END IF;
@@ -165,7 +164,24 @@ BEGIN
   r_earn := array_fill(0::bigint, ARRAY[v_n]);
   FOR i IN 1 .. v_n LOOP
     r_applied[i] := r_first[i] AND coalesce(r_id[i] = ANY(v_applied), false);
+    IF r_first[i] AND NOT r_applied[i] AND r_charge[i] > 0 THEN v_retried := true; END IF;
     IF NOT r_applied[i] THEN r_charge[i] := 0; END IF;
+  END LOOP;
+  -- Settled before (a retry whose answer was lost): it charges nothing, so it must take nothing of its
+  -- lease from the others in the batch; their charges again, without it, and their usage rows to match.
+  -- Rare; each row by its key (a batch on a lease holds its row's lock, so an earlier one has committed).
+  IF v_retried THEN
+    l_left := l_start;
+    FOR i IN 1 .. v_n LOOP
+      v_l := array_position(l_ids, r_lease[i]);
+      IF r_applied[i] AND r_had[i] THEN
+        r_charge[i] := greatest(least(r_asked[i], r_amount[i], l_left[v_l]), 0);
+        l_left[v_l] := l_left[v_l] - r_charge[i];
+        UPDATE usage SET cost_micro_usd = r_charge[i] WHERE request_id = r_id[i] AND cost_micro_usd <> r_charge[i];
+      END IF;
+    END LOOP;
+  END IF;
+  FOR i IN 1 .. v_n LOOP
     IF r_had[i] THEN r_fee[i] := greatest(least(r_fee_asked[i], r_charge[i]), 0); END IF;
     IF r_provider[i] IS NOT NULL THEN r_earn[i] := greatest(least(r_earn_asked[i], r_charge[i] - r_fee[i]), 0); END IF;
   END LOOP;
