@@ -53,8 +53,9 @@ end
 `;
 
 /**
- * KEYS: req, tok. ARGV: rpm, tpm (0 = no limit: that key is dropped), tokens, now ('' = TIME). Both keys
- * live until the later is full (a subject is forgotten whole, as the in-process one is).
+ * KEYS: req, tok. ARGV: rpm, tpm (0 = no limit: that key is dropped), tokens, now ('' = TIME), and the
+ * true-ups not sent yet (actual - estimated tokens, summed; '' or 0 = none), applied first as TRUE_UP
+ * would. Both keys live until the later is full (a subject is forgotten whole, as the in-process one is).
  */
 export const CHECK_SCRIPT = `${PRELUDE}
 local rpm, tpm, tokens = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -67,6 +68,8 @@ if full(rs) and full(ts) then rs, ts = nil, nil end
 local rl, tl = 0, 0
 if rpm > 0 then rl = level(rs, rpm) else redis.call('DEL', KEYS[1]) end
 if tpm > 0 then tl = level(ts, tpm) else redis.call('DEL', KEYS[2]) end
+local owed = tonumber(ARGV[5]) or 0
+if tpm > 0 and owed ~= 0 then tl = math.min(tpm * UNIT, tl - owed * UNIT) end
 local ok = (rpm == 0 or rl >= math.min(UNIT, rpm * UNIT)) and (tpm == 0 or tl >= math.min(tokens * UNIT, tpm * UNIT))
 if ok then
   if rpm > 0 then rl = rl - UNIT end

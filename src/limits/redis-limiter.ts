@@ -1,7 +1,9 @@
 /**
  * Rate limits shared by every replica through Redis: the same contract and answers as the in-process
- * RateLimiter (limits/rate-limiter.ts), one EVALSHA per check (limits/gcra-scripts.ts) and one per
- * true-up. Scripts are called by their SHA-1 and loaded again (SCRIPT LOAD) when the server answers
+ * RateLimiter (limits/rate-limiter.ts), one EVALSHA per check (limits/gcra-scripts.ts). True-ups wait
+ * (`trueUpDelayMs`, 5 ms unless given) and are summed per subject: the subject's next check carries
+ * them, applied before it decides (no admission is decided without them), or one EVALSHA of TRUE_UP
+ * sends them when no check comes first. Scripts are called by their SHA-1 and loaded again (SCRIPT LOAD) when the server answers
  * NOSCRIPT. Keys: `{prefix:subject}:req` and `{prefix:subject}:tok`. A subject with no limit at all
  * costs no Redis call. Redis failures reject with RedisUnavailableError (limits/global-limiter.ts falls
  * back); bad limits or costs throw RangeError before any call.
@@ -17,6 +19,15 @@ export interface RedisLimiterOptions {
   readonly prefix: string;
   /** Tests only: the scripts' clock (Unix ms) instead of the server's TIME. */
   readonly clock?: () => number;
+  /** How long a true-up waits for its subject's next check before it is sent alone; 5 ms unless given. */
+  readonly trueUpDelayMs?: number;
+}
+
+/** True-ups of one subject not sent yet, and the promises waiting for them. */
+interface Owed {
+  delta: number;
+  tpm: number;
+  readonly waiters: { resolve: () => void; reject: (e: unknown) => void }[];
 }
 
 interface Script {
@@ -44,11 +55,15 @@ export class RedisRateLimiter {
   private readonly clock: (() => number) | undefined;
   private readonly checkScript: Script = { text: CHECK_SCRIPT, sha: sha1(CHECK_SCRIPT) };
   private readonly trueUpScript: Script = { text: TRUE_UP_SCRIPT, sha: sha1(TRUE_UP_SCRIPT) };
+  private readonly owed = new Map<string, Owed>();
+  private readonly trueUpDelayMs: number;
+  private flushTimer: ReturnType<typeof setTimeout> | undefined;
 
   constructor(options: RedisLimiterOptions) {
     this.client = options.client;
     this.prefix = options.prefix;
     this.clock = options.clock;
+    this.trueUpDelayMs = options.trueUpDelayMs ?? 5;
   }
 
   /** Loads both scripts: resolves when Redis answers (the fallback's probe). */
@@ -68,11 +83,20 @@ export class RedisRateLimiter {
     const tpm = limitOf(limits.tpm, "tpm");
     const tokens = tokensOf(cost.tokens);
     if (rpm === 0 && tpm === 0) return { ok: true, handle: new RedisTicket(this, subject, tokens, 0), headers: NO_LIMIT_HEADERS };
-    const reply = await this.run(
-      this.checkScript,
-      [this.key(subject, "req"), this.key(subject, "tok")],
-      [String(rpm), String(tpm), String(tokens), this.now()],
-    );
+    const owed = this.owed.get(subject);
+    this.owed.delete(subject);
+    let reply: unknown;
+    try {
+      reply = await this.run(
+        this.checkScript,
+        [this.key(subject, "req"), this.key(subject, "tok")],
+        [String(rpm), String(tpm), String(tokens), this.now(), String(owed?.delta ?? 0)],
+      );
+    } catch (e) {
+      for (const w of owed?.waiters ?? []) w.reject(e);
+      throw e;
+    }
+    for (const w of owed?.waiters ?? []) w.resolve();
     if (!Array.isArray(reply) || reply.length !== 3) throw new RedisUnavailableError("error");
     const requestLevel = Number(reply[1]);
     const tokenLevel = Number(reply[2]);
@@ -103,8 +127,37 @@ export class RedisRateLimiter {
       return Promise.resolve();
     }
     handle.settled = true;
-    const keys = [this.key(handle.subject, "req"), this.key(handle.subject, "tok")];
-    return this.run(this.trueUpScript, keys, [String(tokens - handle.estimatedTokens), String(handle.tpm), this.now()]).then(() => {});
+    return new Promise<void>((resolve, reject) => {
+      const owed = this.owed.get(handle.subject) ?? { delta: 0, tpm: handle.tpm, waiters: [] };
+      owed.delta += tokens - handle.estimatedTokens;
+      owed.tpm = handle.tpm;
+      owed.waiters.push({ resolve, reject });
+      this.owed.set(handle.subject, owed);
+      if (this.flushTimer === undefined) {
+        this.flushTimer = setTimeout(() => this.flush(), this.trueUpDelayMs);
+        this.flushTimer.unref?.();
+      }
+    });
+  }
+
+  /** Sends the true-ups no check has carried, one EVALSHA per subject. */
+  private flush(): void {
+    this.flushTimer = undefined;
+    const all = [...this.owed];
+    this.owed.clear();
+    for (const [subject, owed] of all) {
+      const done = () => {
+        for (const w of owed.waiters) w.resolve();
+      };
+      if (owed.delta === 0) {
+        done();
+        continue;
+      }
+      const keys = [this.key(subject, "req"), this.key(subject, "tok")];
+      this.run(this.trueUpScript, keys, [String(owed.delta), String(owed.tpm), this.now()]).then(done, (e: unknown) => {
+        for (const w of owed.waiters) w.reject(e);
+      });
+    }
   }
 
   private key(subject: string, dimension: "req" | "tok"): string {

@@ -158,6 +158,61 @@ suite.each(adapters)("RedisRateLimiter over $name", ({ open }) => {
     expect({ loads, calls }).toEqual({ loads: 1, calls: 2 });
   });
 
+  test("a true-up not sent yet is carried by its subject's next check, before that check decides", async () => {
+    const { client, prefix } = setup();
+    let calls = 0;
+    const counted: RedisScripts = {
+      load: (s) => client.load(s),
+      evalsha: (sha, keys, args) => {
+        calls++;
+        return client.evalsha(sha, keys, args);
+      },
+      close() {},
+    };
+    // No timer sends it within the test: only the next check can.
+    const redis = new RedisRateLimiter({ client: counted, prefix, clock: () => T0, trueUpDelayMs: 60_000 });
+    const limits = { rpm: null, tpm: 1000 };
+    const big = await redis.check("key_a", limits, { tokens: 900 });
+    if (!big.ok) throw new Error("expected admission");
+    // 900 estimated, 100 used: 800 back, owed to the next check.
+    let given = false;
+    void redis.trueUp(big.handle, 100).then(() => {
+      given = true;
+    });
+    const after = await redis.check("key_a", limits, { tokens: 800 });
+    expect({ ok: after.ok, given, calls }).toEqual({ ok: true, given: true, calls: 2 });
+    if (!after.ok) return;
+    // 800 estimated, 1,000 used: 200 more, so nothing is left for the next one.
+    void redis.trueUp(after.handle, 1000);
+    const refused = await redis.check("key_a", limits, { tokens: 1 });
+    expect({ ok: refused.ok, remaining: refused.headers["x-ratelimit-remaining-tokens"], calls }).toEqual({
+      ok: false,
+      remaining: "0",
+      calls: 3,
+    });
+  });
+
+  test("true-ups no check carries are summed per subject and sent after the delay", async () => {
+    const { client, prefix } = setup();
+    let calls = 0;
+    const counted: RedisScripts = {
+      load: (s) => client.load(s),
+      evalsha: (sha, keys, args) => {
+        calls++;
+        return client.evalsha(sha, keys, args);
+      },
+      close() {},
+    };
+    const redis = new RedisRateLimiter({ client: counted, prefix, clock: () => T0, trueUpDelayMs: 10 });
+    const limits = { rpm: null, tpm: 1000 };
+    const one = await redis.check("key_a", limits, { tokens: 300 });
+    const two = await redis.check("key_a", limits, { tokens: 300 });
+    if (!one.ok || !two.ok) throw new Error("expected admissions");
+    await Promise.all([redis.trueUp(one.handle, 100), redis.trueUp(two.handle, 0)]);
+    expect(calls).toBe(3); // two checks and one true-up for both
+    expect((await redis.check("key_a", limits, { tokens: 0 })).headers["x-ratelimit-remaining-tokens"]).toBe("900");
+  });
+
   test("refuses bad input before any call, and foreign or repeated true-ups", async () => {
     const { redis, local } = setup();
     await expect(redis.check("key_a", { rpm: 0, tpm: null }, { tokens: 1 })).rejects.toThrow(RangeError);
