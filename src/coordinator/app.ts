@@ -251,7 +251,8 @@ export function createApp(deps: AppDeps): App {
   const admin = new AdminService(store, now, {
     ...(publicUrl !== undefined ? { publicUrl } : {}),
     providerTokenRevoked: (id) => fleet.disconnectToken(id),
-    reservedFor: (id) => wallets.reservedFor(id),
+    // Cluster mode: the database's figure (every replica's holds and balance leases), not this one's memory.
+    ...(deps.moneyAuthority ? {} : { reservedFor: (id: string) => wallets.reservedFor(id) }),
     accountCredited: (id) => void wallets.refresh(id),
     settled: () => wallets.applied(),
   });

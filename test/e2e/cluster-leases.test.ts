@@ -85,6 +85,9 @@ test.skipIf(db === undefined || !redis || !nats)(
       return rows.length === 1 && rows;
     }, "A's lease");
     expect(lease?.owner).toBe("a");
+    // Every replica's account report shows the money the lease holds as reserved (the database's figure).
+    const report = await b.app.admin.getAccount(account.id);
+    expect(report?.reserved_micro_usd).toBe(Number(lease?.amount));
     const reservesBefore = a.authority.batches().reserve.calls;
     for (let i = 0; i < 4; i++) expect((await ask(a.url)).status).toBe(200);
     expect(a.authority.batches().reserve.calls).toBe(reservesBefore);
