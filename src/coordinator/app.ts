@@ -28,7 +28,7 @@ import { createMetrics, type Metrics } from "../observability/metrics.ts";
 import { HoldKeeper } from "../store/pg/hold-keeper.ts";
 import type { MoneyAuthority } from "../store/pg/money-authority.ts";
 import type { ProviderTokenRecord, Store } from "../store/types.ts";
-import { type AppCluster, linkLeases, startCluster, withRemoteCapacity } from "./cluster-link.ts";
+import { type AppCluster, leasesOf, linkLeases, startCluster, withRemoteCapacity } from "./cluster-link.ts";
 import { type AppMdm, type MdmTimings, mdmDeviceTrust, startMdm } from "./mdm-link.ts";
 import { evidenceHooks, type ProviderTrust, providerTrust } from "./provider-trust.ts";
 import { createLimiter } from "./rate-limits.ts";
@@ -236,6 +236,7 @@ export function createApp(deps: AppDeps): App {
       replicas: liveReplicas,
       remoteProviders: () => cluster.node?.remote.providerCount ?? 0,
       cachesLive: () => cachesLive?.(),
+      ...(deps.moneyAuthority ? { leases: leasesOf(deps.moneyAuthority) } : {}),
     });
   }
   const limits = createLimiter({ cluster: config.cluster, now, logger, metrics, liveReplicas });

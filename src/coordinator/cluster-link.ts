@@ -204,3 +204,8 @@ export function linkLeases(authority: MoneyAuthority, cluster: AppCluster): void
   authority.leases.enableWhen(() => cluster.connected());
   cluster.onRecall((accountId) => authority.leases.recall(accountId));
 }
+
+/** The leases' figures for /metrics. */
+export function leasesOf(authority: MoneyAuthority) {
+  return () => ({ count: authority.leases.size, heldMicroUsd: authority.leases.held });
+}

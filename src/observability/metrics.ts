@@ -34,6 +34,8 @@ export interface ClusterView {
   remoteProviders(): number;
   /** The read caches are in use: the store's change feed delivers (undefined: a store without one). */
   cachesLive(): boolean | undefined;
+  /** This replica's balance leases (store/pg/money-leases.ts): how many, and the money they hold. */
+  leases?(): { readonly count: number; readonly heldMicroUsd: number };
 }
 
 export interface MetricsOptions {
@@ -109,6 +111,11 @@ export function createMetrics(options: MetricsOptions = {}): Metrics {
         });
       gauge("umbra_cluster_replicas", "Replicas this one sees: itself and those whose NATS fleet digests arrive", view.replicas);
       gauge("umbra_cluster_remote_providers", "Providers connected to the other replicas, at their last digests", view.remoteProviders);
+      const leases = view.leases;
+      if (leases) {
+        gauge("umbra_money_leases", "Balance leases this replica holds", () => leases().count);
+        gauge("umbra_money_leased_micro_usd", "Money this replica's balance leases hold, in µUSD", () => leases().heldMicroUsd);
+      }
       gauge(
         "umbra_store_caches_live",
         "1 while the Postgres change feed delivers and the read caches are used, 0 while they are bypassed",

@@ -1,10 +1,10 @@
 /**
  * Balance leases across replicas (src/store/pg/money-leases.ts), two apps in one process on one Postgres
- * database, one Redis and one NATS prefix: a hot key's requests on A are admitted on A's lease (one lease
- * row, leased settlements, no reserve round trip each); a request on B that only A's idle lease stands
- * between and its money is answered, not refused: B recalls A's lease over NATS before a 402; with the
- * money really gone, B answers 402 (type `insufficient_funds`). The books balance at the end. Skipped, saying
- * so, without PostgreSQL, Redis or NATS.
+ * database, one Redis and one NATS prefix: a hot key's requests on A are admitted on A's lease (one
+ * lease row, leased settlements, no reserve round trip each; /metrics and the account reports show it);
+ * a request on B that only A's idle lease stands between and its money is answered, not refused: B
+ * recalls A's lease over NATS before a 402; with the money really gone, B answers 402 (type
+ * `insufficient_funds`). Skipped, saying so, without PostgreSQL, Redis or NATS.
  */
 import { afterAll, expect, test } from "bun:test";
 import postgres from "postgres";
@@ -85,6 +85,10 @@ test.skipIf(db === undefined || !redis || !nats)(
       return rows.length === 1 && rows;
     }, "A's lease");
     expect(lease?.owner).toBe("a");
+    // /metrics says so too.
+    const metrics = await (await fetch(`${a.url}/metrics`)).text();
+    expect(metrics).toContain("\numbra_money_leases 1\n");
+    expect(metrics).toMatch(/\numbra_money_leased_micro_usd [1-9]\d*\n/);
     // Every replica's account report shows the money the lease holds as reserved (the database's figure).
     const report = await b.app.admin.getAccount(account.id);
     expect(report?.reserved_micro_usd).toBe(Number(lease?.amount));

@@ -240,6 +240,13 @@ export class Leases {
     return this.byId.size;
   }
 
+  /** What this replica holds in leases now (µUSD, as far as it knows: never more than the rows). */
+  get held(): number {
+    let total = 0;
+    for (const l of this.byId.values()) total += l.granted;
+    return total;
+  }
+
   /** Idle leases closed; non-live drained ones closed; while disabled, every lease's free part given back. */
   private async upkeep(): Promise<void> {
     const now = this.deadlines.time();
