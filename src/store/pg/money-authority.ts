@@ -1,16 +1,15 @@
 /**
- * The money authority on Postgres: every reservation is a hold row, and the database alone decides
+ * The money authority on Postgres: every reservation is a hold row (or, for a busy key, a share of its
+ * replica's balance lease: `admit`, money-leases.ts), and the database alone decides
  * (migrations/0002_money_fns.sql, 0003_money_batch.sql). `reserve` holds on the balance and the key's cap
  * or names the shortfall (funds, quota, unknown, duplicate), `settle` is idempotent on the request id
  * and charges at most the hold (nothing more without one), `release` gives a hold back, `renew` extends
  * every hold of this replica and releases those it no longer knows (a reserve whose answer was lost, a
  * settlement `abandon`ed), `sweep` releases expired ones (any replica may run it). CHECKs keep
- * 0 <= reserved <= balance and spent + held <= cap in the database.
- *
- * Reserves, settlements and releases are batched (call-batcher.ts): each kind has at most one round trip
+ * 0 <= reserved <= balance and spent + held <= cap in the database. Reserves, settlements and releases are batched (call-batcher.ts): each kind has at most one round trip
  * in flight, and the calls made meanwhile go together in the next, decided in one transaction (one
  * commit; 0003's functions; a batch of one uses 0002's); `batchMax` 1 sends each call alone. The
- * replica's side of the lease is `deadlines` (hold-deadlines.ts): the holds whose streams must stop.
+ * replica's side of the TTL is `deadlines` (hold-deadlines.ts): the holds whose streams must stop.
  */
 import postgres, { type Sql } from "postgres";
 import { PLATFORM_ACCOUNT_ID, type Settlement } from "../types.ts";

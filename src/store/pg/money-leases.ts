@@ -187,11 +187,6 @@ export class Leases {
     }
   }
 
-  /** Owns this lease id (tracked, not an orphan). */
-  owns(id: string): boolean {
-    return this.byId.has(id);
-  }
-
   /**
    * Gives back what this replica's leases on the account hold and no request uses, and takes none on it
    * for `coolMs`; resolves with the amount given back.
