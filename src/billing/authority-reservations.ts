@@ -3,8 +3,8 @@
  * coordinators on one database: a hot key's request is admitted synchronously on this replica's balance
  * lease (money-leases.ts), any other is one round trip that the database decides; a shortfall first
  * reclaims the account's leases everywhere, then becomes the same 402 as Wallets'; every settlement is
- * one idempotent call that charges at most the hold. A settlement whose hold had gone (swept after its replica stopped renewing)
- * charges nothing and is logged for review. A settlement the database did not answer (restarting) is
+ * one idempotent call that charges at most the hold. A settlement whose hold had gone (swept after its
+ * replica stopped renewing) charges nothing and is logged for review. A settlement the database did not answer (restarting) is
  * sent again, idempotent on the request id, backing off up to `retry.maxMs`, for as long as the hold's
  * lease; only then does it fail, the hold abandoned (the replica's next renewal gives it back).
  * Renewals and sweeps are the HoldKeeper's (store/pg/hold-keeper.ts). Chosen only when the app is

@@ -3,8 +3,8 @@
  * RateLimiter (limits/rate-limiter.ts), one EVALSHA per check (limits/gcra-scripts.ts). True-ups wait
  * (`trueUpDelayMs`, 5 ms unless given) and are summed per subject: the subject's next check carries
  * them, applied before it decides (no admission is decided without them), or one EVALSHA of TRUE_UP
- * sends them when no check comes first. Scripts are called by their SHA-1 and loaded again (SCRIPT LOAD) when the server answers
- * NOSCRIPT. Keys: `{prefix:subject}:req` and `{prefix:subject}:tok`. A subject with no limit at all
+ * sends them when no check comes first. Scripts are called by their SHA-1 and loaded again (SCRIPT
+ * LOAD) when the server answers NOSCRIPT. Keys: `{prefix:subject}:req` and `{prefix:subject}:tok`. A subject with no limit at all
  * costs no Redis call. Redis failures reject with RedisUnavailableError (limits/global-limiter.ts falls
  * back); bad limits or costs throw RangeError before any call.
  */

@@ -6,10 +6,10 @@
  * and charges at most the hold (nothing more without one), `release` gives a hold back, `renew` extends
  * every hold of this replica and releases those it no longer knows (a reserve whose answer was lost, a
  * settlement `abandon`ed), `sweep` releases expired ones (any replica may run it). CHECKs keep
- * 0 <= reserved <= balance and spent + held <= cap in the database. Reserves, settlements and releases are batched (call-batcher.ts): each kind has at most one round trip
- * in flight, and the calls made meanwhile go together in the next, decided in one transaction (one
- * commit; 0003's functions; a batch of one uses 0002's); `batchMax` 1 sends each call alone. The
- * replica's side of the TTL is `deadlines` (hold-deadlines.ts): the holds whose streams must stop.
+ * 0 <= reserved <= balance and spent + held <= cap in the database. Reserves, settlements and releases
+ * are batched (call-batcher.ts): each kind has at most one round trip in flight, and the calls made
+ * meanwhile go together in the next, decided in one transaction (0003's functions; a batch of one uses
+ * 0002's); `batchMax` 1 sends each call alone. `deadlines` (hold-deadlines.ts): the streams to stop.
  */
 import postgres, { type Sql } from "postgres";
 import { PLATFORM_ACCOUNT_ID, type Settlement } from "../types.ts";
