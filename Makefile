@@ -95,6 +95,7 @@ bench: deps console-assets
 	$(BUN) bench/stream-relay.ts
 	$(BUN) bench/startup.ts
 	$(BUN) bench/overhead.ts
+	$(BUN) bench/alloc.ts
 	$(BUN) bench/cluster.ts
 
 # Soak (issue 7): SOAK_SECONDS (default 600) of mixed traffic with faults against real processes, then the

@@ -208,6 +208,8 @@ export interface ProviderProcess extends AsyncDisposable {
   readonly proc: Subprocess<"ignore", "pipe", "pipe">;
   /** Resolves when the coordinator has welcomed the provider. */
   readonly connected: Promise<string>;
+  /** Everything it wrote to stderr so far. */
+  log(): string;
 }
 
 /** Starts `umbra-provider start` with the given flags (coordinator and token included by the caller). */
@@ -226,11 +228,15 @@ export function startProvider(args: readonly string[], env: Record<string, strin
     stdout: "pipe",
     stderr: "pipe",
   });
-  const connected = waitForLine(proc.stderr, /"msg":"connected to coordinator","provider_id":"([^"]+)"/, "provider");
+  let log = "";
+  const connected = waitForLine(proc.stderr, /"msg":"connected to coordinator","provider_id":"([^"]+)"/, "provider", (text) => {
+    log += text;
+  });
   connected.catch(() => {});
   return {
     proc,
     connected,
+    log: () => log,
     async [Symbol.asyncDispose]() {
       proc.kill("SIGKILL");
       await proc.exited;

@@ -1,0 +1,116 @@
+/**
+ * Bytes allocated per request (issue 25 point 3), in the coordinator and in the provider, by the method of
+ * ../shared/research/perf-profile-2026-11-26.md section 5: both run with BUN_JSC_logGC=1, and what a
+ * process allocated over a run is the sum over its collections of (heap at a collection's start - heap
+ * after the previous one), divided by the run's requests (a lower bound: what was allocated after the
+ * last collection is not counted; runs are long enough for many). One coordinator on SQLite with
+ * governance on and one echo provider (sealed hop, receipts), as run.ts; closed loop at BENCH_CONCURRENCY
+ * after an unmeasured warm-up; BENCH_ROUNDS runs per case, medians. GC logging slows both processes, so
+ * this measures allocation only, never speed.
+ */
+import { startCoordinator, startProvider } from "../test/support/processes.ts";
+import { BUILD, CREDIT, LIMITS } from "./lib/deployment.ts";
+import { benchList, benchNumber } from "./lib/env.ts";
+import { writeResult } from "./lib/results.ts";
+import { median } from "./lib/stats.ts";
+
+const seconds = benchNumber("BENCH_SECONDS", 5);
+const rounds = benchNumber("BENCH_ROUNDS", 3);
+const concurrency = benchNumber("BENCH_CONCURRENCY", 32);
+const cases = benchList("BENCH_CASES", ["non-streaming", "streaming"]).map((c) => c === "streaming");
+const BUN = process.execPath;
+const ROOT = new URL("..", import.meta.url).pathname;
+/** Issue 25 point 3: the coordinator's bound, and the provider's first figure by this script (2026-11-26, main at 49958b9), to halve. */
+const COORDINATOR_KB = 15;
+const PROVIDER_BASELINE_KB = 29.6;
+
+/** KB allocated over the GC log `text` (whole collections only). */
+export function allocatedKb(text: string): { kb: number; collections: number } {
+  let kb = 0;
+  let collections = 0;
+  let lastAfter: number | undefined;
+  // "START M <before>kb => EdenCollection, ..." then (same or a later line) "=> <after>kb, p=".
+  const events = [...text.matchAll(/START M (\d+)kb|=> (\d+)kb, p=/g)];
+  for (const e of events) {
+    if (e[1] !== undefined) {
+      const before = Number(e[1]);
+      if (lastAfter !== undefined) {
+        kb += Math.max(0, before - lastAfter);
+        collections++;
+      }
+    } else if (e[2] !== undefined) lastAfter = Number(e[2]);
+  }
+  return { kb, collections };
+}
+
+async function load(url: string, key: string, stream: boolean, secs: number): Promise<number> {
+  const options = { url, key, model: BUILD, stream, mode: "closed", concurrency, seconds: secs, warmupSeconds: 0 };
+  const proc = Bun.spawn([BUN, `${ROOT}bench/load.ts`, JSON.stringify(options)], { stdout: "pipe", stderr: "inherit" });
+  const out = await new Response(proc.stdout).text();
+  if ((await proc.exited) !== 0) throw new Error("load generator failed");
+  const result = JSON.parse(out) as { total_requests: number; errors: number };
+  if (result.errors > 0) throw new Error(`${result.errors} requests failed`);
+  return result.total_requests;
+}
+
+interface Run {
+  readonly requests: number;
+  readonly coordinatorKb: number;
+  readonly providerKb: number;
+  readonly collections: { readonly coordinator: number; readonly provider: number };
+}
+
+async function run(stream: boolean): Promise<Run> {
+  const gc = { BUN_JSC_logGC: "1" };
+  await using coordinator = await startCoordinator({ UMBRA_METERING: "on", ...gc });
+  const { apiKey, providerToken } = await coordinator.seed([BUILD], LIMITS, CREDIT);
+  const args = ["--coordinator", coordinator.url, "--token", providerToken, "--engine", "echo", "--model", BUILD];
+  await using provider = startProvider([...args, "--max-concurrency", "1024", "--dev-attestation", "on"], gc);
+  await provider.connected;
+  await load(coordinator.url, apiKey, stream, 2); // warm-up, unmeasured
+  const [c0, p0] = [coordinator.log().length, provider.log().length];
+  const requests = await load(coordinator.url, apiKey, stream, seconds);
+  await Bun.sleep(200); // the last log lines
+  const c = allocatedKb(coordinator.log().slice(c0));
+  const p = allocatedKb(provider.log().slice(p0));
+  return {
+    requests,
+    coordinatorKb: c.kb / requests,
+    providerKb: p.kb / requests,
+    collections: { coordinator: c.collections, provider: p.collections },
+  };
+}
+
+const rows = [];
+for (const stream of cases) {
+  const runs: Run[] = [];
+  for (let r = 0; r < rounds; r++) runs.push(await run(stream));
+  rows.push({
+    case: stream ? "streaming" : "non-streaming",
+    coordinator_kb_per_request: Number(median(runs.map((x) => x.coordinatorKb)).toFixed(1)),
+    provider_kb_per_request: Number(median(runs.map((x) => x.providerKb)).toFixed(1)),
+    requests: Math.round(median(runs.map((x) => x.requests))),
+    collections: runs.map((x) => x.collections),
+  });
+}
+console.log(`KB allocated per request (GC log), closed loop at ${concurrency}, ${seconds} s, median of ${rounds} runs:`);
+console.table(rows.map(({ collections: _, ...r }) => r));
+const targets = rows.flatMap((r) => [
+  {
+    target: `${r.case}: coordinator allocates <= ${COORDINATOR_KB} KB per request (issue 25 point 3)`,
+    measured: r.coordinator_kb_per_request,
+    met: r.coordinator_kb_per_request <= COORDINATOR_KB,
+  },
+  {
+    target: `${r.case}: provider allocates <= ${PROVIDER_BASELINE_KB / 2} KB per request (half of ${PROVIDER_BASELINE_KB}; issue 25 point 3)`,
+    measured: r.provider_kb_per_request,
+    met: r.provider_kb_per_request <= PROVIDER_BASELINE_KB / 2,
+  },
+]);
+console.log("Targets:");
+console.table(targets);
+const { loadavg } = await import("node:os");
+const date = new Date().toISOString();
+console.log(
+  `written ${writeResult("alloc", { date, bun: Bun.version, loadavg: loadavg(), settings: { seconds, rounds, concurrency }, rows, targets } as { date: string })}`,
+);
