@@ -85,9 +85,11 @@ test.skipIf(db === undefined || !redis || !nats)(
       return rows.length === 1 && rows;
     }, "A's lease");
     expect(lease?.owner).toBe("a");
-    // /metrics says so too.
-    const metrics = await (await fetch(`${a.url}/metrics`)).text();
-    expect(metrics).toContain("\numbra_money_leases 1\n");
+    // /metrics says so too, once A has the grant's answer (the row commits first).
+    const metrics = await waitFor(async () => {
+      const text = await (await fetch(`${a.url}/metrics`)).text();
+      return text.includes("\numbra_money_leases 1\n") && text;
+    }, "A's lease in /metrics");
     expect(metrics).toMatch(/\numbra_money_leased_micro_usd [1-9]\d*\n/);
     // Every replica's account report shows the money the lease holds as reserved (the database's figure).
     const report = await b.app.admin.getAccount(account.id);

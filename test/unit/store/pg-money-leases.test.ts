@@ -48,8 +48,13 @@ if (!db) {
         SELECT request_id AS id, owner_replica AS owner, key_id AS key, amount_micro_usd AS amount FROM holds
         WHERE request_id LIKE 'lease:%' ORDER BY amount_micro_usd`
     ).map((r) => ({ id: r.id, owner: r.owner, key: r.key, amount: Number(r.amount) }));
-  const leaseOf = (keyId: string | null) =>
-    waitFor(async () => (await leaseRows()).find((r) => r.key === keyId), `a lease on ${keyId ?? "no key"}`);
+  /** The lease row of a key, once its replica has the grant's answer too (the row commits first). */
+  const leaseOf = async (keyId: string | null) => {
+    const row = await waitFor(async () => (await leaseRows()).find((r) => r.key === keyId), `a lease on ${keyId ?? "no key"}`);
+    const local = () => made.reduce((n, a) => n + a.leases.size, 0);
+    await waitFor(async () => local() >= (await leaseRows()).length, "the grants answered");
+    return row;
+  };
 
   /** A settlement as umbra_settle_batch reads it (money-authority.ts's settlementItem). */
   const settlementItemOf = (x: Settlement, i: number) => ({
@@ -219,7 +224,7 @@ if (!db) {
     });
 
     test("an idle lease is given back whole; reserved goes back to the real holds", async () => {
-      const a = on({ hotCount: 1, depth: 10, idleMs: 100 });
+      const a = on({ hotCount: 1, depth: 10, idleMs: 1_000 });
       expect(a.admit(req("warm", 10, "k1"))).toBe(false);
       expect("hold" in (await a.reserve(req("warm", 10, "k1")))).toBe(true);
       const lease = await leaseOf("k1");
@@ -262,7 +267,7 @@ if (!db) {
       await using ra = replicaOn(db.url, {
         replica: "A",
         ttlMs: 60_000,
-        leases: { enabled: () => true, hotCount: 1, coolMs: 60_000, idleMs: 40 },
+        leases: { enabled: () => true, hotCount: 1, coolMs: 60_000, idleMs: 2_000 },
       });
       await using rb = replicaOn(db.url, { replica: "B", ttlMs: 60_000, leases: { enabled: () => true, hotCount: 1 } });
       const [a, b] = [ra.authority, rb.authority];
