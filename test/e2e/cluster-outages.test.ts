@@ -3,9 +3,9 @@
  * database reach the machine's Redis or NATS through a TCP proxy (test/support/tcp-proxy.ts) the test
  * cuts (connections closed and refused) and restores. Redis down: each replica limits alone at
  * limit / live replicas (2 of a key's 4 rpm each), /metrics says `local`, the log says so once, money is
- * unaffected; Redis back: `redis` again. NATS down: each replica serves its own providers; a build served
- * only on the other replica is 503 model_unavailable once its digests are missed; NATS back: routed
- * again. No prompt or completion text in either log. Skipped, saying so, without PostgreSQL, Redis or NATS.
+ * unaffected; Redis back: `redis` again. NATS down: a replica's balance lease goes back, each replica
+ * serves its own providers; a build served only on the other replica is 503 model_unavailable once its
+ * digests are missed; NATS back: routed again. No prompt or completion text in either log. Skipped, saying so, without PostgreSQL, Redis or NATS.
  */
 import { afterAll, expect, test } from "bun:test";
 import postgres from "postgres";
@@ -49,6 +49,10 @@ const mode = async (on: CoordinatorProcess) => {
       ? "redis"
       : "?";
 };
+
+/** The balance leases a replica holds (/metrics). */
+const leases = async (on: CoordinatorProcess) =>
+  Number(/\numbra_money_leases (\d+)\n/.exec(await (await fetch(`${on.url}/metrics`)).text())?.[1] ?? Number.NaN);
 
 const providers = async (on: CoordinatorProcess, apiKey: string, model: string) => {
   const r = await fetch(`${on.url}/v1/models/${model}`, { headers: { authorization: `Bearer ${apiKey}` } });
@@ -160,8 +164,13 @@ test.skipIf(skip)(
       "each lists the other's provider",
     );
     expect(await chat(a, apiKey, onB)).toEqual({ status: 200, content: CANARY });
+    // A busy key gets a balance lease on A while NATS is up...
+    for (let i = 0; i < 10; i++) expect((await chat(a, apiKey, onA)).status).toBe(200);
+    await waitFor(async () => (await leases(a)) === 1, "A's balance lease");
 
     proxy.cut();
+    // ... and gives it back once NATS drops (no other replica could recall it).
+    await waitFor(async () => (await leases(a)) === 0, "A's lease given back without NATS");
     // Three missed digests (3 s): the other replica's provider is no longer listed.
     await waitFor(async () => (await providers(a, apiKey, onB)) === 0 && (await providers(b, apiKey, onA)) === 0, "digests missed", 15_000);
     const down = {
