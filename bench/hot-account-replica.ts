@@ -1,6 +1,7 @@
 /**
  * One replica of bench/hot-account.ts, as its own process: its own postgres.js pool (10 connections,
- * the store's default) and money authority, `concurrency` loops of reserve then settle on one account
+ * the store's default) and money authority (`leased`: balance leases on, each loop admitting on the
+ * lease first, as AuthorityReservations does), `concurrency` loops of reserve then settle on one account
  * from `startAt` (epoch ms, shared by both replicas) for `seconds`. A settlement charges `charge` of the
  * hold (the provider earns, the platform takes a 10% fee), as Billing would after an answer.
  * Usage: bun bench/hot-account-replica.ts '<json options>' -> one JSON line: counts by outcome, every
@@ -24,11 +25,18 @@ interface Options {
   amount: number;
   /** What a settlement charges; `amount` charges the whole hold. */
   charge: number;
+  /** Balance leases on (money-leases.ts); no recalls between the replicas (no NATS here). */
+  leased?: boolean;
 }
 
 const o = JSON.parse(process.argv[2] ?? "{}") as Options;
 const sql = postgres(o.url, { max: 10, onnotice: () => {}, connection: { application_name: o.replica } });
-const authority = pgMoneyAuthority(sql, { replica: o.replica, batchMax: o.batchMax, ttlMs: 60_000 });
+const authority = pgMoneyAuthority(sql, {
+  replica: o.replica,
+  batchMax: o.batchMax,
+  ttlMs: 60_000,
+  leases: o.leased ? { enabled: () => true } : false,
+});
 const outcomes: Record<string, number> = { admitted: 0, settled: 0, funds: 0, quota: 0, unknown: 0, duplicate: 0, errors: 0 };
 const latencies: number[] = [];
 let charged = 0;
@@ -69,7 +77,8 @@ async function loop(until: number): Promise<void> {
     const requestId = `${o.replica}-${(n++).toString(36)}`;
     try {
       const t = performance.now();
-      const r = await authority.reserve({ requestId, accountId: o.accountId, keyId: o.keyId, amount: o.amount });
+      const request = { requestId, accountId: o.accountId, keyId: o.keyId, amount: o.amount };
+      const r = authority.admit(request) ? { hold: request } : await authority.reserve(request);
       latencies.push(performance.now() - t);
       if ("shortfall" in r) {
         outcomes[r.shortfall] = (outcomes[r.shortfall] ?? 0) + 1;
@@ -99,6 +108,7 @@ const started = performance.now();
 await Promise.all(Array.from({ length: o.concurrency }, () => loop(started + o.seconds * 1000)));
 const elapsed = (performance.now() - started) / 1000;
 const used = process.cpuUsage(own);
+await authority.close();
 const cpu = { replicaUs: used.user + used.system, databaseUs: (await backendCpu()) - dbBefore };
 console.log(JSON.stringify({ replica: o.replica, elapsed, outcomes, charged, latencies, batches: authority.batches(), cpu }));
 await sql.end({ timeout: 5 });

@@ -7,7 +7,8 @@
  *   throughput: a balance that never runs out, `BENCH_SECONDS`, batched at each N of `BENCH_CONCURRENCY`,
  *     unbatched at the first; admitted and settled per second, reserve latency p50/p99, calls per round trip;
  *   exhaustion: a balance covering `BENCH_EXHAUST_HOLDS` whole charges (unbatched: a twentieth),
- *     `BENCH_EXHAUST_SECONDS`, at the first N: exactly that many admitted, the rest refused for funds.
+ *     `BENCH_EXHAUST_SECONDS`, at the first N: exactly that many admitted, the rest refused for funds;
+ *   both again with balance leases (admitted in memory, settled against the lease row; no recalls here).
  * After each: the books' invariants (pg-money.ts) and the overshoot (charged beyond the balance: 0).
  * `node_modules/.bin/bun bench/hot-account.ts`; BENCH_PG_URL names the server (the tests' default).
  */
@@ -36,7 +37,8 @@ interface ReplicaResult {
   outcomes: Record<string, number>;
   charged: number;
   latencies: number[];
-  batches: Record<"reserve" | "settle" | "release", { calls: number; roundTrips: number; largest: number; waitedMs: number }>;
+  /** `leased`: settlements of requests admitted on balance leases. */
+  batches: Record<"reserve" | "settle" | "release" | "leased", { calls: number; roundTrips: number; largest: number; waitedMs: number }>;
   cpu: { replicaUs: number; databaseUs: number };
 }
 
@@ -70,8 +72,16 @@ async function seed(id: string, balance: number): Promise<void> {
     VALUES (${`${id}-key`}, ${id}, ${`hash-${id}`}, 'hint', NULL, 0)`;
 }
 
-async function phase(phaseName: string, batchMax: number, concurrency: number, balance: number, charge: number, secs: number) {
-  const accountId = `${phaseName}-${batchMax}-${concurrency}`;
+async function phase(
+  phaseName: string,
+  batchMax: number,
+  concurrency: number,
+  balance: number,
+  charge: number,
+  secs: number,
+  leased = false,
+) {
+  const accountId = `${phaseName}-${batchMax}-${concurrency}${leased ? "-leased" : ""}`;
   await seed(accountId, balance);
   const startAt = Date.now() + 1500;
   const procs = Array.from({ length: REPLICAS }, (_, i) => {
@@ -87,6 +97,7 @@ async function phase(phaseName: string, batchMax: number, concurrency: number, b
       batchMax,
       amount: AMOUNT,
       charge,
+      leased,
     };
     return Bun.spawn([BUN, join(ROOT, "bench/hot-account-replica.ts"), JSON.stringify(options)], { stdout: "pipe", stderr: "inherit" });
   });
@@ -105,10 +116,10 @@ async function phase(phaseName: string, batchMax: number, concurrency: number, b
   const charged = sum((r) => r.charged);
   const admitted = sum((r) => r.outcomes.admitted ?? 0);
   const reserveTrips = sum((r) => r.batches.reserve.roundTrips);
-  const settleTrips = sum((r) => r.batches.settle.roundTrips);
+  const settleTrips = sum((r) => r.batches.settle.roundTrips + r.batches.leased.roundTrips);
   return {
     phase: phaseName,
-    mode: batchMax === 1 ? "unbatched" : `batched (<= ${batchMax})`,
+    mode: batchMax === 1 ? "unbatched" : `batched (<= ${batchMax})${leased ? ", leased" : ""}`,
     loops_per_replica: concurrency,
     seconds: round(elapsed, 2),
     admitted,
@@ -120,13 +131,13 @@ async function phase(phaseName: string, batchMax: number, concurrency: number, b
     reserve_p50_ms: round(percentile(latencies, 50), 2),
     reserve_p99_ms: round(percentile(latencies, 99), 2),
     reserves_per_round_trip: round(sum((r) => r.batches.reserve.calls) / Math.max(1, reserveTrips), 1),
-    settles_per_round_trip: round(sum((r) => r.batches.settle.calls) / Math.max(1, settleTrips), 1),
+    settles_per_round_trip: round(sum((r) => r.batches.settle.calls + r.batches.leased.calls) / Math.max(1, settleTrips), 1),
     reserve_round_trip_ms: round(sum((r) => r.batches.reserve.waitedMs) / Math.max(1, reserveTrips), 2),
-    settle_round_trip_ms: round(sum((r) => r.batches.settle.waitedMs) / Math.max(1, settleTrips), 2),
+    settle_round_trip_ms: round(sum((r) => r.batches.settle.waitedMs + r.batches.leased.waitedMs) / Math.max(1, settleTrips), 2),
     // CPU per admitted request (reserve + settle): the replicas' processes and their database backends.
     replica_cpu_us: Math.round(sum((r) => r.cpu.replicaUs) / Math.max(1, admitted)),
     database_cpu_us: Math.round(sum((r) => r.cpu.databaseUs) / Math.max(1, admitted)),
-    largest_batch: Math.max(...results.map((r) => Math.max(r.batches.reserve.largest, r.batches.settle.largest))),
+    largest_batch: Math.max(...results.map((r) => Math.max(r.batches.reserve.largest, r.batches.settle.largest, r.batches.leased.largest))),
     balance_start: balance,
     balance_end: account.balance,
     reserved_end: account.reserved,
@@ -144,6 +155,9 @@ try {
   const first = levels[0] ?? 64;
   for (const n of levels) rows.push(await phase("throughput", 256, n, 1e15, 700, seconds));
   rows.push(await phase("exhaustion", 256, first, exhaustHolds * AMOUNT, AMOUNT, exhaustSeconds));
+  // Balance leases (cluster mode's busy keys): admitted in memory, settled against the lease row.
+  rows.push(await phase("throughput", 256, first, 1e15, 700, seconds, true));
+  rows.push(await phase("exhaustion", 256, first, exhaustHolds * AMOUNT, AMOUNT, exhaustSeconds, true));
   rows.push(await phase("throughput", 1, first, 1e15, 700, seconds));
   // Unbatched admits far fewer per second: a twentieth of the balance runs out in the same time.
   rows.push(await phase("exhaustion", 1, first, Math.ceil(exhaustHolds / 20) * AMOUNT, AMOUNT, exhaustSeconds));
@@ -152,7 +166,7 @@ try {
   await admin.unsafe(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
   await admin.end({ timeout: 5 });
 }
-const met = rows.filter((r) => r.phase === "throughput" && r.mode !== "unbatched" && r.admitted_per_s >= 3000);
+const met = rows.filter((r) => r.phase === "throughput" && r.mode.startsWith("batched") && r.admitted_per_s >= 3000);
 const [load] = loadavg();
 const result = {
   benchmark: "hot-account",
