@@ -3,6 +3,7 @@
  * the attestation checks it is given (part A's `verifyMdaAnswer` and epoch nonces, attestation/provider/),
  * injected as functions so that this folder holds no chain rules of its own.
  */
+import type { MdaAnswerInput } from "../../attestation/provider/mda-answer.ts";
 
 /** MDM mode (`UMBRA_MDM_URL` set); config/mdm-settings.ts reads it. */
 export interface MdmConfig {
@@ -16,17 +17,8 @@ export interface MdmConfig {
   readonly maxInFlight: number;
 }
 
-/** What the device answered to DeviceInformation, with the enrolment it answered for. */
-export interface MdaAnswerInput {
-  /** DER certificates, leaf first (QueryResponses.DevicePropertiesAttestation). */
-  readonly chain: readonly Uint8Array[];
-  readonly serialNumber: string | undefined;
-  readonly provisioningUdid: string | undefined;
-  /** The serial the enrolment was bound to at check-in. */
-  readonly enrolmentSerial: string;
-  /** The enrolment's identity key: the 65-byte uncompressed P-256 point. */
-  readonly identityKey: Uint8Array;
-}
+/** What the device answered to DeviceInformation, with the enrolment it answered for (part A's input). */
+export type { MdaAnswerInput };
 
 /** Part A's verdict on an answer (attestation/provider/mda-answer.ts `VerifiedMdaAnswer`), the fields used here. */
 export interface VerifiedMdaAnswer {
