@@ -21,13 +21,9 @@ export function accountJson(a: Account) {
   };
 }
 
-export function keyJson(k: ApiKeyRecord) {
+/** A key's limits and switches, as the admin API and the console both show them. */
+export function keySettingsJson(k: ApiKeyRecord) {
   return {
-    id: k.id,
-    object: "api_key" as const,
-    account_id: k.accountId,
-    name: k.name,
-    hint: `${API_KEY_PREFIX}...${k.hint}`,
     allowed_models: k.allowedModels === null ? null : [...k.allowedModels],
     spend_cap_micro_usd: k.spendCap,
     spent_micro_usd: k.spent,
@@ -35,6 +31,17 @@ export function keyJson(k: ApiKeyRecord) {
     tpm: k.tpm,
     self_route_only: k.selfRouteOnly,
     link_machines: k.linkMachines,
+  };
+}
+
+export function keyJson(k: ApiKeyRecord) {
+  return {
+    id: k.id,
+    object: "api_key" as const,
+    account_id: k.accountId,
+    name: k.name,
+    hint: `${API_KEY_PREFIX}...${k.hint}`,
+    ...keySettingsJson(k),
     created: seconds(k.createdAt),
     revoked_at: k.revokedAt === null ? null : seconds(k.revokedAt),
   };

@@ -5,6 +5,7 @@
  * its live sessions, while a preview's is what the machine reported (verified only when it connects).
  */
 import { type ProviderAttestation, type TrustLevel, trustRank } from "../../attestation/provider/levels.ts";
+import { keySettingsJson } from "../admin/admin-json.ts";
 import type { LoginPreview } from "../auth/device-flow.ts";
 import { API_KEY_PREFIX, PROVIDER_TOKEN_PREFIX } from "../auth/secrets.ts";
 import type { ApiKeyRecord, ProviderServedRow, ProviderTokenRecord, UsageRecord } from "../store/types.ts";
@@ -31,13 +32,7 @@ export function keyJson(k: ApiKeyRecord, lastUsedAt: number | null) {
     created_at: k.createdAt,
     last_used_at: lastUsedAt,
     revoked_at: k.revokedAt,
-    allowed_models: k.allowedModels === null ? null : [...k.allowedModels],
-    spend_cap_micro_usd: k.spendCap,
-    spent_micro_usd: k.spent,
-    rpm: k.rpm,
-    tpm: k.tpm,
-    self_route_only: k.selfRouteOnly,
-    link_machines: k.linkMachines,
+    ...keySettingsJson(k),
   };
 }
 
