@@ -36,7 +36,11 @@ const cases = benchList("BENCH_CASES", ["non-streaming", "streaming"]).map((c) =
 // Diagnosis: paying accounts the load is spread over (a key each), and the platform fee (coordinator default when unset).
 const accounts = benchNumber("BENCH_ACCOUNTS", 1);
 const fee = process.env.BENCH_PLATFORM_FEE;
-const deployOptions: DeployOptions = { accounts, env: fee === undefined || fee === "" ? {} : { UMBRA_PLATFORM_FEE: fee } };
+const [journalSetting = "on"] = benchList("BENCH_SETTLEMENT_JOURNAL", ["on"]);
+if (journalSetting !== "on" && journalSetting !== "off")
+  throw new Error(`BENCH_SETTLEMENT_JOURNAL must be on or off, got ${journalSetting}`);
+const journal = journalSetting === "on";
+const deployOptions: DeployOptions = { accounts, journal, env: fee === undefined || fee === "" ? {} : { UMBRA_PLATFORM_FEE: fee } };
 const sections = benchList("BENCH_CLUSTER_SECTIONS", ["throughput", "scale", "forwarded"]);
 const caseName = (stream: boolean) => (stream ? "streaming" : "non-streaming");
 
@@ -356,6 +360,7 @@ const result = {
     rate_rule: `${RATE_SHARE} x one cluster replica's req/s measured above, at most BENCH_RATE (${rateCap})`,
     warmup_seconds: warmup,
     accounts,
+    settlement_journal: journal ? "on (each cluster replica's --settlement-journal in its folder)" : "off",
     platform_fee_percent: fee === undefined || fee === "" ? "default (10)" : Number(fee),
     engine: "echo (sealed, receipts)",
     words_per_request: 16,

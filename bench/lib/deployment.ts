@@ -1,13 +1,16 @@
 /**
  * One Umbra deployment for the cluster benchmark (bench/cluster.ts): one coordinator on SQLite, or one
  * or more replicas in cluster mode (`serve` on a Postgres database of its own, Redis and NATS under a
- * prefix of its own), each with or without a provider (`umbra-provider start --engine echo
+ * prefix of its own; with `journal`, each replica's settlement journal in its folder), each with or without a provider (`umbra-provider start --engine echo
  * --dev-attestation on`: sealed hop, a signed receipt per answer, as run.ts). Governance is on: metering
  * (reservation and settlement per request), a key with rpm and tpm limits high enough never to refuse
  * but enforced, a spend cap, credit. `check` proves it before measuring (200, the key's x-ratelimit
  * headers on every replica; every replica sees every provider); `spent` reads what the keys were charged.
  * Disposing stops every process, then drops the database and deletes the prefix's Redis keys.
  */
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { type CoordinatorProcess, startCoordinator, startProvider } from "../../test/support/processes.ts";
 import { benchDatabase, benchPrefix, NATS_URL, REDIS_URL, removeKeys } from "./cluster-services.ts";
 
@@ -39,6 +42,8 @@ export interface DeployOptions {
   readonly accounts?: number;
   /** More coordinator settings (e.g. UMBRA_PLATFORM_FEE). */
   readonly env?: Readonly<Record<string, string>>;
+  /** Cluster mode: each replica journals its settlements (`--settlement-journal` in its own folder). */
+  readonly journal?: boolean;
 }
 
 /** `replicas` coordinators; a provider on each replica whose index is in `providersOn`. */
@@ -69,8 +74,12 @@ export async function deploy(
     }
     const coordinators: CoordinatorProcess[] = [];
     for (let i = 0; i < replicas; i++) {
-      const replicaEnv = mode === "cluster" ? { ...env, UMBRA_REPLICA_ID: letter(i) } : env;
-      const c = await startCoordinator(replicaEnv, db ? { db: db.url } : {});
+      const dir = mkdtempSync(join(tmpdir(), "umbra-bench-"));
+      started.push({ [Symbol.asyncDispose]: async () => rmSync(dir, { recursive: true, force: true }) });
+      const journal: Record<string, string> =
+        mode === "cluster" && options.journal ? { UMBRA_SETTLEMENT_JOURNAL: join(dir, "settlements") } : {};
+      const replicaEnv = mode === "cluster" ? { ...env, ...journal, UMBRA_REPLICA_ID: letter(i) } : env;
+      const c = await startCoordinator(replicaEnv, db ? { dir, db: db.url } : { dir });
       started.push(c);
       coordinators.push(c);
     }

@@ -6,7 +6,7 @@
  * configuration digest); production refuses one inside a URL, plaintext Redis or NATS off loopback, and
  * NATS without credentials off loopback. The prefix and the replica id become Redis keys and NATS subject
  * tokens: letters, digits, `_` and `-`. The replica id defaults to one generated per process; the hold
- * lease (`--hold-ttl-ms`) is the same for every replica (in the digest).
+ * lease (`--hold-ttl-ms`) is the same for every replica (in the digest); `--settlement-journal` is each replica's own.
  */
 import { randomBytes } from "node:crypto";
 import type { RedisClientKind } from "../limits/redis-client.ts";
@@ -32,6 +32,8 @@ export interface ClusterConfig {
   readonly replicaId: string;
   /** The lease of a money hold (ms): renewed every third, swept by any replica once expired. */
   readonly holdTtlMs: number;
+  /** This replica's settlement journal (a local file path); none: each settlement waits for its commit. Per replica. */
+  readonly settlementJournal?: string;
 }
 
 const NAME = /^[A-Za-z0-9_-]{1,64}$/;
@@ -66,6 +68,8 @@ export function parseCluster(raw: Read, db: string, production: boolean, passwor
   const nats = natsText.split(",").map((s) => parseUrl("nats-url", s.trim(), ["nats:", "tls:"]));
   // nats.js takes TLS for the connection, not per server, and ignores the scheme: one tls:// asks it of all.
   const natsTls = parseSetting(CLUSTER_SETTINGS.natsTls, raw("natsTls")) || nats.some((u) => u.protocol === "tls:");
+  const journal = raw("settlementJournal");
+  if (journal !== undefined && journal.trim() === "") throw new ConfigError("--settlement-journal: give a file path");
   const redisPassword = raw("redisPassword");
   const natsPassword = raw("natsPassword");
   const prefix = parseName("clusterPrefix", parseSetting(CLUSTER_SETTINGS.clusterPrefix, raw("clusterPrefix")));
@@ -101,6 +105,7 @@ export function parseCluster(raw: Read, db: string, production: boolean, passwor
     holdTtlMs: parseSetting(CLUSTER_SETTINGS.holdTtlMs, raw("holdTtlMs")),
     ...(redisPassword !== undefined ? { redisPassword } : {}),
     ...(natsPassword !== undefined ? { natsPassword } : {}),
+    ...(journal !== undefined ? { settlementJournal: journal } : {}),
   });
   // Provisioned passwords are checked once they arrive (the serve command calls it again then).
   if (production && !passwordsLater) requireClusterCredentials(cluster);

@@ -1,6 +1,6 @@
 /**
  * Cluster mode's setting entries (issue 21; docs/operations.md "Running several replicas"): Redis, NATS,
- * the key/subject prefix, the replica id, the hold lease, and --reuse-port. Their rules, read together, are in
+ * the key/subject prefix, the replica id, the hold lease, the settlement journal, and --reuse-port. Their rules, read together, are in
  * config/cluster-config.ts; coordinator-settings.ts includes this table in SETTINGS.
  */
 import { REDIS_CLIENTS, REDIS_TIMEOUT_MS } from "../limits/redis-client.ts";
@@ -41,6 +41,12 @@ export const CLUSTER_SETTINGS = {
     max: 600_000,
     help: "lease of a request's money hold: renewed every third, swept once expired",
   },
+  settlementJournal: {
+    flag: "settlement-journal",
+    env: "UMBRA_SETTLEMENT_JOURNAL",
+    kind: "string",
+    help: "this replica's settlement journal (a local path): settlements applied in batches behind it",
+  },
   reusePort: { flag: "reuse-port", env: "UMBRA_REUSE_PORT", kind: "switch", default: "off", help: "share --listen's port" },
 } as const satisfies SettingTable;
 
@@ -58,4 +64,5 @@ export const CLUSTER_DERIVED = [
   "clusterPrefix",
   "replicaId",
   "holdTtlMs",
+  "settlementJournal",
 ] as const satisfies readonly ClusterSettingName[];

@@ -29,8 +29,8 @@ const SECRET_FIELDS: readonly string[] = [
   "mdm.webhookKey",
   "mdaSeed",
 ];
-/** Each replica's own name (generated per process by default): replicas of one deployment share a digest. */
-const PER_REPLICA_FIELDS: readonly string[] = ["cluster.replicaId"];
+/** Each replica's own name (generated per process by default) and journal file: replicas of one deployment share a digest. */
+const PER_REPLICA_FIELDS: readonly string[] = ["cluster.replicaId", "cluster.settlementJournal"];
 /** The binding's own settings. */
 const BINDING_FIELDS: readonly string[] = ["configBinding", "configDigest"];
 

@@ -104,7 +104,7 @@ export interface App {
   readonly mdm: AppMdm | undefined;
   /** Stops background work (liveness sweeps), ends provider sessions, closes the Redis and NATS clients. */
   close(): void;
-  /** Resolves when every settled charge is durable (call before exiting). */
+  /** Resolves when every settled charge is durable and, in cluster mode, in the database (call before exiting). */
   flush(): Promise<void>;
 }
 
@@ -249,13 +249,18 @@ export function createApp(deps: AppDeps): App {
     publicUrl,
     ...(config.oidc && config.jwt ? { oidc: { ...config.oidc, issuer: config.jwt.issuer, accountClaim: config.jwt.accountClaim } } : {}),
   });
+  let authorityClosed: Promise<void> | undefined;
+  // Reports wait for this process's journaled settlements (SQLite's journal, or the cluster replica's).
+  const settled = async () => {
+    await Promise.all([wallets.applied(), deps.moneyAuthority?.flushed()]);
+  };
   const admin = new AdminService(store, now, {
     ...(publicUrl !== undefined ? { publicUrl } : {}),
     providerTokenRevoked: (id) => fleet.disconnectToken(id),
     // Cluster mode: the database's figure (every replica's holds and balance leases), not this one's memory.
     ...(deps.moneyAuthority ? {} : { reservedFor: (id: string) => wallets.reservedFor(id) }),
     accountCredited: (id) => void wallets.refresh(id),
-    settled: () => wallets.applied(),
+    settled,
   });
   // A token revoked by another process (the admin CLI, another replica) is noticed within one interval,
   // or at once where the store tells of changed tokens (Postgres: every replica hears of it).
@@ -299,7 +304,7 @@ export function createApp(deps: AppDeps): App {
     deviceFlow,
     platformFeePercent: config.platformFeePercent,
     now,
-    settled: () => wallets.applied(),
+    settled,
   });
   const http = createHttpApp({
     store,
@@ -358,7 +363,9 @@ export function createApp(deps: AppDeps): App {
     metrics,
     cluster,
     mdm,
-    flush: () => wallets.flushed(),
+    flush: async () => {
+      await Promise.all([wallets.flushed(), deps.moneyAuthority?.flushed(), authorityClosed]);
+    },
     close: () => {
       clearInterval(recheck);
       consoleAuth.close();
@@ -369,7 +376,8 @@ export function createApp(deps: AppDeps): App {
       limits.close();
       metrics.close();
       void keeper?.stop();
-      void deps.moneyAuthority?.close();
+      // The journal applied and the leases given back; `flush` waits for it before the process exits.
+      authorityClosed = deps.moneyAuthority?.close().catch((e) => logger.error("money authority not closed", { reason: String(e) }));
     },
   };
 }

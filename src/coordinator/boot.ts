@@ -17,6 +17,8 @@ import { createLogger } from "../observability/logger.ts";
 import { StoreOpenError } from "../store/errors.ts";
 import { openStore } from "../store/open.ts";
 import { createPgStore } from "../store/pg/index.ts";
+import type { MoneyAuthority } from "../store/pg/money-authority.ts";
+import { ClusterJournal } from "../store/pg/settlement-journal.ts";
 import type { Store } from "../store/types.ts";
 import { type App, type AppDeps, createApp, createFront } from "./app.ts";
 
@@ -46,13 +48,29 @@ export async function openServing(config: Config, extra: Extra = {}): Promise<Se
   const logger = extra.logger ?? createLogger(config.logLevel);
   const checkpoints = config.sqliteCheckpoints === "worker" ? { checkpoints: { logger } } : {};
   const store = pg ?? (await openStore(config.db, { journal: true, ...password, ...checkpoints }));
-  const authority =
-    pg && config.cluster
-      ? {
-          moneyAuthority: pg.moneyAuthority({ replica: config.cluster.replicaId, ttlMs: config.cluster.holdTtlMs }),
-          cachesLive: () => pg.changes.epoch() !== null,
-        }
-      : {};
+  let moneyAuthority: MoneyAuthority | undefined;
+  if (pg && config.cluster) {
+    const journalPath = config.cluster.settlementJournal;
+    let journal: ClusterJournal | undefined;
+    try {
+      journal =
+        journalPath === undefined
+          ? undefined
+          : ClusterJournal.open(journalPath, {
+              onRetry: (_e, count) => logger.warn("settlement batch not written (the database did not answer): sent again", { count }),
+            });
+      moneyAuthority = pg.moneyAuthority({ replica: config.cluster.replicaId, ttlMs: config.cluster.holdTtlMs, journal, log: logger });
+      // What a killed predecessor journaled is charged before this replica renews or moves any money.
+      const recovered = await moneyAuthority.recover();
+      if (recovered > 0) logger.info("settlement journal applied", { count: recovered, path: journalPath ?? "" });
+    } catch (e) {
+      await moneyAuthority?.close();
+      await journal?.close(0);
+      await pg.end();
+      throw e;
+    }
+  }
+  const authority = pg && moneyAuthority ? { moneyAuthority, cachesLive: () => pg.changes.epoch() !== null } : {};
   const app = createApp({ config, store, ...authority, ...extra, logger });
   claimLost = (id) =>
     app.logger.error("replica id claimed by another process after a reconnect: give each replica its own id", { replica_id: id });

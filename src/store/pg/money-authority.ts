@@ -10,12 +10,14 @@
  * are batched (call-batcher.ts): each kind has at most one round trip in flight, and the calls made
  * meanwhile go together in the next, decided in one transaction (0003's functions; a batch of one uses
  * 0002's); `batchMax` 1 sends each call alone. `deadlines` (hold-deadlines.ts): the streams to stop.
+ * With a `journal` (settlement-journal.ts) a settlement returns once written there, applied in a batch later.
  */
 import postgres, { type Sql } from "postgres";
 import { PLATFORM_ACCOUNT_ID, type Settlement } from "../types.ts";
 import { type BatchCounts, CallBatcher } from "./call-batcher.ts";
 import { HoldDeadlines } from "./hold-deadlines.ts";
 import { type LeaseOptions, Leases } from "./money-leases.ts";
+import type { ClusterJournal, JournalEntry } from "./settlement-journal.ts";
 
 /** Why a reserve was refused: the account's available money, the key's spend cap, no such account or
  * key (for that account), or a hold already open under that request id. */
@@ -43,6 +45,8 @@ export interface SettleOutcome {
   readonly hadHold: boolean;
   /** What the account paid: min(charge, hold) with a hold, else 0. */
   readonly charged: number;
+  /** In the settlement journal, not yet the database: the fields above are expected, not known (logged if not so). */
+  readonly journaled?: true;
 }
 
 export interface RenewOutcome {
@@ -67,8 +71,12 @@ export interface MoneyAuthority {
   recaller: ((replica: string, accountId: string) => Promise<void>) | undefined;
   /** This replica's balance leases (the cluster's recall handler calls `recall`). */
   readonly leases: Leases;
-  /** Gives the leases back (shutdown). */
+  /** Applies the journal's settlements and gives the leases back (shutdown). */
   close(): Promise<void>;
+  /** At start, before money moves: applies what a killed predecessor journaled, then journals; how many. */
+  recover(): Promise<number>;
+  /** Resolves once every settlement journaled so far is in the database. */
+  flushed(): Promise<void>;
   settle(settlement: Settlement): Promise<SettleOutcome>;
   /** Gives the hold back uncharged; false when it was gone. */
   release(requestId: string): Promise<boolean>;
@@ -106,6 +114,15 @@ export interface MoneyAuthorityOptions {
   readonly batchMax?: number;
   /** Balance leases (money-leases.ts); on with its defaults unless given; false: none. */
   readonly leases?: LeaseOptions | false;
+  /** Settlements are written here and applied in batches behind it (settlement-journal.ts); none: each waits for its commit. */
+  readonly journal?: ClusterJournal;
+  /** Where a journaled settlement the database applied without its hold is told (the app's Logger fits). */
+  readonly log?: AuthorityLog;
+}
+
+export interface AuthorityLog {
+  warn(message: string, fields: Readonly<Record<string, string | number>>): void;
+  error(message: string, fields: Readonly<Record<string, string | number>>): void;
 }
 
 interface LeasedSettlement {
@@ -220,6 +237,29 @@ export function pgMoneyAuthority(client: Sql, options: MoneyAuthorityOptions): M
     options.leases === false ? { enabled: () => false } : options.leases,
   );
   if (options.leases !== false) leases.start();
+  const journal = options.journal;
+  /** A journal batch applied: the same bookkeeping as a settlement answered at once. */
+  const applyJournal = async (entries: readonly JournalEntry[]) => {
+    await Promise.all(
+      entries.map(async ({ settlement: s, lease }) => {
+        let out: SettleOutcome;
+        try {
+          out = lease ? await leased.call({ settlement: s, leaseId: lease.id, amount: lease.amount }) : await settlements.call(s);
+        } catch (e) {
+          if (!rolledBack(e)) throw e; // not answered: the batch is sent again
+          // Refused by the database: sending it again would not change that. Its hold is given back.
+          options.log?.error("settlement refused by the database: nothing charged", { request_id: s.requestId, account_id: s.accountId });
+          authority.abandon(s.requestId);
+          return;
+        }
+        if (lease) leases.settled(s.requestId, out.applied, out.charged);
+        else deadlines.forget(s.requestId);
+        if (out.applied && !out.hadHold) {
+          options.log?.warn("settled without its hold: nothing charged", { request_id: s.requestId, account_id: s.accountId });
+        }
+      }),
+    );
+  };
   const authority: MoneyAuthority = {
     replica,
     deadlines,
@@ -239,7 +279,12 @@ export function pgMoneyAuthority(client: Sql, options: MoneyAuthorityOptions): M
       if (recaller) await Promise.all(others.map((o) => recaller(o.owner_replica, accountId).catch(() => {})));
       return mine || others.length > 0;
     },
-    close: () => leases.close(),
+    async close() {
+      await journal?.close();
+      await leases.close();
+    },
+    recover: async () => (journal ? journal.recover(applyJournal) : 0),
+    flushed: async () => journal?.flushed(),
     async reserve(r) {
       if (!Number.isSafeInteger(r.amount) || r.amount <= 0) throw new Error(`hold amount must be a positive integer, got ${r.amount}`);
       const sentAt = deadlines.time();
@@ -254,6 +299,15 @@ export function pgMoneyAuthority(client: Sql, options: MoneyAuthorityOptions): M
     },
     async settle(s) {
       const lease = leases.leased(s.requestId);
+      if (journal) {
+        if (lease) leases.settling(s.requestId, s.charge);
+        try {
+          await journal.add(lease ? { settlement: s, lease: { id: lease.leaseId, amount: lease.amount } } : { settlement: s });
+          return { applied: true, hadHold: true, charged: lease ? Math.min(s.charge, lease.amount) : s.charge, journaled: true };
+        } catch {
+          // Closed (shutting down) or the file cannot be written: this one waits for its commit.
+        }
+      }
       if (lease) {
         leases.settling(s.requestId, s.charge);
         const out = await leased.call({ settlement: s, leaseId: lease.leaseId, amount: lease.amount });

@@ -42,6 +42,7 @@ describe("cluster mode", () => {
         UMBRA_REDIS_TIMEOUT_MS: "250",
         UMBRA_CLUSTER_PREFIX: "umbra-eu",
         UMBRA_HOLD_TTL_MS: "5000",
+        UMBRA_SETTLEMENT_JOURNAL: "/var/lib/umbra/settlements",
         UMBRA_REDIS_PASSWORD: "r-secret",
         UMBRA_NATS_PASSWORD: "n-secret",
       },
@@ -58,6 +59,7 @@ describe("cluster mode", () => {
       prefix: "umbra-eu",
       replicaId: "east-1",
       holdTtlMs: 5000,
+      settlementJournal: "/var/lib/umbra/settlements",
     });
   });
 
@@ -99,6 +101,7 @@ describe("cluster mode", () => {
     ["UMBRA_CLUSTER_PREFIX", "umbra", "--cluster-prefix"],
     ["UMBRA_REPLICA_ID", "a", "--replica-id"],
     ["UMBRA_HOLD_TTL_MS", "5000", "--hold-ttl-ms"],
+    ["UMBRA_SETTLEMENT_JOURNAL", "/tmp/j", "--settlement-journal"],
   ])("%s without cluster mode is refused", (name, value, flag) => {
     expect(() => dev({ UMBRA_DB: PG, [name]: value })).toThrow(`${flag} applies to cluster mode (--redis-url and --nats-url) only`);
   });
@@ -115,6 +118,7 @@ describe("cluster mode", () => {
     [{ UMBRA_REPLICA_ID: "x".repeat(65) }, "--replica-id"],
     [{ UMBRA_HOLD_TTL_MS: "2999" }, "--hold-ttl-ms"],
     [{ UMBRA_HOLD_TTL_MS: "600001" }, "--hold-ttl-ms"],
+    [{ UMBRA_SETTLEMENT_JOURNAL: " " }, "--settlement-journal: give a file path"],
   ])("bad values name their flag: %p", (env, message) => {
     expect(() => dev({ ...CLUSTER, ...env })).toThrow(message);
     expect(() => dev({ ...CLUSTER, ...env })).toThrow(ConfigError);

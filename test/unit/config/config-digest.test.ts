@@ -109,10 +109,22 @@ describe("cluster settings in the digest", () => {
     UMBRA_NATS_URL: "nats://127.0.0.1:4222",
   };
 
-  test("the passwords and the replica id are not covered: every replica of a deployment has one digest", () => {
+  test("the passwords, the replica id and its journal are not covered: every replica of a deployment has one digest", () => {
     expect([
-      digestOf({ ...cluster, UMBRA_REDIS_PASSWORD: "a", UMBRA_NATS_PASSWORD: "b", UMBRA_REPLICA_ID: "east-1" }),
-      digestOf({ ...cluster, UMBRA_REDIS_PASSWORD: "c", UMBRA_NATS_PASSWORD: "d", UMBRA_REPLICA_ID: "east-2" }),
+      digestOf({
+        ...cluster,
+        UMBRA_REDIS_PASSWORD: "a",
+        UMBRA_NATS_PASSWORD: "b",
+        UMBRA_REPLICA_ID: "east-1",
+        UMBRA_SETTLEMENT_JOURNAL: "/j/1",
+      }),
+      digestOf({
+        ...cluster,
+        UMBRA_REDIS_PASSWORD: "c",
+        UMBRA_NATS_PASSWORD: "d",
+        UMBRA_REPLICA_ID: "east-2",
+        UMBRA_SETTLEMENT_JOURNAL: "/j/2",
+      }),
       digestOf(cluster),
     ]).toEqual([digestOf(cluster), digestOf(cluster), digestOf(cluster)]);
   });
