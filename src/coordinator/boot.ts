@@ -57,12 +57,13 @@ export async function openServing(config: Config, extra: Extra = {}): Promise<Se
         journalPath === undefined
           ? undefined
           : ClusterJournal.open(journalPath, {
+              holder: `umbra-coordinator, replica ${config.cluster.replicaId}`,
               onRetry: (_e, count) => logger.warn("settlement batch not written (the database did not answer): sent again", { count }),
             });
       moneyAuthority = pg.moneyAuthority({ replica: config.cluster.replicaId, ttlMs: config.cluster.holdTtlMs, journal, log: logger });
       // What a killed predecessor journaled is charged before this replica renews or moves any money.
       const recovered = await moneyAuthority.recover();
-      if (recovered > 0) logger.info("settlement journal applied", { count: recovered, path: journalPath ?? "" });
+      if (recovered > 0) logger.info("settlement journal applied", { count: recovered });
     } catch (e) {
       await moneyAuthority?.close();
       await journal?.close(0);

@@ -90,7 +90,7 @@ test.skipIf(skip)(
 
     // Started again on the same journal: what it held is charged before anything is served.
     const second = stack.use(await start());
-    const recovered = second.log().match(/"msg":"settlement journal applied","count":(\d+)/);
+    const recovered = second.log().match(/"msg":"settlement journal applied","count":(\d+)\}/);
     expect(Number(recovered?.[1] ?? 0)).toBeGreaterThan(0);
     expect(journalText()).toBe("");
     const usage = async () => Number((await pg`SELECT count(*) AS n FROM usage WHERE account_id = ${accountId}`)[0]?.n ?? -1);

@@ -26,6 +26,8 @@ export interface JournalOptions {
   readonly applyMs?: number;
   /** The first wait before a failed batch is sent again, in ms (50; doubled up to 1 s). */
   readonly retryMs?: number;
+  /** Who holds the journal, as a second process's refusal names it (`settlement journal`). */
+  readonly holder?: string;
   /** Told when a batch failed and will be sent again (the database did not answer). */
   readonly onRetry?: (error: unknown, entries: number) => void;
 }
@@ -66,7 +68,7 @@ export class ClusterJournal {
   static open(path: string, options: JournalOptions = {}): ClusterJournal {
     let lock: DatabaseLock;
     try {
-      lock = lockDatabase(path, "settlement journal");
+      lock = lockDatabase(path, options.holder ?? "settlement journal");
     } catch (e) {
       if (!(e instanceof DatabaseInUseError)) throw e;
       const who = e.holder ? `pid ${e.holder.pid}: ${e.holder.command}, started ${e.holder.startedAt}` : `it holds ${path}-lock`;
