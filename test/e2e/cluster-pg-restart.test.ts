@@ -1,15 +1,20 @@
 /**
  * Postgres restarted under load (research/scale-out.md §5.4): two `serve` replicas on a private
  * PostgreSQL server (test/support/pg-server.ts; the machine's is never restarted), the machine's Redis
- * and NATS under a prefix of the test's own, a real echo provider on each. Workers send chat requests
+ * and NATS under a prefix of the test's own, a real echo provider on each; replica a journals its
+ * settlements (`--settlement-journal`), b waits for each commit. Workers send chat requests
  * (JSON and streams) to both replicas while the server is stopped (fast) and started on the same port.
  * Afterwards: every request succeeded or got a clear error (an error envelope, or a stream's in-band
  * error); every success is charged exactly once; the ledger sums to each balance; reserved = the holds
- * = 0; neither coordinator died; both serve again; no prompt or completion text in their logs.
+ * = 0; a's journal was applied (its files empty); neither coordinator died; both serve again; no prompt
+ * or completion text in their logs.
  * Skipped, saying so, without the PostgreSQL binaries, Redis or NATS.
  */
 import { afterAll, expect, test } from "bun:test";
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
 import postgres from "postgres";
+import { tempDir } from "../support/harness.ts";
 import { NATS_URL, natsPrefix, testNats } from "../support/nats.ts";
 import { readBooks } from "../support/pg-money.ts";
 import { privatePostgres } from "../support/pg-server.ts";
@@ -79,7 +84,11 @@ test.skipIf(pg === undefined || !redis || !nats)(
       UMBRA_HOLD_TTL_MS: "10000",
       UMBRA_LOG_LEVEL: "debug",
     };
-    await using a = await startCoordinator({ ...env, UMBRA_REPLICA_ID: "a" }, { db: server.url });
+    using dir = tempDir();
+    const journal = join(dir.path, "settlements");
+    const journalText = () =>
+      ["a", "b"].map((x) => (existsSync(`${journal}-${x}`) ? readFileSync(`${journal}-${x}`, "utf8") : "")).join("");
+    await using a = await startCoordinator({ ...env, UMBRA_REPLICA_ID: "a", UMBRA_SETTLEMENT_JOURNAL: journal }, { db: server.url });
     await using b = await startCoordinator({ ...env, UMBRA_REPLICA_ID: "b" }, { db: server.url });
     const { apiKey, accountId } = await a.seed([BUILD], {}, CREDIT);
     await a.admin("PUT", `/prices/${BUILD}`, { input_price: 1_000_000, output_price: 2_000_000 });
@@ -116,6 +125,7 @@ test.skipIf(pg === undefined || !redis || !nats)(
     try {
       // Holds of requests whose settlement could not be written are swept once their lease runs out.
       await waitFor(async () => (await sql`SELECT 1 FROM holds`).length === 0, "no hold left", 30_000);
+      await waitFor(() => journalText() === "", "a's journal applied", 30_000);
       const books = await readBooks(sql);
       const charged = new Set(Object.keys(books.charges));
       const usage = new Map(
@@ -125,7 +135,8 @@ test.skipIf(pg === undefined || !redis || !nats)(
       // A coordinator that died says why in its last log lines (kept out of the comparison below).
       for (const c of [a, b]) {
         if (c.proc.exitCode !== null) console.error(`coordinator exited ${c.proc.exitCode}:\n${c.log().split("\n").slice(-12).join("\n")}`);
-        for (const line of c.log().split("\n")) if (line.includes("kept serving")) console.error(`coordinator survived: ${line}`);
+        for (const line of c.log().split("\n"))
+          if (line.includes("kept serving")) console.error(`coordinator ${String(c.started.replica_id)} survived: ${line}`);
       }
       expect({
         other: seen.filter((s) => s.result === "other"),
