@@ -28,17 +28,33 @@ const U32_MAX = 0xffff_ffff;
 /** With the u flag a surrogate pair is one code point, so only an unpaired surrogate matches. */
 const LONE_SURROGATE = /\p{Cs}/u;
 
+/** Largest buffer kept for the next builder (a longer one is dropped after its build). */
+const MAX_KEPT_CAPACITY = 64 * 1024;
+/**
+ * The buffer the next builder writes into, taken by one builder at a time (a build is synchronous, from
+ * `tagged` to `finish`): a build then allocates its result only. Undefined while taken; a builder made
+ * meanwhile (one built inside another's chain) gets a buffer of its own. Every finished builder leaves
+ * its buffer here (one abandoned by a throw outside the builder is simply collected).
+ */
+let spare: Uint8Array | undefined = new Uint8Array(INITIAL_CAPACITY);
+const DONE = new Uint8Array(0);
+
 /**
  * Builder for one canonical byte string; start with `CanonicalBytes.tagged(tag)`, end with `finish()`.
  * Fields are written in place into one growing buffer (UTF-8 text encoded straight into it, lengths and
- * integers written byte by byte): a receipt or a request's key info is built for every request on both
- * sides, so the builder allocates a buffer and the result, not an array per field.
+ * integers written byte by byte), the module's spare one when it is free: several byte strings are built
+ * for every request on both sides (key infos, AAD prefixes, receipts), so a build allocates its result,
+ * not a buffer and an array per field. A builder is used once: after `finish()` or a refused field it
+ * has given its buffer back.
  */
 export class CanonicalBytes {
-  private buffer = new Uint8Array(INITIAL_CAPACITY);
+  private buffer: Uint8Array;
   private size = 0;
 
-  private constructor() {}
+  private constructor() {
+    this.buffer = spare ?? new Uint8Array(INITIAL_CAPACITY);
+    spare = undefined;
+  }
 
   /**
    * A new byte string that starts with the domain tag (lowercase ASCII letters, digits and '-', 1..64).
@@ -47,7 +63,7 @@ export class CanonicalBytes {
   static tagged(tag: string): CanonicalBytes {
     let encoded = TAGS.get(tag);
     if (encoded === undefined) {
-      if (!TAG.test(tag)) throw new InvalidInputError("domain tag must be 1..64 of [a-z0-9-]");
+      if (!TAG.test(tag)) throw new InvalidInputError("domain tag must be 1..64 of [a-z0-9-]"); // before a buffer is lent
       encoded = UTF8.encode(tag);
       if (TAGS.size < MAX_CACHED_TAGS) TAGS.set(tag, encoded);
     }
@@ -59,9 +75,9 @@ export class CanonicalBytes {
    * @throws InvalidInputError when value is not a Uint8Array of at most maxBytes (exactly, if exact is set).
    */
   bytes(field: string, value: Uint8Array, maxBytes: number, exact = false): this {
-    if (!(value instanceof Uint8Array)) throw new InvalidInputError(`${field} must be bytes`);
+    if (!(value instanceof Uint8Array)) throw this.refuse(`${field} must be bytes`);
     if (exact ? value.byteLength !== maxBytes : value.byteLength > maxBytes) {
-      throw new InvalidInputError(`${field} must be ${exact ? "exactly" : "at most"} ${maxBytes} bytes`);
+      throw this.refuse(`${field} must be ${exact ? "exactly" : "at most"} ${maxBytes} bytes`);
     }
     this.reserve(4 + value.byteLength);
     writeU32(this.buffer, this.size, value.byteLength);
@@ -75,21 +91,36 @@ export class CanonicalBytes {
    * @throws InvalidInputError for a non-string, an empty string, a lone surrogate or too many bytes.
    */
   text(field: string, value: string, maxBytes: number): this {
-    if (typeof value !== "string" || value.length === 0) throw new InvalidInputError(`${field} must be a non-empty string`);
-    if (LONE_SURROGATE.test(value)) throw new InvalidInputError(`${field} is not well-formed Unicode`);
+    if (typeof value !== "string" || value.length === 0) throw this.refuse(`${field} must be a non-empty string`);
+    if (value.length <= maxBytes && this.ascii(value)) return this;
+    if (LONE_SURROGATE.test(value)) throw this.refuse(`${field} is not well-formed Unicode`);
     // UTF-8 takes at least one byte and at most three per UTF-16 unit (a surrogate pair, 2 units, is 4 bytes).
-    if (value.length > maxBytes) throw new InvalidInputError(`${field} must be at most ${maxBytes} bytes`);
+    if (value.length > maxBytes) throw this.refuse(`${field} must be at most ${maxBytes} bytes`);
     this.reserve(4 + value.length * 3);
     const { written } = UTF8.encodeInto(value, this.buffer.subarray(this.size + 4));
-    if (written > maxBytes) throw new InvalidInputError(`${field} must be at most ${maxBytes} bytes`);
+    if (written > maxBytes) throw this.refuse(`${field} must be at most ${maxBytes} bytes`);
     writeU32(this.buffer, this.size, written);
     this.size += 4 + written;
     return this;
   }
 
+  /** Writes u32(len) || value when every unit of `value` is ASCII (request ids, names): UTF-8 is then the units. */
+  private ascii(value: string): boolean {
+    this.reserve(4 + value.length);
+    const at = this.size + 4;
+    for (let i = 0; i < value.length; i++) {
+      const unit = value.charCodeAt(i);
+      if (unit > 0x7f) return false; // what was written past `size` is overwritten by the general path
+      this.buffer[at + i] = unit;
+    }
+    writeU32(this.buffer, this.size, value.length);
+    this.size = at + value.length;
+    return true;
+  }
+
   /** One byte: 0x01 for true, 0x00 for false. @throws InvalidInputError for a non-boolean. */
   flag(field: string, value: boolean): this {
-    if (typeof value !== "boolean") throw new InvalidInputError(`${field} must be a boolean`);
+    if (typeof value !== "boolean") throw this.refuse(`${field} must be a boolean`);
     this.reserve(1);
     this.buffer[this.size++] = value ? 1 : 0;
     return this;
@@ -97,7 +128,7 @@ export class CanonicalBytes {
 
   /** @throws InvalidInputError unless 0 <= value <= 2^32 - 1 and an integer. */
   u32(field: string, value: number): this {
-    checkedInteger(field, value, U32_MAX);
+    this.checked(field, value, U32_MAX);
     this.reserve(4);
     writeU32(this.buffer, this.size, value);
     this.size += 4;
@@ -106,7 +137,7 @@ export class CanonicalBytes {
 
   /** @throws InvalidInputError unless 0 <= value <= 2^53 - 1 (Number.MAX_SAFE_INTEGER) and an integer. */
   u64(field: string, value: number): this {
-    checkedInteger(field, value, Number.MAX_SAFE_INTEGER);
+    this.checked(field, value, Number.MAX_SAFE_INTEGER);
     this.reserve(8);
     writeU64(this.buffer, this.size, value);
     this.size += 8;
@@ -115,10 +146,36 @@ export class CanonicalBytes {
 
   /** The bytes written, in a buffer of their exact length. */
   finish(): Uint8Array<ArrayBuffer> {
-    return this.buffer.slice(0, this.size);
+    if (this.buffer === DONE) throw new Error("a CanonicalBytes builder is used once");
+    const out = this.buffer.slice(0, this.size);
+    this.giveBack();
+    return out;
+  }
+
+  /** The error to throw for a refused field; the builder gives its buffer back first. */
+  private refuse(message: string): InvalidInputError {
+    this.giveBack();
+    return new InvalidInputError(message);
+  }
+
+  private checked(field: string, value: number, max: number): void {
+    try {
+      checkedInteger(field, value, max);
+    } catch (e) {
+      this.giveBack();
+      throw e;
+    }
+  }
+
+  /** The buffer goes to the next builder (a grown one too, up to MAX_KEPT_CAPACITY); this one is done. */
+  private giveBack(): void {
+    if (this.buffer === DONE) return;
+    if (this.buffer.byteLength <= MAX_KEPT_CAPACITY) spare = this.buffer;
+    this.buffer = DONE;
   }
 
   private reserve(bytes: number): void {
+    if (this.buffer === DONE) throw new Error("a CanonicalBytes builder is used once");
     if (this.size + bytes <= this.buffer.byteLength) return;
     const grown = new Uint8Array(Math.max(this.buffer.byteLength * 2, this.size + bytes));
     grown.set(this.buffer.subarray(0, this.size));

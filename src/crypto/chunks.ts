@@ -141,12 +141,13 @@ class ChunkStream {
     const suite = binding.suite ?? PROVIDER_CHUNKS;
     this.key = binding.responseKey.slice();
     this.gcmKey = suite.aead === "aes-256-gcm" ? createSecretKey(this.key) : undefined;
-    const prefix = CanonicalBytes.tagged(suite.tag)
+    // Chunk 0's AAD; bind() rewrites its last 9 bytes (seq and final) for each chunk.
+    this.aad = CanonicalBytes.tagged(suite.tag)
       .text("requestId", binding.requestId, MAX_REQUEST_ID_BYTES)
       .u32("attempt", binding.attempt)
+      .u64("seq", 0)
+      .flag("final", false)
       .finish();
-    this.aad = new Uint8Array(prefix.byteLength + 9);
-    this.aad.set(prefix, 0);
   }
 
   /** Sequence number of the next chunk. */

@@ -64,6 +64,52 @@ describe("CanonicalBytes", () => {
   ])("refuses %s", (_name, build) => {
     expect(build).toThrow(InvalidInputError);
   });
+
+  // Builders share one spare buffer (taken by one at a time): these pin that sharing never mixes bytes.
+  const reference = (id: string) =>
+    `00000001 78 ${id.length.toString(16).padStart(8, "0")} ${toHex(new TextEncoder().encode(id))}`.replaceAll(" ", "");
+  const build = (id: string) => toHex(CanonicalBytes.tagged("x").text("id", id, 64).finish());
+
+  test("a builder made inside another's chain writes its own buffer; both come out whole", () => {
+    const inner = () => CanonicalBytes.tagged("x").text("id", "inner-id", 64).finish();
+    const outer = CanonicalBytes.tagged("y").text("a", "outer-a", 64).bytes("in", inner(), 64).text("b", "outer-b", 64).finish();
+    expect(toHex(outer)).toBe(
+      toHex(CanonicalBytes.tagged("y").text("a", "outer-a", 64).bytes("in", inner(), 64).text("b", "outer-b", 64).finish()),
+    );
+    expect(toHex(outer).includes(toHex(inner()))).toBe(true);
+    expect(build("req_1")).toBe(reference("req_1"));
+  });
+
+  test("after a refused field, a throw outside the builder, or a long build, the next builds are right", () => {
+    expect(() => CanonicalBytes.tagged("x").text("a", "ok", 8).u32("n", -1)).toThrow(InvalidInputError);
+    expect(build("après-refus")).toBe(toHex(CanonicalBytes.tagged("x").text("id", "après-refus", 64).finish()));
+    const abandoned = CanonicalBytes.tagged("x").text("a", "abandoned", 64);
+    expect(build("req_2")).toBe(reference("req_2"));
+    expect(toHex(abandoned.finish())).toBe(reference("abandoned"));
+    const long = "z".repeat(3000);
+    expect(build(long.slice(0, 64))).toBe(reference(long.slice(0, 64)));
+    expect(CanonicalBytes.tagged("x").bytes("long", new Uint8Array(3000).fill(7), 4096).finish().byteLength).toBe(5 + 4 + 3000);
+    expect(build("req_3")).toBe(reference("req_3"));
+  });
+
+  test("a builder is used once: after finish() it refuses more fields and a second finish", () => {
+    const b = CanonicalBytes.tagged("x").text("a", "once", 8);
+    b.finish();
+    expect(() => b.text("b", "again", 8)).toThrow("used once");
+    expect(() => b.finish()).toThrow("used once");
+    expect(build("req_4")).toBe(reference("req_4"));
+  });
+
+  test("ASCII and non-ASCII text of the same field encode as UTF-8 either way (the fast path is exact)", () => {
+    for (const id of ["a", "req_0mwy3ohvlxGWsMCc6zYrb", "org/model-4bit", "a\u007f", "\u0080", "mixé", "名前", "🔒x"]) {
+      const text = JSON.parse(`"${id}"`) as string;
+      const utf8 = new TextEncoder().encode(text);
+      expect(toHex(CanonicalBytes.tagged("x").text("t", text, 64).finish())).toBe(
+        `0000000178${utf8.byteLength.toString(16).padStart(8, "0")}${toHex(utf8)}`,
+      );
+    }
+    expect(() => CanonicalBytes.tagged("x").text("t", "abcd", 3)).toThrow(InvalidInputError);
+  });
 });
 
 describe("base64url", () => {
