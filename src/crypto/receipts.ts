@@ -72,7 +72,9 @@ export interface ReceiptClaims {
 /** SHA-256 of bytes (32 bytes). @throws InvalidInputError for a non-byte input. */
 export function sha256(bytes: Uint8Array): Uint8Array {
   if (!(bytes instanceof Uint8Array)) throw new InvalidInputError("sha256 input must be bytes");
-  return new Uint8Array(Bun.CryptoHasher.hash("sha256", bytes));
+  const out = new Uint8Array(32);
+  Bun.CryptoHasher.hash("sha256", bytes, out);
+  return out;
 }
 
 /**

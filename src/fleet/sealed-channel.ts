@@ -25,6 +25,8 @@ import { ProtocolError, parseDelta, parseFinal, parseToolCall } from "../protoco
 import type { AttemptSeal, VerifiedReceipt } from "./attempt.ts";
 
 const encoder = new TextEncoder();
+/** Refuses invalid UTF-8 (a sealed payload must be text); stateless for whole decodes, so one serves every frame. */
+const UTF8_STRICT = new TextDecoder("utf-8", { fatal: true });
 
 /** A request sealed for sending: the frame's text, and what its attempt keeps to open the answer. */
 export interface SealedRequest {
@@ -87,7 +89,7 @@ export function openSealed(opener: ChunkOpener, frame: SealedFrame): OpenedFrame
   const final = frame.type === "sealed_complete";
   const plaintext = opener.open({ seq: frame.seq, final, ciphertext: fromBase64url(frame.sealed, "sealed") });
   if (final) opener.finish();
-  const payload: unknown = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(plaintext));
+  const payload: unknown = JSON.parse(UTF8_STRICT.decode(plaintext));
   if (final) return { type: "complete", end: parseFinal(payload) };
   if (frame.type === "sealed_tool_call") return { type: "tool_call", call: parseToolCall(payload) };
   return { type: "chunk", delta: parseDelta(payload) };
