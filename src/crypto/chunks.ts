@@ -64,6 +64,7 @@ const PROVIDER_CHUNKS: ChunkSuite = Object.freeze({ tag: "umbra-chunk-v2", aead:
 /** The consumer sealed transport. */
 export const CONSUMER_CHUNKS: ChunkSuite = Object.freeze({ tag: "umbra-chunk-v1", aead: "chacha20-poly1305" });
 const CHUNK_NONCE_BYTES = 12;
+const GCM_OPTIONS = Object.freeze({ authTagLength: AEAD_TAG_BYTES });
 /** Largest chunk plaintext: 256 KiB (its base64url ciphertext stays well under the 1 MiB frame limit). */
 export const MAX_CHUNK_PLAINTEXT_BYTES = 256 * 1024;
 export const MAX_CHUNK_CIPHERTEXT_BYTES = MAX_CHUNK_PLAINTEXT_BYTES + AEAD_TAG_BYTES;
@@ -171,7 +172,7 @@ class ChunkStream {
   protected encrypt(seq: number, final: boolean, plaintext: Uint8Array): Uint8Array {
     this.bind(seq, final);
     if (!this.gcmKey) return chacha20poly1305(this.key, this.nonce, this.aad).encrypt(plaintext);
-    const c = createCipheriv("aes-256-gcm", this.gcmKey, this.nonce, { authTagLength: AEAD_TAG_BYTES });
+    const c = createCipheriv("aes-256-gcm", this.gcmKey, this.nonce, GCM_OPTIONS);
     c.setAAD(this.aad);
     const body = c.update(plaintext);
     c.final(); // GCM holds nothing back: the whole ciphertext came out of update
@@ -186,12 +187,12 @@ class ChunkStream {
     this.bind(seq, final);
     if (!this.gcmKey) return chacha20poly1305(this.key, this.nonce, this.aad).decrypt(ciphertext);
     const end = ciphertext.byteLength - AEAD_TAG_BYTES;
-    const d = createDecipheriv("aes-256-gcm", this.gcmKey, this.nonce, { authTagLength: AEAD_TAG_BYTES });
+    const d = createDecipheriv("aes-256-gcm", this.gcmKey, this.nonce, GCM_OPTIONS);
     d.setAAD(this.aad);
     d.setAuthTag(ciphertext.subarray(end));
     const body = d.update(ciphertext.subarray(0, end));
     d.final(); // throws when the tag does not match; GCM holds nothing back
-    return new Uint8Array(body.buffer, body.byteOffset, body.byteLength);
+    return body;
   }
 }
 

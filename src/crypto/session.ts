@@ -127,9 +127,11 @@ function ratchet(chain: Uint8Array, n: number): Uint8Array {
 }
 
 /** The request and response keys of request n from chain_n (steps 5 and 6). */
-function requestKeys(chain: Uint8Array, n: number, binding: RequestBinding): { requestKey: Buffer; responseKey: Uint8Array } {
-  const keys = Buffer.from(hkdfSync("sha256", chain, ZERO_SALT, requestKeyInfo(n, binding), 64));
-  return { requestKey: keys.subarray(0, 32), responseKey: new Uint8Array(keys.subarray(32, 32 + RESPONSE_KEY_BYTES)) };
+function requestKeys(chain: Uint8Array, n: number, binding: RequestBinding): { requestKey: Uint8Array; responseKey: Uint8Array } {
+  // Views of the one derived buffer: the request key is used at once; the response key is kept by its
+  // chunk stream, which copies it.
+  const keys = new Uint8Array(hkdfSync("sha256", chain, ZERO_SALT, requestKeyInfo(n, binding), 64));
+  return { requestKey: keys.subarray(0, 32), responseKey: keys.subarray(32, 32 + RESPONSE_KEY_BYTES) };
 }
 
 /** What both halves of a session hold: the newest chain value and the request counter it belongs to. */
@@ -205,11 +207,12 @@ export class SessionOpener extends SessionHalf {
     }
     const { requestKey, responseKey } = requestKeys(chain, n, binding);
     const split = ciphertext.byteLength - AEAD_TAG_BYTES;
-    let plaintext: Buffer;
+    let plaintext: Uint8Array;
     try {
       const decipher = createDecipheriv("aes-256-gcm", requestKey, ZERO_NONCE);
       decipher.setAuthTag(ciphertext.subarray(split));
-      plaintext = Buffer.concat([decipher.update(ciphertext.subarray(0, split)), decipher.final()]);
+      plaintext = decipher.update(ciphertext.subarray(0, split));
+      decipher.final(); // throws when the tag does not match; GCM holds nothing back
     } catch {
       chain.fill(0); // a candidate that did not open (this.chain is untouched)
       throw new RequestOpenError("sealed request did not open");
@@ -217,7 +220,7 @@ export class SessionOpener extends SessionHalf {
     this.chain.fill(0);
     this.chain = chain;
     this.last = n;
-    return { plaintext: new Uint8Array(plaintext.buffer, plaintext.byteOffset, plaintext.byteLength), responseKey };
+    return { plaintext, responseKey };
   }
 }
 
