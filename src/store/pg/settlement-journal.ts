@@ -22,7 +22,7 @@ export interface JournalEntry {
 }
 
 export interface JournalOptions {
-  /** How long entries wait before their batch is applied, in ms (20). */
+  /** How long entries wait before their batch is applied, in ms (50, as the SQLite journal). */
   readonly applyMs?: number;
   /** The first wait before a failed batch is sent again, in ms (50; doubled up to 1 s). */
   readonly retryMs?: number;
