@@ -172,6 +172,16 @@ export function createFront(
   return { attestation, provisioning: new Provisioning({ mode: config.mode, awaiting, attestation, logger, now, ...accept }) };
 }
 
+/** How long a report waits for the cluster replica's journal to reach the database. */
+const REPORT_JOURNAL_WAIT_MS = 2000;
+
+/** The authority's journal flushed, or `ms` passed, whichever comes first. */
+export async function settledWithin(authority: Pick<MoneyAuthority, "flushed">, ms: number): Promise<void> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  await Promise.race([authority.flushed(), new Promise<void>((resolve) => (timer = setTimeout(resolve, ms)))]);
+  clearTimeout(timer);
+}
+
 export function createApp(deps: AppDeps): App {
   const { config, store } = deps;
   const clock = deps.clock ?? systemClock;
@@ -250,9 +260,11 @@ export function createApp(deps: AppDeps): App {
     ...(config.oidc && config.jwt ? { oidc: { ...config.oidc, issuer: config.jwt.issuer, accountClaim: config.jwt.accountClaim } } : {}),
   });
   let authorityClosed: Promise<void> | undefined;
-  // Reports wait for this process's journaled settlements (SQLite's journal, or the cluster replica's).
+  // Reports wait for this process's journaled settlements (SQLite's journal, or the cluster replica's: at
+  // most REPORT_JOURNAL_WAIT_MS, so a report during a database outage is not held until it ends).
   const settled = async () => {
-    await Promise.all([wallets.applied(), deps.moneyAuthority?.flushed()]);
+    const authority = deps.moneyAuthority;
+    await Promise.all([wallets.applied(), authority && settledWithin(authority, REPORT_JOURNAL_WAIT_MS)]);
   };
   const admin = new AdminService(store, now, {
     ...(publicUrl !== undefined ? { publicUrl } : {}),
