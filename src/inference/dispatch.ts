@@ -76,6 +76,8 @@ const BUSY = new Set(["busy", "draining"]);
 
 function waitFor(attempt: Attempt, ms: number): Promise<AttemptEvent | typeof TIMEOUT> {
   if (ms <= 0) return Promise.resolve(TIMEOUT);
+  // An event already queued (or the attempt's end) answers at once: no timer, no race.
+  if (attempt.backlog > 0 || attempt.done) return attempt.next();
   let timer: ReturnType<typeof setTimeout> | undefined;
   return Promise.race([
     attempt.next(),
