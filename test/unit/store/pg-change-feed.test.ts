@@ -57,6 +57,20 @@ async function quietly(statement: string) {
 
 const rpmSeenBy = async (s: PgStore, n: string) => (await s.keys.findByHash(`hash-${n}`))?.rpm;
 
+/**
+ * Waits until the feed has heard what was committed before (the seed's notifications can arrive after
+ * `ready()` on a loaded host, and each moves the epoch, emptying the caches): its epoch steady across a
+ * window of several pings, whose echoes come after every earlier commit's notification.
+ */
+async function quietFeed(s: PgStore) {
+  for (let i = 0; i < 40; i++) {
+    const before = s.changes.epoch();
+    await Bun.sleep(250);
+    if (before !== null && s.changes.epoch() === before) return;
+  }
+  throw new Error("the change feed never went quiet");
+}
+
 describe.skipIf(db === undefined)(SUITE, () => {
   test("lookups are cached; a change made through A reaches B's caches and listeners", async () => {
     await using a = await (db as NonNullable<typeof db>).open();
@@ -64,6 +78,7 @@ describe.skipIf(db === undefined)(SUITE, () => {
     try {
       await seed(a.store, "1");
       expect(await b.changes.ready()).toBe(true);
+      await quietFeed(b);
       expect(await rpmSeenBy(b, "1")).toBe(10);
       await quietly("UPDATE api_keys SET rpm = 11 WHERE id = 'key-1'");
       // Cached: B does not see a change nobody announced.
