@@ -16,6 +16,9 @@ const pacedTps = benchNumber("BENCH_PACED_TPS", 1000);
 const openStreams = benchNumber("BENCH_OPEN_STREAMS", 5000);
 const CHUNKS_TARGET = 50_000;
 const BYTES_PER_STREAM_TARGET = 100_000;
+/** Issue 25 point 5: sealed relay and memory per open stream, the hot path's targets. */
+const SEALED_CHUNKS_TARGET_25 = 100_000;
+const BYTES_PER_STREAM_TARGET_25 = 10_000;
 /** One provider session announces at most this many concurrent attempts (protocol limit). */
 const SESSION_MAX = 4096;
 const PREFIX = "bench";
@@ -314,6 +317,16 @@ const result = {
       worst_bytes: worstMemory,
       met: worstMemory <= BYTES_PER_STREAM_TARGET,
     },
+    issue_25_sealed_chunks_per_second: {
+      target: `>= ${SEALED_CHUNKS_TARGET_25} (sealed paced)`,
+      best_chunks_per_second: best["sealed paced"]?.best_chunks_per_second ?? 0,
+      met: (best["sealed paced"]?.best_chunks_per_second ?? 0) >= SEALED_CHUNKS_TARGET_25,
+    },
+    issue_25_memory_per_open_stream: {
+      target: `<= ${BYTES_PER_STREAM_TARGET_25} bytes`,
+      worst_bytes: worstMemory,
+      met: worstMemory <= BYTES_PER_STREAM_TARGET_25,
+    },
   },
 };
 
@@ -351,5 +364,10 @@ const verdict = (met: boolean) => (met ? "met" : "missed");
 console.log(
   `targets: relay >= ${CHUNKS_TARGET} chunks/s: ${kinds.map((k) => `${k} ${best[k]?.best_chunks_per_second} (${verdict(best[k]?.met === true)})`).join(", ")}; ` +
     `memory <= 100 KB per open stream: worst ${(worstMemory / 1000).toFixed(1)} KB (${verdict(worstMemory <= BYTES_PER_STREAM_TARGET)})`,
+);
+console.log(
+  `issue 25 point 5: sealed relay >= ${SEALED_CHUNKS_TARGET_25} chunks/s: ${best["sealed paced"]?.best_chunks_per_second} ` +
+    `(${verdict((best["sealed paced"]?.best_chunks_per_second ?? 0) >= SEALED_CHUNKS_TARGET_25)}); memory <= 10 KB per open stream: ` +
+    `worst ${(worstMemory / 1000).toFixed(1)} KB (${verdict(worstMemory <= BYTES_PER_STREAM_TARGET_25)})`,
 );
 console.log(`written ${writeResult("stream-relay", result)}`);
