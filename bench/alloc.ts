@@ -90,6 +90,9 @@ for (const stream of cases) {
     coordinator_kb_per_request: Number(median(runs.map((x) => x.coordinatorKb)).toFixed(1)),
     provider_kb_per_request: Number(median(runs.map((x) => x.providerKb)).toFixed(1)),
     requests: Math.round(median(runs.map((x) => x.requests))),
+    // Each round's figure: the spread says which differences between runs mean anything.
+    coordinator_kb_rounds: runs.map((x) => Number(x.coordinatorKb.toFixed(1))),
+    provider_kb_rounds: runs.map((x) => Number(x.providerKb.toFixed(1))),
     collections: runs.map((x) => x.collections),
   });
 }
