@@ -40,12 +40,7 @@ export class SoftwareIdentity {
    */
   sign(message: Uint8Array): Uint8Array {
     this.keyObject ??= createPrivateKey({ key: this.jwk(), format: "jwk" });
-    const signature = p256.Signature.fromBytes(
-      new Uint8Array(nodeSign("sha256", message, { key: this.keyObject, dsaEncoding: "der" })),
-      "der",
-    );
-    const low = signature.hasHighS() ? new p256.Signature(signature.r, p256.Point.Fn.ORDER - signature.s) : signature;
-    return low.toBytes("der");
+    return lowSDer(nodeSign("sha256", message, { key: this.keyObject, dsaEncoding: "der" }));
   }
 
   private jwk() {
@@ -53,6 +48,46 @@ export class SoftwareIdentity {
     const b64 = (bytes: Uint8Array) => Buffer.from(bytes).toString("base64url");
     return { kty: "EC", crv: "P-256", d: b64(this.secretKey), x: b64(point.subarray(1, 33)), y: b64(point.subarray(33)) };
   }
+}
+
+/** The P-256 group order n, and n / 2 rounded down, as 32 big-endian bytes. */
+const ORDER = Buffer.from("ffffffff00000000ffffffffffffffffbce6faada7179e84f3b9cac2fc632551", "hex");
+const HALF_ORDER = Buffer.from("7fffffff800000007fffffffffffffffde737d56d38bcf4279dce5617e3192a8", "hex");
+
+/**
+ * A DER ECDSA P-256 signature with s replaced by n - s when s > n/2 (the same signature, low-S form),
+ * on the bytes: SEQUENCE { INTEGER r, INTEGER s }, each INTEGER minimal two's complement (a 0x00 first
+ * when the top bit is set). The signer's own output, so its shape is trusted; a high s is re-encoded.
+ */
+export function lowSDer(der: Uint8Array): Uint8Array {
+  const rLength = der[3] as number;
+  const sAt = 4 + rLength + 2;
+  const sLength = der[sAt - 1] as number;
+  const s = new Uint8Array(32);
+  const sBytes = der.subarray(sAt, sAt + sLength);
+  const significant = sBytes.subarray(sBytes.length > 32 ? sBytes.length - 32 : 0);
+  s.set(significant, 32 - significant.length);
+  if (Buffer.compare(s, HALF_ORDER) <= 0) return new Uint8Array(der.buffer, der.byteOffset, der.byteLength);
+  // n - s, byte by byte with a borrow (s < n, so no borrow is left).
+  let borrow = 0;
+  for (let i = 31; i >= 0; i--) {
+    const d = (ORDER[i] as number) - (s[i] as number) - borrow;
+    s[i] = d & 0xff;
+    borrow = d < 0 ? 1 : 0;
+  }
+  let first = 0;
+  while (first < 31 && s[first] === 0) first++;
+  const pad = (s[first] as number) >= 0x80 ? 1 : 0;
+  const low = 32 - first + pad;
+  const r = der.subarray(2, 4 + rLength); // 02 len r
+  const out = new Uint8Array(2 + r.length + 2 + low);
+  out[0] = 0x30;
+  out[1] = r.length + 2 + low;
+  out.set(r, 2);
+  out[2 + r.length] = 0x02;
+  out[3 + r.length] = low;
+  out.set(s.subarray(first), 4 + r.length + pad);
+  return out;
 }
 
 export interface EvidenceRequest {

@@ -1,4 +1,5 @@
 import { describe, expect, test } from "bun:test";
+import { createPrivateKey, generateKeyPairSync, sign as nodeSign } from "node:crypto";
 import { p256 } from "@noble/curves/nist.js";
 import {
   AttestationError,
@@ -11,6 +12,7 @@ import {
   SoftwareIdentity,
   verifySecureEnclaveEvidence,
 } from "../../../attestation/provider/index.ts";
+import { lowSDer } from "../../../attestation/provider/software-identity.ts";
 import golden from "../../fixtures/attestation/evidence-v1.json";
 
 const NOW = Date.parse("2026-11-21T12:00:00Z");
@@ -269,5 +271,41 @@ describe("SoftwareIdentity.sign", () => {
     }
     // Randomized (node:crypto), not RFC 6979: the 64 signatures differ.
     expect(new Set(signatures.map((s) => Buffer.from(s).toString("hex"))).size).toBe(64);
+  });
+
+  // lowSDer rewrites the DER bytes itself (no big-number objects per signature); noble's normalization is
+  // the reference it must equal.
+  const nobleLowS = (der: Uint8Array) => {
+    const sig = p256.Signature.fromBytes(der, "der");
+    return (sig.hasHighS() ? new p256.Signature(sig.r, p256.Point.Fn.ORDER - sig.s) : sig).toBytes("der");
+  };
+  const hex = (b: Uint8Array) => Buffer.from(b).toString("hex");
+
+  test("lowSDer equals noble's low-S form for random signatures, high and low", () => {
+    const key = createPrivateKey({
+      key: generateKeyPairSync("ec", { namedCurve: "P-256" }).privateKey.export({ format: "pem", type: "pkcs8" }),
+    });
+    let high = 0;
+    for (let i = 0; i < 400; i++) {
+      const der = new Uint8Array(nodeSign("sha256", Uint8Array.of(i & 0xff, i >> 8), { key, dsaEncoding: "der" }));
+      if (p256.Signature.fromBytes(der, "der").hasHighS()) high++;
+      expect(hex(lowSDer(der))).toBe(hex(nobleLowS(der)));
+    }
+    expect(high).toBeGreaterThan(100); // both branches ran many times
+  });
+
+  test.each([
+    ["s = n - 1 (becomes 1)", p256.Point.Fn.ORDER - 1n],
+    ["s = n/2 + 1 (becomes n/2)", p256.Point.Fn.ORDER / 2n + 1n],
+    ["s = n/2 (kept)", p256.Point.Fn.ORDER / 2n],
+    ["s = n - 2^200 (becomes a short integer)", p256.Point.Fn.ORDER - 2n ** 200n],
+    ["s = n - 2^255 + 1 (becomes one with its top bit set)", p256.Point.Fn.ORDER - 2n ** 255n + 1n],
+    ["s = 1 (kept, one byte)", 1n],
+    ["s = 2^255 (high, 33 bytes in DER)", 2n ** 255n],
+  ])("lowSDer on %s", (_name, sValue) => {
+    for (const r of [1n, 2n ** 255n + 7n, p256.Point.Fn.ORDER - 3n]) {
+      const der = new p256.Signature(r, sValue).toBytes("der");
+      expect(hex(lowSDer(der))).toBe(hex(nobleLowS(der)));
+    }
   });
 });
