@@ -74,17 +74,10 @@ const TIMEOUT = Symbol("timeout");
 const RETRYABLE = new Set(["busy", "draining", "model_not_loaded", "engine_error", "engine_unavailable", "timeout", "cancelled"]);
 const BUSY = new Set(["busy", "draining"]);
 
+/** The attempt's next event, or TIMEOUT after `ms` (one timer per wait; a queued event answers at once). */
 function waitFor(attempt: Attempt, ms: number): Promise<AttemptEvent | typeof TIMEOUT> {
   if (ms <= 0) return Promise.resolve(TIMEOUT);
-  // An event already queued (or the attempt's end) answers at once: no timer, no race.
-  if (attempt.backlog > 0 || attempt.done) return attempt.next();
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  return Promise.race([
-    attempt.next(),
-    new Promise<typeof TIMEOUT>((resolve) => {
-      timer = setTimeout(() => resolve(TIMEOUT), ms);
-    }),
-  ]).finally(() => clearTimeout(timer));
+  return attempt.nextWithin(ms, TIMEOUT);
 }
 
 /**
