@@ -42,20 +42,25 @@ export async function readBody(request: Request, limits: BodyLimits): Promise<Ui
   // A declared length within the limit is read in one call (the server reads exactly that many bytes);
   // only a body of unknown length is counted as it streams.
   const reader = declared === null ? request.body.getReader() : undefined;
-  const read = reader ? readCounted(reader, maxBytes) : intact(request.arrayBuffer()).then((b) => new Uint8Array(b));
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => {
-      read.catch(() => {}); // settles after the answer, if ever: nobody waits for it any more
+  const read: Promise<ArrayBuffer | Uint8Array> = reader ? readCounted(reader, maxBytes) : request.arrayBuffer();
+  // One timer beside the read (no race of promises): whichever settles first decides.
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
       void reader?.cancel().catch(() => {});
       reject(Errors.timeout(`the request body did not arrive within ${timeoutMs} ms`, undefined, { connection: "close" }));
     }, timeoutMs);
+    read.then(
+      (body) => {
+        clearTimeout(timer);
+        resolve(body instanceof Uint8Array ? body : new Uint8Array(body));
+      },
+      (e: unknown) => {
+        clearTimeout(timer);
+        // A stream that broke off is a body that ended early; readCounted's own refusals (413) stand.
+        reject(reader ? e : Errors.invalidJson("the request body ended before it was complete"));
+      },
+    );
   });
-  try {
-    return await Promise.race([read, late]);
-  } finally {
-    clearTimeout(timer);
-  }
 }
 
 /** What readCounted needs of a body stream's reader. */
