@@ -96,6 +96,7 @@ bench: deps console-assets
 	$(BUN) bench/startup.ts
 	$(BUN) bench/overhead.ts
 	$(BUN) bench/alloc.ts
+	$(BUN) bench/alloc-ops.ts
 	$(BUN) bench/cluster.ts
 
 # Soak (issue 7): SOAK_SECONDS (default 600) of mixed traffic with faults against real processes, then the

@@ -11,6 +11,7 @@
 import { startCoordinator, startProvider } from "../test/support/processes.ts";
 import { BUILD, CREDIT, LIMITS } from "./lib/deployment.ts";
 import { benchList, benchNumber } from "./lib/env.ts";
+import { allocatedKb } from "./lib/gc-log.ts";
 import { writeResult } from "./lib/results.ts";
 import { median } from "./lib/stats.ts";
 
@@ -23,25 +24,6 @@ const ROOT = new URL("..", import.meta.url).pathname;
 /** Issue 25 point 3: the coordinator's bound, and the provider's first figure by this script (2026-11-26, main at 49958b9), to halve. */
 const COORDINATOR_KB = 15;
 const PROVIDER_BASELINE_KB = 29.6;
-
-/** KB allocated over the GC log `text` (whole collections only). */
-export function allocatedKb(text: string): { kb: number; collections: number } {
-  let kb = 0;
-  let collections = 0;
-  let lastAfter: number | undefined;
-  // "START M <before>kb => EdenCollection, ..." then (same or a later line) "=> <after>kb, p=".
-  const events = [...text.matchAll(/START M (\d+)kb|=> (\d+)kb, p=/g)];
-  for (const e of events) {
-    if (e[1] !== undefined) {
-      const before = Number(e[1]);
-      if (lastAfter !== undefined) {
-        kb += Math.max(0, before - lastAfter);
-        collections++;
-      }
-    } else if (e[2] !== undefined) lastAfter = Number(e[2]);
-  }
-  return { kb, collections };
-}
 
 async function load(url: string, key: string, stream: boolean, secs: number): Promise<number> {
   const options = { url, key, model: BUILD, stream, mode: "closed", concurrency, seconds: secs, warmupSeconds: 0 };
