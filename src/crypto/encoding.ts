@@ -16,20 +16,12 @@ import { InvalidInputError } from "./errors.ts";
 const BASE64URL = /^[A-Za-z0-9_-]*$/;
 const HEX = /^(?:[0-9a-f]{2})*$/;
 
-/**
- * The runtime's base64 codecs on Uint8Array (TC39 "Uint8Array to/from base64", in Bun): no Buffer view
- * and no copy per call on the per-frame path. Not yet in TypeScript's ES2023 lib, hence the types here.
- */
-type Base64Options = { readonly alphabet: "base64url"; readonly omitPadding?: boolean };
-const toBase64 = (bytes: Uint8Array, options: Base64Options): string =>
-  (bytes as Uint8Array & { toBase64(o: Base64Options): string }).toBase64(options);
-const fromBase64 = (text: string, options: Base64Options): Uint8Array<ArrayBuffer> =>
-  (Uint8Array as unknown as { fromBase64(t: string, o: Base64Options): Uint8Array<ArrayBuffer> }).fromBase64(text, options);
-const URL_ALPHABET: Base64Options = { alphabet: "base64url", omitPadding: true };
+/** For Uint8Array's own base64 codecs (toBase64, fromBase64): no Buffer view, no copy out of Buffer's pool. */
+const URL_ALPHABET = { alphabet: "base64url", omitPadding: true } as const;
 
 /** Bytes -> unpadded base64url. */
 export function toBase64url(bytes: Uint8Array): string {
-  return toBase64(bytes, URL_ALPHABET);
+  return bytes.toBase64(URL_ALPHABET);
 }
 
 /**
@@ -48,7 +40,7 @@ export function fromBase64url(text: string, field = "value"): Uint8Array<ArrayBu
     throw new InvalidInputError(`${field} is not canonical base64url`);
   }
   // Its own buffer (never a view into a shared pool); the checks above made the text canonical.
-  return fromBase64(text, URL_ALPHABET);
+  return Uint8Array.fromBase64(text, URL_ALPHABET);
 }
 
 /** The 6-bit value of a base64url character (the caller checked the alphabet). */
