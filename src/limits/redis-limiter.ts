@@ -23,6 +23,15 @@ export interface RedisLimiterOptions {
   readonly trueUpDelayMs?: number;
 }
 
+/** The true-ups' delta is in Redis: their promises resolve. */
+const applied = (owed: Owed) => {
+  for (const w of owed.waiters) w.resolve();
+};
+/** Their delta did not reach Redis: their promises reject with the call's error. */
+const failed = (owed: Owed, error: unknown) => {
+  for (const w of owed.waiters) w.reject(error);
+};
+
 /** True-ups of one subject not sent yet, and the promises waiting for them. */
 interface Owed {
   delta: number;
@@ -93,10 +102,10 @@ export class RedisRateLimiter {
         [String(rpm), String(tpm), String(tokens), this.now(), String(owed?.delta ?? 0)],
       );
     } catch (e) {
-      for (const w of owed?.waiters ?? []) w.reject(e);
+      if (owed) failed(owed, e);
       throw e;
     }
-    for (const w of owed?.waiters ?? []) w.resolve();
+    if (owed) applied(owed);
     if (!Array.isArray(reply) || reply.length !== 3) throw new RedisUnavailableError("error");
     const requestLevel = Number(reply[1]);
     const tokenLevel = Number(reply[2]);
@@ -146,17 +155,15 @@ export class RedisRateLimiter {
     const all = [...this.owed];
     this.owed.clear();
     for (const [subject, owed] of all) {
-      const done = () => {
-        for (const w of owed.waiters) w.resolve();
-      };
       if (owed.delta === 0) {
-        done();
+        applied(owed);
         continue;
       }
       const keys = [this.key(subject, "req"), this.key(subject, "tok")];
-      this.run(this.trueUpScript, keys, [String(owed.delta), String(owed.tpm), this.now()]).then(done, (e: unknown) => {
-        for (const w of owed.waiters) w.reject(e);
-      });
+      this.run(this.trueUpScript, keys, [String(owed.delta), String(owed.tpm), this.now()]).then(
+        () => applied(owed),
+        (e: unknown) => failed(owed, e),
+      );
     }
   }
 
