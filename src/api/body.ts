@@ -5,6 +5,9 @@
 import { Errors } from "../errors/api-error.ts";
 import { parseJsonExact } from "../validation/fields.ts";
 
+/** Whole decodes hold no state, so one decoder serves every body (invalid UTF-8 becomes U+FFFD, as JSON.parse then sees it). */
+const UTF8 = new TextDecoder();
+
 /** How much of a request body a route accepts, and how long its client may take to send it. */
 export interface BodyLimits {
   readonly maxBytes: number;
@@ -42,7 +45,7 @@ export async function readBody(request: Request, limits: BodyLimits): Promise<Ui
   // A declared length within the limit is read in one call (the server reads exactly that many bytes);
   // only a body of unknown length is counted as it streams.
   const reader = declared === null ? request.body.getReader() : undefined;
-  const read: Promise<ArrayBuffer | Uint8Array> = reader ? readCounted(reader, maxBytes) : request.arrayBuffer();
+  const read: Promise<Uint8Array> = reader ? readCounted(reader, maxBytes) : request.bytes();
   // One timer beside the read (no race of promises): whichever settles first decides.
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {
@@ -52,7 +55,7 @@ export async function readBody(request: Request, limits: BodyLimits): Promise<Ui
     read.then(
       (body) => {
         clearTimeout(timer);
-        resolve(body instanceof Uint8Array ? body : new Uint8Array(body));
+        resolve(body);
       },
       (e: unknown) => {
         clearTimeout(timer);
@@ -102,7 +105,7 @@ async function intact<T>(read: Promise<T>): Promise<T> {
 export function parseJson(bytes: Uint8Array, exact: readonly string[] = []): unknown {
   if (bytes.byteLength === 0) return undefined;
   try {
-    const text = new TextDecoder().decode(bytes);
+    const text = UTF8.decode(bytes);
     return exact.length === 0 ? (JSON.parse(text) as unknown) : parseJsonExact(text, exact);
   } catch {
     throw Errors.invalidJson("the body is not valid JSON");

@@ -189,7 +189,10 @@ export function createHttpApp(deps: HttpDeps): HttpApp {
     .use(consoleAssetRoutes({ ...deps.consoleAssets, oidc: deps.consoleOidc !== undefined }));
 
   const gate = (request: Request): Response | undefined =>
-    deps.provisioning.refuses(new URL(request.url).pathname) ? errorResponse(Errors.serviceUnavailable(AWAITING)) : undefined;
+    // The path is parsed only while provisioning is awaited (no URL object per request otherwise).
+    deps.provisioning.state === "awaiting" && deps.provisioning.refuses(new URL(request.url).pathname)
+      ? errorResponse(Errors.serviceUnavailable(AWAITING))
+      : undefined;
 
   return {
     gate,

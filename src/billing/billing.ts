@@ -13,7 +13,7 @@
 import { type ChatMessage, messageText } from "../protocol/chat-messages.ts";
 import type { Usage } from "../protocol/frames.ts";
 import type { Settlement } from "../store/types.ts";
-import { ceilMillionths, costOf } from "./money.ts";
+import { ceilHundredths, ceilMillionths, costOf } from "./money.ts";
 import type { Rates } from "./pricing.ts";
 import type { Hold, HoldRequest } from "./wallets.ts";
 
@@ -96,7 +96,7 @@ export function chargeFor(usage: Usage, rates: Rates): number {
 
 /** The platform's share of a charge, rounded up; the provider earns the rest. */
 export function feeFor(charge: number, percent: number): number {
-  return Number((BigInt(charge) * BigInt(percent) + 99n) / 100n);
+  return ceilHundredths(charge, percent);
 }
 
 /** Usage for a request that ended without a provider report: what was relayed, estimated, at most the budget. */

@@ -1,6 +1,7 @@
 /**
  * Exact money arithmetic and formatting. Inputs are integer micro-USD (µUSD) or integer µUSD per one
- * million tokens; every product and quotient is computed in bigint, never in floating point.
+ * million tokens; every product and quotient is exact: in floating point only while it is a safe integer
+ * (ceilMillionths, ceilHundredths), else in bigint.
  *
  * Formats (pinned by test/unit/billing/money.test.ts):
  * - usdPerMillion(65000) = "$0.065": USD per million tokens, at least two decimals, trailing zeros trimmed.
@@ -37,8 +38,18 @@ export function usd(micro: number): string {
 
 /** The cache-read rate when none is stored: the input rate less `discountPercent`, rounded up. */
 export function discountedCacheRead(inputPerMillion: number, discountPercent: number): number {
-  const numerator = BigInt(inputPerMillion) * BigInt(100 - discountPercent);
-  return Number((numerator + 99n) / 100n);
+  return ceilHundredths(inputPerMillion, 100 - discountPercent);
+}
+
+/**
+ * ceil(a × b / 100) for non-negative integers a and b: while a × b + 99 is a safe integer, the product,
+ * `x % 100` and the division of the multiple of 100 below x are all exact in floating point (no bigint
+ * allocated per call); beyond, in bigint.
+ */
+export function ceilHundredths(a: number, b: number): number {
+  const x = a * b + 99;
+  if (Number.isSafeInteger(x)) return (x - (x % 100)) / 100;
+  return Number((BigInt(a) * BigInt(b) + 99n) / 100n);
 }
 
 /**

@@ -10,7 +10,7 @@
  * anything else walks the body.
  */
 import { ApiError, Errors } from "../errors/api-error.ts";
-import { type ChatMessage, readChatMessages } from "../protocol/chat-messages.ts";
+import { type ChatMessage, type MessageFault, readChatMessages } from "../protocol/chat-messages.ts";
 import { type EngineRequestBody, MAX_TOKENS_LIMIT } from "../protocol/frames.ts";
 import { isObject, type JsonObject, MAX_JSON_DEPTH, tooDeep } from "../validation/fields.ts";
 import { readToolFields } from "./tool-fields.ts";
@@ -45,19 +45,25 @@ export const BUDGET_FIELDS: readonly string[] = ["max_tokens", "max_completion_t
 /** The largest int64; a larger budget is not an int64 (spec budget rule 3: malformed). */
 const INT64_MAX = 9223372036854775807n;
 
+const beyond = (name: string) => Errors.invalidValue(`'${name}' must be an int64 (at most ${INT64_MAX})`, name);
+
+/** A message fault as the API's 400 (module-level: no closure per request). */
+const refuseMessages = (fault: MessageFault): never => {
+  throw new ApiError(400, "invalid_request_error", fault.code, fault.message, fault.param);
+};
+
 function budget(o: JsonObject, name: string): number | undefined {
   const v = o[name];
   if (v === undefined || v === null) return undefined;
-  const beyond = () => Errors.invalidValue(`'${name}' must be an int64 (at most ${INT64_MAX})`, name);
   if (typeof v === "bigint") {
     if (v < 0n) throw Errors.invalidValue(`'${name}' must be at least 0`, name);
-    if (v > INT64_MAX) throw beyond();
+    if (v > INT64_MAX) throw beyond(name);
     return v === 0n ? undefined : Number(v);
   }
   if (typeof v !== "number" || !Number.isInteger(v)) throw Errors.invalidValue(`'${name}' must be an integer`, name);
   if (v < 0) throw Errors.invalidValue(`'${name}' must be at least 0`, name);
   // The double 2^63 stands for 2^63 - 1 as well as for 2^63: without its digits it is not provably an int64.
-  if (v >= 2 ** 63) throw beyond();
+  if (v >= 2 ** 63) throw beyond(name);
   return v === 0 ? undefined : v;
 }
 
@@ -80,9 +86,7 @@ export function parseChatRequest(body: unknown): ChatRequest {
     throw Errors.invalidValue("'model' must be a non-empty string of at most 256 characters", "model");
   }
 
-  const { messages, imageParam } = readChatMessages(body.messages, (fault) => {
-    throw new ApiError(400, "invalid_request_error", fault.code, fault.message, fault.param);
-  });
+  const { messages, imageParam } = readChatMessages(body.messages, refuseMessages);
 
   const stream = body.stream;
   if (stream !== undefined && stream !== null && typeof stream !== "boolean")

@@ -90,119 +90,144 @@ export const DETAILS: readonly string[] = ["auto", "low", "high"];
  * name of the array in faults ("messages", or "request.messages" on the provider's side).
  */
 export function readChatMessages(raw: unknown, fail: (fault: MessageFault) => never, param = "messages"): ReadMessages {
-  const missing = (p: string): never => fail({ code: "missing_field", param: p, message: `'${p}' is required` });
-  const invalid = (p: string, rule: string): never => fail({ code: "invalid_value", param: p, message: `'${p}' ${rule}` });
-  const unsupported = (p: string, rule: string): never => fail({ code: "unsupported_value", param: p, message: `'${p}' ${rule}` });
-  if (raw === undefined || raw === null) return missing(param);
-  if (!Array.isArray(raw)) return invalid(param, "must be an array");
-  if (raw.length === 0) return invalid(param, "must hold at least 1 message");
-  let imageParam: string | undefined;
+  const r = new MessageReader(fail);
+  if (raw === undefined || raw === null) return r.missing(param);
+  if (!Array.isArray(raw)) return r.invalid(param, "must be an array");
+  if (raw.length === 0) return r.invalid(param, "must hold at least 1 message");
+  const messages: ChatMessage[] = new Array(raw.length);
+  for (let i = 0; i < raw.length; i++) messages[i] = r.message(raw[i], param, i);
+  return { messages, imageParam: r.imageParam };
+}
 
-  const str = (o: Obj, key: string, p: string, required: boolean, nonEmpty = false): string | undefined => {
+/**
+ * The reading of one `messages` array: its fault callback and the first image part. Field paths are
+ * built only for a fault (a valid request makes no path strings).
+ */
+class MessageReader {
+  imageParam: string | undefined;
+
+  constructor(private readonly fail: (fault: MessageFault) => never) {}
+
+  missing(p: string): never {
+    return this.fail({ code: "missing_field", param: p, message: `'${p}' is required` });
+  }
+
+  invalid(p: string, rule: string): never {
+    return this.fail({ code: "invalid_value", param: p, message: `'${p}' ${rule}` });
+  }
+
+  unsupported(p: string, rule: string): never {
+    return this.fail({ code: "unsupported_value", param: p, message: `'${p}' ${rule}` });
+  }
+
+  /** `o[key]` as a string (undefined when absent and not `required`); faults name `${at}.${key}`. */
+  str(o: Obj, key: string, at: string, required: boolean, nonEmpty = false): string | undefined {
     const v = o[key];
-    if (v === undefined || v === null) return required ? missing(p) : undefined;
-    if (typeof v !== "string") return invalid(p, "must be a string");
-    if (nonEmpty && v.length === 0) return invalid(p, "must not be empty");
+    if (v === undefined || v === null) return required ? this.missing(`${at}.${key}`) : undefined;
+    if (typeof v !== "string") return this.invalid(`${at}.${key}`, "must be a string");
+    if (nonEmpty && v.length === 0) return this.invalid(`${at}.${key}`, "must not be empty");
     return v;
-  };
+  }
+
+  /** Message `i` of the array `param`. */
+  message(m: unknown, param: string, i: number): ChatMessage {
+    if (!isObj(m)) return this.invalid(`${param}[${i}]`, "must be an object");
+    const role = m.role;
+    if (role === undefined || role === null) return this.missing(`${param}[${i}].role`);
+    if (typeof role !== "string" || !ROLES.includes(role)) {
+      if (role === "function") return this.unsupported(`${param}[${i}].role`, "'function' is retired: use 'tool' messages");
+      return this.invalid(`${param}[${i}].role`, "must be one of system, developer, user, assistant, tool");
+    }
+    const hasContent = m.content !== undefined && m.content !== null;
+    if (role === "tool") {
+      if (!hasContent) return this.missing(`${param}[${i}].content`);
+      const tool_call_id = this.str(m, "tool_call_id", `${param}[${i}]`, true, true) as string;
+      return { role, content: this.content(m, param, i, false) as string | TextPart[], tool_call_id };
+    }
+    const name = typeof m.name === "string" ? m.name : this.str(m, "name", `${param}[${i}]`, false);
+    if (role === "assistant") {
+      const calls = this.toolCalls(m, param, i);
+      const refusal = typeof m.refusal === "string" ? m.refusal : this.str(m, "refusal", `${param}[${i}]`, false);
+      if (!hasContent && (calls === undefined || calls.length === 0) && refusal === undefined)
+        return this.missing(`${param}[${i}].content`);
+      return {
+        role,
+        ...(hasContent
+          ? { content: this.content(m, param, i, false) as string | TextPart[] }
+          : m.content === null
+            ? { content: null }
+            : {}),
+        ...(name !== undefined ? { name } : {}),
+        ...(refusal !== undefined ? { refusal } : m.refusal === null ? { refusal: null } : {}),
+        ...(calls !== undefined ? { tool_calls: calls } : {}),
+      };
+    }
+    if (!hasContent) return this.missing(`${param}[${i}].content`);
+    if (role === "user") {
+      const content = this.content(m, param, i, true);
+      return name === undefined ? { role, content } : { role, content, name };
+    }
+    const content = this.content(m, param, i, false) as string | TextPart[];
+    const r = role as SystemMessage["role"];
+    return name === undefined ? { role: r, content } : { role: r, content, name };
+  }
 
   /** string | parts; `images`: whether image parts are OpenAI-defined here (user messages). */
-  const content = (m: Obj, p: string, images: boolean): string | (TextPart | ImagePart)[] => {
+  content(m: Obj, param: string, i: number, images: boolean): string | (TextPart | ImagePart)[] {
     const v = m.content;
     if (typeof v === "string") return v;
-    if (!Array.isArray(v)) return invalid(p, "must be a string or an array of content parts");
-    if (v.length === 0) return invalid(p, "must hold at least 1 content part");
+    const p = `${param}[${i}].content`;
+    if (!Array.isArray(v)) return this.invalid(p, "must be a string or an array of content parts");
+    if (v.length === 0) return this.invalid(p, "must hold at least 1 content part");
     const parts: (TextPart | ImagePart)[] = new Array(v.length);
     for (let j = 0; j < v.length; j++) {
       const pp = `${p}[${j}]`;
       const part: unknown = v[j];
-      if (!isObj(part)) return invalid(pp, "must be an object");
+      if (!isObj(part)) return this.invalid(pp, "must be an object");
       const type = part.type;
-      if (type === undefined || type === null) return missing(`${pp}.type`);
+      if (type === undefined || type === null) return this.missing(`${pp}.type`);
       if (type === "text") {
-        parts[j] = { type: "text", text: str(part, "text", `${pp}.text`, true) as string };
+        parts[j] = { type: "text", text: this.str(part, "text", pp, true) as string };
       } else if (type === "image_url" && images) {
         const image = part.image_url;
-        if (image === undefined || image === null) return missing(`${pp}.image_url`);
-        if (!isObj(image)) return invalid(`${pp}.image_url`, "must be an object");
-        const url = str(image, "url", `${pp}.image_url.url`, true, true) as string;
+        if (image === undefined || image === null) return this.missing(`${pp}.image_url`);
+        if (!isObj(image)) return this.invalid(`${pp}.image_url`, "must be an object");
+        const url = this.str(image, "url", `${pp}.image_url`, true, true) as string;
         const detail = image.detail;
         if (detail !== undefined && detail !== null && (typeof detail !== "string" || !DETAILS.includes(detail))) {
-          return invalid(`${pp}.image_url.detail`, "must be one of auto, low, high");
+          return this.invalid(`${pp}.image_url.detail`, "must be one of auto, low, high");
         }
         parts[j] = { type: "image_url", image_url: { url, ...(typeof detail === "string" ? { detail: detail as ImageDetail } : {}) } };
-        imageParam ??= pp;
+        this.imageParam ??= pp;
       } else if (type === "image_url" || type === "input_audio" || type === "file" || type === "refusal") {
-        return unsupported(`${pp}.type`, "is a content part type not supported in this message");
+        return this.unsupported(`${pp}.type`, "is a content part type not supported in this message");
       } else {
-        return invalid(`${pp}.type`, "must be 'text' or 'image_url'");
+        return this.invalid(`${pp}.type`, "must be 'text' or 'image_url'");
       }
     }
     return parts;
-  };
-  const textContent = (m: Obj, p: string) => content(m, p, false) as string | TextPart[];
+  }
 
-  const toolCalls = (m: Obj, p: string): ToolCall[] | undefined => {
+  toolCalls(m: Obj, param: string, i: number): ToolCall[] | undefined {
     const v = m.tool_calls;
     if (v === undefined || v === null) return undefined;
-    if (!Array.isArray(v)) return invalid(p, "must be an array");
+    const p = `${param}[${i}].tool_calls`;
+    if (!Array.isArray(v)) return this.invalid(p, "must be an array");
     const calls: ToolCall[] = new Array(v.length);
     for (let k = 0; k < v.length; k++) {
       const cp = `${p}[${k}]`;
       const call: unknown = v[k];
-      if (!isObj(call)) return invalid(cp, "must be an object");
-      const id = str(call, "id", `${cp}.id`, true, true) as string;
-      if (call.type === undefined || call.type === null) return missing(`${cp}.type`);
-      if (call.type !== "function") return invalid(`${cp}.type`, "must be 'function'");
+      if (!isObj(call)) return this.invalid(cp, "must be an object");
+      const id = this.str(call, "id", cp, true, true) as string;
+      if (call.type === undefined || call.type === null) return this.missing(`${cp}.type`);
+      if (call.type !== "function") return this.invalid(`${cp}.type`, "must be 'function'");
       const fn = call.function;
-      if (fn === undefined || fn === null) return missing(`${cp}.function`);
-      if (!isObj(fn)) return invalid(`${cp}.function`, "must be an object");
-      const name = str(fn, "name", `${cp}.function.name`, true, true) as string;
-      const args = str(fn, "arguments", `${cp}.function.arguments`, true) as string;
+      if (fn === undefined || fn === null) return this.missing(`${cp}.function`);
+      if (!isObj(fn)) return this.invalid(`${cp}.function`, "must be an object");
+      const name = this.str(fn, "name", `${cp}.function`, true, true) as string;
+      const args = this.str(fn, "arguments", `${cp}.function`, true) as string;
       calls[k] = { id, type: "function", function: { name, arguments: args } };
     }
     return calls;
-  };
-
-  const messages: ChatMessage[] = new Array(raw.length);
-  for (let i = 0; i < raw.length; i++) {
-    const p = `${param}[${i}]`;
-    const m: unknown = raw[i];
-    if (!isObj(m)) return invalid(p, "must be an object");
-    const role = m.role;
-    if (role === undefined || role === null) return missing(`${p}.role`);
-    if (typeof role !== "string" || !ROLES.includes(role)) {
-      if (role === "function") return unsupported(`${p}.role`, "'function' is retired: use 'tool' messages");
-      return invalid(`${p}.role`, "must be one of system, developer, user, assistant, tool");
-    }
-    const cp = `${p}.content`;
-    const hasContent = m.content !== undefined && m.content !== null;
-    if (role === "tool") {
-      if (!hasContent) return missing(cp);
-      const tool_call_id = str(m, "tool_call_id", `${p}.tool_call_id`, true, true) as string;
-      messages[i] = { role, content: textContent(m, cp), tool_call_id };
-      continue;
-    }
-    const name = str(m, "name", `${p}.name`, false);
-    const named = name === undefined ? {} : { name };
-    if (role === "assistant") {
-      const calls = toolCalls(m, `${p}.tool_calls`);
-      const refusal = str(m, "refusal", `${p}.refusal`, false);
-      if (!hasContent && (calls === undefined || calls.length === 0) && refusal === undefined) return missing(cp);
-      messages[i] = {
-        role,
-        ...(hasContent ? { content: textContent(m, cp) } : m.content === null ? { content: null } : {}),
-        ...named,
-        ...(refusal !== undefined ? { refusal } : m.refusal === null ? { refusal: null } : {}),
-        ...(calls !== undefined ? { tool_calls: calls } : {}),
-      };
-      continue;
-    }
-    if (!hasContent) return missing(cp);
-    messages[i] =
-      role === "user"
-        ? { role, content: content(m, cp, true), ...named }
-        : { role: role as SystemMessage["role"], content: textContent(m, cp), ...named };
   }
-  return { messages, imageParam };
 }

@@ -1,5 +1,13 @@
 import { describe, expect, test } from "bun:test";
-import { ceilMillionths, costOf, discountedCacheRead, usd, usdPerMillion, usdPerToken } from "../../../src/billing/money.ts";
+import {
+  ceilHundredths,
+  ceilMillionths,
+  costOf,
+  discountedCacheRead,
+  usd,
+  usdPerMillion,
+  usdPerToken,
+} from "../../../src/billing/money.ts";
 import golden from "../../fixtures/price-format.json" with { type: "json" };
 
 describe("price formatting (golden vectors)", () => {
@@ -77,6 +85,45 @@ describe("ceilMillionths (the Number fast path of costOf)", () => {
       const rate = next() % 90_000_000;
       const fast = ceilMillionths(tokens * rate);
       if (fast !== undefined) expect(fast).toBe(Number(costOf(tokens, rate)));
+    }
+  });
+});
+
+describe("ceilHundredths (fees and cache-read discounts)", () => {
+  const exact = (a: number, b: number) => Number((BigInt(a) * BigInt(b) + 99n) / 100n);
+
+  test.each([
+    [0, 0, 0],
+    [1, 1, 1],
+    [100, 1, 1],
+    [101, 1, 2],
+    [199, 50, 100],
+    [1_000_000, 10, 100_000],
+  ])("ceil(%p x %p / 100) = %p", (a, b, expected) => {
+    expect(ceilHundredths(a, b)).toBe(expected);
+  });
+
+  test("exact up to the largest safe integer", () => {
+    for (const a of [Number.MAX_SAFE_INTEGER - 99, Number.MAX_SAFE_INTEGER - 100, Number.MAX_SAFE_INTEGER - 199]) {
+      expect(ceilHundredths(a, 1)).toBe(exact(a, 1));
+    }
+  });
+
+  test("beyond safe integers it takes the bigint path", () => {
+    expect(ceilHundredths(2 ** 60, 100)).toBe(exact(2 ** 60, 100));
+    expect(ceilHundredths(Number.MAX_SAFE_INTEGER, 3)).toBe(exact(Number.MAX_SAFE_INTEGER, 3));
+  });
+
+  test("agrees with the bigint computation on many products, small and near 2^53", () => {
+    let seed = 7;
+    const next = () => {
+      seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31;
+      return seed;
+    };
+    for (let i = 0; i < 10_000; i++) {
+      const a = i % 2 === 0 ? next() % 10_000_000 : Number.MAX_SAFE_INTEGER - 200 - (next() % 1_000_000);
+      const b = i % 2 === 0 ? next() % 101 : 1;
+      expect(ceilHundredths(a, b)).toBe(exact(a, b));
     }
   });
 });

@@ -1,0 +1,114 @@
+/**
+ * Objects allocated per chat request in the coordinator, by type (issue 25 point 3): exact counts, where
+ * alloc.ts's bytes from the GC log spread by several KB between rounds. The coordinator runs in this
+ * process with the collector off (BUN_JSC_useGC=0, so every object allocated stays counted in bun:jsc's
+ * heapStats), on a SQLite file with governance on (metering, a key with limits), and a real echo provider
+ * process (sealed hop, signed receipts) connects to it; requests go one at a time over a real socket.
+ * What the client side costs (fetch and its response) is measured against a bare Bun.serve in the same
+ * way and subtracted. BENCH_REQUESTS requests per case after a warm-up. Not a speed benchmark: the
+ * counts say which lever removes what (bench/HISTORY.md), alloc.ts says what that is worth in bytes.
+ */
+import { heapStats } from "bun:jsc";
+import { createLogger } from "../src/observability/logger.ts";
+import { chatEnv, SEEDED_BUILD } from "../test/support/chat-env.ts";
+import { benchList, benchNumber } from "./lib/env.ts";
+import { writeResult } from "./lib/results.ts";
+
+const requests = benchNumber("BENCH_REQUESTS", 500);
+const cases = benchList("BENCH_CASES", ["non-streaming", "streaming"]);
+/** Types whose counts are the engine's own bookkeeping (code compiled late, shapes), not the request's. */
+const RUNTIME = new Set([
+  "Structure",
+  "PropertyTable",
+  "SymbolTable",
+  "FunctionCodeBlock",
+  "UnlinkedFunctionCodeBlock",
+  "FunctionExecutable",
+  "UnlinkedFunctionExecutable",
+  "StructureRareData",
+  "StructureChain",
+  "FunctionRareData",
+]);
+
+if (process.env.BUN_JSC_useGC !== "0") {
+  // The collector must be off from the process's start: run again with it off.
+  const proc = Bun.spawn([process.execPath, import.meta.path], {
+    env: { ...process.env, BUN_JSC_useGC: "0" },
+    stdio: ["ignore", "inherit", "inherit"],
+  });
+  process.exit(await proc.exited);
+}
+
+type Counts = Record<string, number>;
+
+/** Objects per call of `fn` by type (after a warm-up), and their total. */
+async function perCall(fn: () => Promise<void>): Promise<{ total: number; types: Counts }> {
+  for (let i = 0; i < 50; i++) await fn();
+  await Bun.sleep(100);
+  const before: Counts = { ...heapStats().objectTypeCounts };
+  for (let i = 0; i < requests; i++) await fn();
+  await Bun.sleep(100); // the answer's last callbacks (settlement, receipt) run
+  const after: Counts = { ...heapStats().objectTypeCounts };
+  const types: Counts = {};
+  for (const [type, n] of Object.entries(after)) {
+    const d = (n - (before[type] ?? 0)) / requests;
+    if (!RUNTIME.has(type) && d > 0) types[type] = d;
+  }
+  return { total: Object.values(types).reduce((a, b) => a + b, 0), types };
+}
+
+function minus(a: Counts, b: Counts): Counts {
+  const out: Counts = {};
+  for (const type of new Set([...Object.keys(a), ...Object.keys(b)])) {
+    const d = (a[type] ?? 0) - (b[type] ?? 0);
+    if (Math.abs(d) >= 0.05) out[type] = Number(d.toFixed(2));
+  }
+  return Object.fromEntries(Object.entries(out).sort((x, y) => y[1] - x[1]));
+}
+
+await using ctx = await chatEnv({
+  env: { UMBRA_METERING: "on" },
+  logger: createLogger("info", () => {}),
+  key: { rpm: 1_000_000, tpm: 1_000_000_000 },
+});
+await ctx.providerProcess(["--dev-attestation", "on", "--max-concurrency", "64"]);
+const bare = Bun.serve({
+  port: 0,
+  hostname: "127.0.0.1",
+  fetch: async (r) => {
+    await r.arrayBuffer();
+    return new Response("{}", { headers: { "content-type": "application/json" } });
+  },
+});
+const text = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen";
+const rows = [];
+for (const c of cases) {
+  const stream = c === "streaming";
+  const body = JSON.stringify({
+    model: SEEDED_BUILD,
+    messages: [{ role: "user", content: text }],
+    ...(stream ? { stream: true, stream_options: { include_usage: true } } : {}),
+  });
+  const post = (url: string) => async () => {
+    const r = await fetch(url, {
+      method: "POST",
+      headers: { authorization: `Bearer ${ctx.apiKey}`, "content-type": "application/json" },
+      body,
+    });
+    await r.arrayBuffer();
+    if (r.status !== 200) throw new Error(`${url}: ${r.status}`);
+  };
+  const client = await perCall(post(`http://127.0.0.1:${bare.port}/`));
+  const chat = await perCall(post(`${ctx.server.url}/v1/chat/completions`));
+  const types = minus(chat.types, client.types);
+  const total = Number((chat.total - client.total).toFixed(1));
+  rows.push({ case: c, objects_per_request: total, types });
+  const top = Object.entries(types)
+    .slice(0, 12)
+    .map(([t, n]) => `${t} ${n}`)
+    .join(", ");
+  console.log(`${c}: ${total} objects per request in the coordinator (${top})`);
+}
+bare.stop(true);
+const result = { date: new Date().toISOString(), bun: Bun.version, requests, rows };
+console.log(`written ${writeResult("alloc-objects", result)}`);
