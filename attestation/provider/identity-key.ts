@@ -67,11 +67,11 @@ export function freshnessCodeFor(key: IdentityKey): Uint8Array {
 export function verifyIdentitySignature(key: IdentityKey, message: Uint8Array, derSignature: Uint8Array, what: string): void {
   let ok = false;
   try {
-    ok = verify("sha256", message, { key: keyObject(key), dsaEncoding: "der" }, derSignature);
+    ok = verify("sha256", message, verifyKey(key), derSignature);
   } catch {
     ok = false;
   }
-  if (!ok) throw new AttestationError("signature", `${what} signature does not verify with the identity key`);
+  if (!ok) throw signatureRefused(what);
 }
 
 /**
@@ -84,22 +84,36 @@ export function verifyIdentitySignatureOffLoop(
   derSignature: Uint8Array,
   what: string,
 ): Promise<void> {
-  const refused = () => new AttestationError("signature", `${what} signature does not verify with the identity key`);
   return new Promise((resolve, reject) => {
     try {
-      verify("sha256", message, { key: keyObject(key), dsaEncoding: "der" }, derSignature, (error, ok) => {
+      verify("sha256", message, verifyKey(key), derSignature, (error, ok) => {
         if (error === null && ok === true) resolve();
-        else reject(refused());
+        else reject(signatureRefused(what));
       });
     } catch {
-      reject(refused());
+      reject(signatureRefused(what));
     }
   });
+}
+
+function signatureRefused(what: string): AttestationError {
+  return new AttestationError("signature", `${what} signature does not verify with the identity key`);
 }
 
 /** SubjectPublicKeyInfo DER prefix of an uncompressed P-256 point (id-ecPublicKey, prime256v1). */
 const P256_SPKI_PREFIX = Buffer.from("3059301306072a8648ce3d020106082a8648ce3d030107034200", "hex");
 const keyObjects = new WeakMap<IdentityKey, KeyObject>();
+/** The verify options of an identity key (its key object, DER signatures), made once per parsed key. */
+const verifyOptions = new WeakMap<IdentityKey, { readonly key: KeyObject; readonly dsaEncoding: "der" }>();
+
+function verifyKey(key: IdentityKey): { readonly key: KeyObject; readonly dsaEncoding: "der" } {
+  let options = verifyOptions.get(key);
+  if (options === undefined) {
+    options = { key: keyObject(key), dsaEncoding: "der" };
+    verifyOptions.set(key, options);
+  }
+  return options;
+}
 
 /**
  * The runtime's key object for an identity key, made once per parsed key. Verification goes through

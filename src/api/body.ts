@@ -41,10 +41,12 @@ export async function readBody(request: Request, limits: BodyLimits): Promise<Ui
   if (declared !== null && Number(declared) > maxBytes) {
     throw Errors.requestTooLarge(`the request body exceeds ${maxBytes} bytes`);
   }
-  if (!request.body) return new Uint8Array(0);
-  // A declared length within the limit is read in one call (the server reads exactly that many bytes);
-  // only a body of unknown length is counted as it streams.
-  const reader = declared === null ? request.body.getReader() : undefined;
+  // A declared length within the limit is read in one call (the server reads exactly that many bytes),
+  // without asking for `request.body` (which makes a stream object); only a body of unknown length is
+  // counted as it streams.
+  const stream = declared === null ? request.body : undefined;
+  if (declared === null && !stream) return new Uint8Array(0);
+  const reader = stream?.getReader();
   const read: Promise<Uint8Array> = reader ? readCounted(reader, maxBytes) : request.bytes();
   // One timer beside the read (no race of promises): whichever settles first decides.
   return new Promise((resolve, reject) => {

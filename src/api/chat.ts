@@ -58,7 +58,7 @@ async function answer(deps: ChatDeps, body: Uint8Array, { request, principal }: 
     throw e;
   }
   if (result.kind === "stream") {
-    if (connection?.answered) void result.ended.then(connection.answered);
+    if (connection?.answered) void result.ended.then(() => connection.answered?.());
     return new Response(result.stream, { status: 200, headers: { ...SSE_HEADERS, ...result.headers } });
   }
   connection?.answered?.();

@@ -11,6 +11,7 @@
  * With --reuse-port the socket is bound with SO_REUSEPORT: several coordinators on one machine share the
  * port and the kernel spreads new connections among them; without it a busy port refuses the start.
  */
+import type { Connection } from "../api/connection.ts";
 import { PROVIDER_CONNECT_PATH, providerSocket, type SocketData } from "../api/provider-socket.ts";
 import { Errors } from "../errors/api-error.ts";
 import type { App } from "./app.ts";
@@ -36,6 +37,43 @@ export interface RunningServer {
 }
 
 const CHAT_PATH = "/v1/chat/completions";
+
+/**
+ * A request's connection as the app sees it: one object per request instead of a closure per hook. A
+ * chat answer may wait for its provider longer than the idle timeout: lifted once its body is in,
+ * restored once it ended (Bun keeps a connection's timeout for its next requests too).
+ */
+class ServedConnection implements Connection {
+  constructor(
+    private readonly server: Bun.Server<SocketData>,
+    private readonly request: Request,
+    private readonly idleTimeout: number,
+  ) {}
+
+  address(): string | undefined {
+    return this.server.requestIP(this.request)?.address;
+  }
+
+  bodyRead(): void {
+    this.server.timeout(this.request, 0);
+  }
+
+  answered(): void {
+    this.server.timeout(this.request, this.idleTimeout);
+  }
+}
+
+/** Only the peer's address: every route but the chat route. */
+class AddressOnly implements Connection {
+  constructor(
+    private readonly server: Bun.Server<SocketData>,
+    private readonly request: Request,
+  ) {}
+
+  address(): string | undefined {
+    return this.server.requestIP(this.request)?.address;
+  }
+}
 
 /** The path of a request URL without parsing the whole URL (hot path). */
 function pathOf(url: string): string {
@@ -113,18 +151,9 @@ export function listen(first: App, host = first.config.host, port = first.config
     fetch: (request, srv) => {
       const path = pathOf(request.url);
       if (path === PROVIDER_CONNECT_PATH) return app.http.gate(request) ?? socket.upgrade(request, srv);
-      const address = () => srv.requestIP(request)?.address;
       const routed = tls ? asRouted(request) : request;
-      // A chat answer may wait for its provider longer than the idle timeout: lifted while it is made,
-      // restored once it ended (Bun keeps a connection's timeout for its next requests too).
-      if (path === CHAT_PATH) {
-        return app.http.handle(routed, {
-          address,
-          bodyRead: () => srv.timeout(request, 0),
-          answered: () => srv.timeout(request, idleTimeout),
-        });
-      }
-      return app.http.handle(routed, { address });
+      if (path === CHAT_PATH) return app.http.handle(routed, new ServedConnection(srv, request, idleTimeout));
+      return app.http.handle(routed, new AddressOnly(srv, request));
     },
     // The current app's handlers (a replaced app took no provider: the gate refused them until then).
     websocket: {

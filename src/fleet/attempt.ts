@@ -123,6 +123,8 @@ export class Attempt {
   private seal: AttemptSeal | undefined;
   private sealedOnly = false;
   private digest: ResponseDigest | undefined;
+  /** `requestId#attempt`: the session's key for it (attemptKey), made once. */
+  readonly key: string;
 
   constructor(
     readonly requestId: string,
@@ -133,10 +135,8 @@ export class Attempt {
     readonly startedAt: number,
     private readonly owner: AttemptOwner,
     private readonly bounds: AttemptBounds = { maxOutputChars: Number.POSITIVE_INFINITY },
-  ) {}
-
-  get key(): string {
-    return attemptKey(this.requestId, this.attempt);
+  ) {
+    this.key = attemptKey(requestId, attempt);
   }
 
   /** The serving machine's device token id; undefined when another replica holds its session. */

@@ -147,16 +147,7 @@ export class RequestLifecycle {
     const usage: Usage = o.usage ?? estimatedUsage(promptEstimate, o.completionChars, maxTokens);
     this.trueUp?.(usage.prompt_tokens + usage.completion_tokens);
     metrics.observeChat(o.status, stream);
-    logger.debug("chat request ended", {
-      request_id: money.requestId,
-      account_id: money.accountId,
-      key_id: money.keyId ?? undefined,
-      model: money.model,
-      build_id: money.buildId,
-      provider_id: attempt.providerId,
-      status: o.status,
-      duration_ms: now() - this.startedAt,
-    });
+    if (logger.enabled?.("debug") !== false) logDebugEnd(logger, money, attempt, o, now() - this.startedAt);
     if (!settings.metering) return;
     await billing.settle(money, {
       outcome: o.status,
@@ -169,4 +160,18 @@ export class RequestLifecycle {
       endedAt: now(),
     });
   }
+}
+
+/** The debug line of an ended request (built only when debug lines are written). */
+function logDebugEnd(logger: Logger, money: RequestMoney, attempt: Attempt, o: Outcome, durationMs: number): void {
+  logger.debug("chat request ended", {
+    request_id: money.requestId,
+    account_id: money.accountId,
+    key_id: money.keyId ?? undefined,
+    model: money.model,
+    build_id: money.buildId,
+    provider_id: attempt.providerId,
+    status: o.status,
+    duration_ms: durationMs,
+  });
 }

@@ -49,6 +49,11 @@ export interface Logger {
   warn(msg: string, fields?: LogFields): void;
   info(msg: string, fields?: LogFields): void;
   debug(msg: string, fields?: LogFields): void;
+  /**
+   * False when lines of `level` are dropped, so a caller on the hot path can skip building their fields;
+   * absent (a test's recording logger): every level is written.
+   */
+  enabled?(level: LogLevel): boolean;
 }
 
 export type LogSink = (line: string) => void;
@@ -77,7 +82,8 @@ export function createLogger(level: LogLevel, sink: LogSink = (line) => process.
     warn: (m, f) => write("warn", m, f),
     info: (m, f) => write("info", m, f),
     debug: (m, f) => write("debug", m, f),
+    enabled: (lvl) => RANK[lvl] <= threshold,
   };
 }
 
-export const silentLogger: Logger = { error() {}, warn() {}, info() {}, debug() {} };
+export const silentLogger: Logger = { error() {}, warn() {}, info() {}, debug() {}, enabled: () => false };

@@ -201,12 +201,14 @@ export class Attempts {
         }
         completed = true;
         this.hooks.completed(event.usage);
-        this.logger.debug("attempt complete", {
-          request_id: run.requestId,
-          attempt: run.attempt,
-          count: event.usage.completion_tokens,
-          duration_ms: Math.round(performance.now() - started),
-        });
+        if (this.logger.enabled?.("debug") !== false) {
+          this.logger.debug("attempt complete", {
+            request_id: run.requestId,
+            attempt: run.attempt,
+            count: event.usage.completion_tokens,
+            duration_ms: Math.round(performance.now() - started),
+          });
+        }
         break;
       }
       if (!completed) this.terminate(run, "engine_error", "engine ended without a result");

@@ -54,7 +54,7 @@ const inexact = (v: unknown): v is number => typeof v === "number" && v >= 2 ** 
  */
 export function parseJsonExact(text: string, exact: readonly string[]): unknown {
   const value: unknown = JSON.parse(text);
-  if (!isObject(value) || !exact.some((name) => inexact(value[name]))) return value;
+  if (!isObject(value) || !anyInexact(value, exact)) return value;
   // Rare: parsed again with the numbers' source text (JSON.parse source text access), kept for `exact`.
   const found: { holder: unknown; key: string; source: string }[] = [];
   const again: unknown = JSON.parse(text, function (this: unknown, key: string, v: unknown, context?: { source?: string }) {
@@ -66,6 +66,12 @@ export function parseJsonExact(text: string, exact: readonly string[]): unknown 
     if (holder === again) again[key] = integerLiteral(source) ?? source;
   }
   return again;
+}
+
+/** Whether one of the fields `names` of `value` holds a number a double may not hold exactly (a loop: no closure per body). */
+function anyInexact(value: JsonObject, names: readonly string[]): boolean {
+  for (const name of names) if (inexact(value[name])) return true;
+  return false;
 }
 
 /** The integer a JSON number literal denotes exactly (`1.0e3` is 1000n), or undefined when it has a fraction. */

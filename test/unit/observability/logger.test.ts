@@ -41,4 +41,10 @@ describe("logger", () => {
     logger.error("e");
     expect(parsed().map((l) => l.level)).toEqual(["warn", "error"]);
   });
+
+  test("enabled() says which levels are written (hot paths skip building a dropped line's fields)", () => {
+    const warn = capture("warn").logger;
+    expect(["error", "warn", "info", "debug"].map((l) => warn.enabled?.(l as "debug"))).toEqual([true, true, false, false]);
+    expect(capture("debug").logger.enabled?.("debug")).toBe(true);
+  });
 });
