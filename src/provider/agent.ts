@@ -21,8 +21,11 @@ export interface AgentOptions extends ConnectionOptions, SessionOptions {
   /** Longest wait for active attempts in `drain()`; default 120 s. */
   readonly drainTimeoutMs?: number;
   readonly logger?: Logger;
-  /** Called after every state change (for a status line); must not throw. */
-  readonly onChange?: (state: AgentState) => void;
+  /**
+   * Called after every state change (for a status line; twice per request); must not throw. It reads
+   * `state()` when it needs the state: nothing is built for a change it skips.
+   */
+  readonly onChange?: () => void;
 }
 
 export interface Agent {
@@ -204,7 +207,7 @@ class ProviderAgent implements Agent {
   private changed(): void {
     if (!this.options.onChange) return;
     try {
-      this.options.onChange(this.state());
+      this.options.onChange();
     } catch {
       // a status line must not break the agent
     }

@@ -106,8 +106,15 @@ export class Attempts {
       });
       return;
     }
-    const { enc: _enc, n: _n, ciphertext: _ciphertext, ...head } = frame;
-    this.start({ ...head, type: "inference", request: opened.request }, send, opened.sealer, opened.receipt);
+    const inference: Inference = {
+      type: "inference",
+      request_id: frame.request_id,
+      attempt: frame.attempt,
+      model: frame.model,
+      first_content_deadline_ms: frame.first_content_deadline_ms,
+      request: opened.request,
+    };
+    this.start(inference, send, opened.sealer, opened.receipt);
   }
 
   /** Sends `accepted` and runs the engine; the caller decided to accept (capacity, model, not draining). */

@@ -12,6 +12,9 @@ import type { SessionOpener } from "../crypto/session.ts";
 import { type EngineRequestBody, PROTOCOL_VERSION, type SealedInference, type Usage } from "../protocol/frames.ts";
 import { parseEngineRequest } from "../protocol/parse.ts";
 
+/** Refuses invalid UTF-8; stateless for whole decodes, so one serves every request. */
+const UTF8_STRICT = new TextDecoder("utf-8", { fatal: true });
+
 /** The provider's identity key as receipts need it: DER ECDSA P-256 over SHA-256(message) (identity.ts). */
 export interface ReceiptSigner {
   sign(message: Uint8Array): Uint8Array | Promise<Uint8Array>;
@@ -44,7 +47,7 @@ export interface OpenedAttempt {
 export async function openSealedAttempt(frame: SealedInference, keys: SealKeys, signer: ReceiptSigner | undefined): Promise<OpenedAttempt> {
   const binding = { protocolVersion: PROTOCOL_VERSION, requestId: frame.request_id, attempt: frame.attempt };
   const opened = await openSealed(frame, keys, binding);
-  const request = parseEngineRequest(JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(opened.plaintext)));
+  const request = parseEngineRequest(JSON.parse(UTF8_STRICT.decode(opened.plaintext)));
   const requestSha256 = sha256(opened.plaintext);
   const sealer = new ChunkSealer({ responseKey: opened.responseKey, requestId: frame.request_id, attempt: frame.attempt });
   const receipt = signer ? { signer, requestSha256, response: new ResponseDigest(), model: frame.model } : undefined;
