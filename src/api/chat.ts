@@ -20,7 +20,8 @@ import type { Connection } from "./connection.ts";
 import { type SealedTransportDeps, sealedTransport } from "./sealed-transport.ts";
 
 const CLIENT_CLOSED = 499;
-const PATH = "/v1/chat/completions";
+export const CHAT_PATH = "/v1/chat/completions";
+const PATH = CHAT_PATH;
 const SSE_HEADERS = { "content-type": "text/event-stream", "cache-control": "no-cache", "x-accel-buffering": "no" };
 
 interface ChatDeps extends SealedTransportDeps {
@@ -38,11 +39,21 @@ interface Exchange {
 }
 
 export function chatRoutes(deps: ChatDeps) {
-  const limits = { maxBytes: deps.maxBodyBytes, timeoutMs: deps.bodyTimeoutMs };
-  const handle = sealedTransport(deps, PATH, (body: Uint8Array, exchange: Exchange) => answer(deps, body, exchange));
+  const handle = chatHandler(deps);
   return new Elysia({ name: "chat" })
     .use(consumerAuth(deps.authenticate))
-    .post(PATH, async ({ request, principal }) => handle(await readBody(request, limits), { request, principal }), { parse: "none" });
+    .post(PATH, ({ request, principal }) => handle(request, principal), { parse: "none" });
+}
+
+/**
+ * POST /v1/chat/completions once authenticated: the body (bounded), the sealed transport, the answer.
+ * http.ts calls it directly for that path (after the same auth and with the same error boundary as the
+ * routed app), the hot path without a router's per-request context; the Elysia route serves the rest.
+ */
+export function chatHandler(deps: ChatDeps): (request: Request, principal: Principal) => Promise<Response> {
+  const limits = { maxBytes: deps.maxBodyBytes, timeoutMs: deps.bodyTimeoutMs };
+  const handle = sealedTransport(deps, PATH, (body: Uint8Array, exchange: Exchange) => answer(deps, body, exchange));
+  return async (request, principal) => handle(await readBody(request, limits), { request, principal });
 }
 
 /** The answer to a (plaintext) body; tells the connection when it has ended. */

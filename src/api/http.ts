@@ -31,13 +31,13 @@ import type { Metrics } from "../observability/metrics.ts";
 import type { Store } from "../store/types.ts";
 import { adminRoutes } from "./admin.ts";
 import { attestationRoutes, type DevChainDeps } from "./attestation.ts";
-import { chatRoutes } from "./chat.ts";
+import { CHAT_PATH, chatHandler, chatRoutes } from "./chat.ts";
 import type { Connection } from "./connection.ts";
 import { consoleAssetRoutes } from "./console-assets.ts";
 import { applyConsoleHeaders, consoleAuthRoutes, refuseWithoutCsrfHeader } from "./console-auth.ts";
 import { consoleDataRoutes } from "./console-data.ts";
 import { type DeviceDeps, deviceRoutes } from "./device.ts";
-import { errorHandling, errorResponse } from "./errors.ts";
+import { errorHandling, errorResponse, toLoggedApiError } from "./errors.ts";
 import { healthRoutes } from "./health.ts";
 import { mdmEnrolRoutes } from "./mdm-enrol.ts";
 import { mdmWebhookRoutes } from "./mdm-webhook.ts";
@@ -103,6 +103,14 @@ export interface HttpApp {
   gate(request: Request): Response | undefined;
 }
 
+/** The path of a request URL without parsing the whole URL (hot path). */
+export function pathOf(url: string): string {
+  const start = url.indexOf("/", url.indexOf("//") + 2);
+  if (start < 0) return "/";
+  const q = url.indexOf("?", start);
+  return q < 0 ? url.slice(start) : url.slice(start, q);
+}
+
 const AWAITING =
   "the coordinator awaits provisioning of its secrets: only /healthz, /v1/attestation and /v1/provision are served until then";
 
@@ -142,6 +150,8 @@ export function createHttpApp(deps: HttpDeps): HttpApp {
   const connections = new Map<Request, Connection>();
   // standardHostname off: Elysia otherwise assumes "http://" plus at least 4 host characters and cuts the
   // path wrongly for a short Host (`http://api/v1/...`, a container name on port 80): every route 404s.
+  const chatDeps = { ...deps, connection: (request: Request) => connections.get(request) };
+  const chat = chatHandler(chatDeps);
   const app = new Elysia({ name: "umbra", handler: { standardHostname: false } })
     .use(errorHandling(deps.logger))
     .onTransform({ as: "global" }, ({ request, route }) => {
@@ -153,7 +163,7 @@ export function createHttpApp(deps: HttpDeps): HttpApp {
     .use(attestationRoutes(deps))
     .use(provisioningRoutes(deps))
     .use(modelRoutes(deps))
-    .use(chatRoutes({ ...deps, connection: (request) => connections.get(request) }))
+    .use(chatRoutes(chatDeps))
     .use(deviceRoutes({ ...deps, clientAddress: (request) => connections.get(request)?.address() }))
     .use(providerModelRoutes(deps))
     .use(
@@ -215,6 +225,19 @@ export function createHttpApp(deps: HttpDeps): HttpApp {
         return applyConsoleHeaders(request.url, refused);
       }
       if (connection !== undefined) connections.set(request, connection);
+      if (request.method === "POST" && pathOf(request.url) === CHAT_PATH) {
+        // The hot path without the router: the same auth, handler and error boundary as its route.
+        let response: Response;
+        try {
+          response = await chat(request, await deps.authenticate(request.headers.get("authorization")));
+        } catch (error) {
+          response = errorResponse(toLoggedApiError(deps.logger, error, CHAT_PATH));
+        } finally {
+          connections.delete(request);
+        }
+        deps.metrics.observeHttp(request.method, CHAT_PATH, response.status, (performance.now() - started) / 1000);
+        return response;
+      }
       try {
         const response = applyConsoleHeaders(request.url, await app.handle(request));
         deps.metrics.observeHttp(request.method, routes.get(request) ?? "unmatched", response.status, (performance.now() - started) / 1000);

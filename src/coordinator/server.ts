@@ -11,7 +11,10 @@
  * With --reuse-port the socket is bound with SO_REUSEPORT: several coordinators on one machine share the
  * port and the kernel spreads new connections among them; without it a busy port refuses the start.
  */
+
+import { CHAT_PATH } from "../api/chat.ts";
 import type { Connection } from "../api/connection.ts";
+import { pathOf } from "../api/http.ts";
 import { PROVIDER_CONNECT_PATH, providerSocket, type SocketData } from "../api/provider-socket.ts";
 import { Errors } from "../errors/api-error.ts";
 import type { App } from "./app.ts";
@@ -35,8 +38,6 @@ export interface RunningServer {
    */
   stop(graceMs?: number): Promise<void>;
 }
-
-const CHAT_PATH = "/v1/chat/completions";
 
 /**
  * A request's connection as the app sees it: one object per request instead of a closure per hook. A
@@ -73,14 +74,6 @@ class AddressOnly implements Connection {
   address(): string | undefined {
     return this.server.requestIP(this.request)?.address;
   }
-}
-
-/** The path of a request URL without parsing the whole URL (hot path). */
-function pathOf(url: string): string {
-  const start = url.indexOf("/", url.indexOf("//") + 2);
-  if (start < 0) return "/";
-  const q = url.indexOf("?", start);
-  return q < 0 ? url.slice(start) : url.slice(start, q);
 }
 
 /**
