@@ -5,8 +5,11 @@
  * heapStats), on a SQLite file with governance on (metering, a key with limits), and a real echo provider
  * process (sealed hop, signed receipts) connects to it; requests go one at a time over a real socket.
  * What the client side costs (fetch and its response) is measured against a bare Bun.serve in the same
- * way and subtracted. BENCH_REQUESTS requests per case after a warm-up. Not a speed benchmark: the
- * counts say which lever removes what (bench/HISTORY.md), alloc.ts says what that is worth in bytes.
+ * way and subtracted. BENCH_REQUESTS requests per case after a warm-up. Also the JS heap's growth per
+ * request (process.memoryUsage().heapUsed, which with the collector off only grows): the objects' bytes,
+ * without what lives outside the JS heap (buffers' backing stores, native cipher and key contexts), so a
+ * lower bound of alloc.ts's figure. Not a speed benchmark: the counts say which lever removes what
+ * (bench/HISTORY.md).
  */
 import { heapStats } from "bun:jsc";
 import { createLogger } from "../src/observability/logger.ts";
@@ -41,20 +44,22 @@ if (process.env.BUN_JSC_useGC !== "0") {
 
 type Counts = Record<string, number>;
 
-/** Objects per call of `fn` by type (after a warm-up), and their total. */
-async function perCall(fn: () => Promise<void>): Promise<{ total: number; types: Counts }> {
+/** Objects per call of `fn` by type (after a warm-up), their total, and the JS heap's bytes per call. */
+async function perCall(fn: () => Promise<void>): Promise<{ total: number; types: Counts; bytes: number }> {
   for (let i = 0; i < 50; i++) await fn();
   await Bun.sleep(100);
   const before: Counts = { ...heapStats().objectTypeCounts };
+  const heapBefore = process.memoryUsage().heapUsed;
   for (let i = 0; i < requests; i++) await fn();
   await Bun.sleep(100); // the answer's last callbacks (settlement, receipt) run
+  const heapAfter = process.memoryUsage().heapUsed;
   const after: Counts = { ...heapStats().objectTypeCounts };
   const types: Counts = {};
   for (const [type, n] of Object.entries(after)) {
     const d = (n - (before[type] ?? 0)) / requests;
     if (!RUNTIME.has(type) && d > 0) types[type] = d;
   }
-  return { total: Object.values(types).reduce((a, b) => a + b, 0), types };
+  return { total: Object.values(types).reduce((a, b) => a + b, 0), types, bytes: (heapAfter - heapBefore) / requests };
 }
 
 function minus(a: Counts, b: Counts): Counts {
@@ -102,12 +107,13 @@ for (const c of cases) {
   const chat = await perCall(post(`${ctx.server.url}/v1/chat/completions`));
   const types = minus(chat.types, client.types);
   const total = Number((chat.total - client.total).toFixed(1));
-  rows.push({ case: c, objects_per_request: total, types });
+  const kb = Number(((chat.bytes - client.bytes) / 1024).toFixed(1));
+  rows.push({ case: c, objects_per_request: total, js_heap_kb_per_request: kb, types });
   const top = Object.entries(types)
     .slice(0, 12)
     .map(([t, n]) => `${t} ${n}`)
     .join(", ");
-  console.log(`${c}: ${total} objects per request in the coordinator (${top})`);
+  console.log(`${c}: ${total} objects, ${kb} KB of JS heap per request in the coordinator (${top})`);
 }
 bare.stop(true);
 const result = { date: new Date().toISOString(), bun: Bun.version, requests, rows };
