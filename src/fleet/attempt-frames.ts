@@ -14,7 +14,7 @@ import { type UsageBound, usageViolation } from "../billing/usage-bounds.ts";
 import type { Delta, Hello, ProviderFrame, ToolCallDelta, Usage } from "../protocol/frames.ts";
 import { ProtocolError } from "../protocol/parse.ts";
 import type { Attempt, AttemptSeal, VerifiedReceipt } from "./attempt.ts";
-import { openSealed, type ReceiptSigner, type SealedFrame, sealedFailure, verifyReceiptOffLoop } from "./sealed-channel.ts";
+import { openSealed, type ReceiptSigner, type SealedFrame, sealedFailure, verifyReceiptThen } from "./sealed-channel.ts";
 
 type SealedComplete = { type: "sealed_complete" };
 export type AttemptFrame = Exclude<ProviderFrame, Hello | { type: "heartbeat" } | { type: "challenge_response" }>;
@@ -93,14 +93,16 @@ function applySealed(attempt: Attempt, frame: SealedFrame, seal: AttemptSeal, ct
       attempt.push({ type: "complete", finishReason: end.finish_reason, usage: end.usage, ...(receipt ? { receipt } : {}) });
       return RELAYED;
     };
-    let verdict: Promise<VerifiedReceipt> | undefined;
+    let verdict: Promise<FrameOutcome> | undefined;
     const outcome = complete(attempt, end.usage, ctx, () => {
       const responseSha256 = attempt.responseSha256() as Uint8Array;
-      verdict = verifyReceiptOffLoop(ctx.signer, { requestId: attempt.requestId, seal, responseSha256 }, end);
+      // One promise from the signature's verdict to the frame's outcome.
+      verdict = verifyReceiptThen(ctx.signer, { requestId: attempt.requestId, seal, responseSha256 }, end, (receipt, refused) =>
+        refused ? { invalid: sealedFailure(refused) } : finish(receipt),
+      );
     });
     if (outcome !== RELAYED) return outcome;
-    if (verdict === undefined) return finish(undefined);
-    return verdict.then(finish, (e: unknown) => ({ invalid: sealedFailure(e) }));
+    return verdict ?? finish(undefined);
   } catch (e) {
     return { invalid: sealedFailure(e) };
   }

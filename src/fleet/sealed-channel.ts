@@ -12,7 +12,7 @@
  */
 
 import { AttestationError } from "../../attestation/provider/errors.ts";
-import { verifyIdentitySignature, verifyIdentitySignatureOffLoop } from "../../attestation/provider/identity-key.ts";
+import { verifyIdentitySignature, verifyIdentitySignatureThen } from "../../attestation/provider/identity-key.ts";
 import type { ProviderAttestation, TrustLevel } from "../../attestation/provider/levels.ts";
 import { ChunkOpener } from "../crypto/chunks.ts";
 import { fromBase64url, toBase64url, toHex } from "../crypto/encoding.ts";
@@ -129,9 +129,31 @@ export function verifyReceipt(signer: ReceiptSigner, answer: Answer, end: Final)
  * with AttestationError("signature").
  */
 export function verifyReceiptOffLoop(signer: ReceiptSigner, answer: Answer, end: Final): Promise<VerifiedReceipt> | undefined {
+  return verifyReceiptThen(signer, answer, end, (receipt, refused) => (refused ? Promise.reject(refused) : Promise.resolve(receipt)));
+}
+
+/**
+ * verifyReceiptOffLoop for a caller that turns the verdict into its own value: `then` gets the verified
+ * receipt, or the AttestationError of a bad signature, and its result is what the one promise made here
+ * resolves to (a promise it returns is followed). Undefined at once, or a throw at once, as verifyReceiptOffLoop.
+ */
+export function verifyReceiptThen<T>(
+  signer: ReceiptSigner,
+  answer: Answer,
+  end: Final,
+  then: (receipt: VerifiedReceipt, refused: AttestationError | undefined) => T | PromiseLike<T>,
+): Promise<T> | undefined {
   const check = receiptCheck(signer, answer, end);
   if (check === undefined) return undefined;
-  return verifyIdentitySignatureOffLoop(check.identityKey, check.bytes, check.signature, "receipt").then(() => check.receipt);
+  return new Promise<T>((resolve, reject) => {
+    verifyIdentitySignatureThen(check.identityKey, check.bytes, check.signature, "receipt", (refused) => {
+      try {
+        resolve(then(check.receipt, refused));
+      } catch (e) {
+        reject(e);
+      }
+    });
+  });
 }
 
 /** What a receipt check needs: the key, the canonical receipt bytes, the signature, and what it proves. */

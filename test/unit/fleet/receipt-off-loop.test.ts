@@ -142,6 +142,18 @@ describe("receipts verified off the event loop", () => {
       sync = sealedFailure(e);
     }
     expect([verdict, sync]).toEqual(["receipt rejected: signature", "receipt rejected: signature"]);
+    // Bytes that are no DER signature at all: refused the same way, and never before the call returns.
+    const notDer = { ...good, receipt: { signature: toBase64url(new Uint8Array([1, 2, 3, 4, 5, 6, 7, 8])) } };
+    let settled = false;
+    const pending = verifyReceiptOffLoop(signer, answer, notDer)?.then(
+      () => "verified",
+      (e: unknown) => {
+        settled = true;
+        return sealedFailure(e);
+      },
+    );
+    expect(settled).toBe(false);
+    expect(await pending).toBe("receipt rejected: signature");
     expect(verifyReceiptOffLoop({ attestation: undefined, trust: "none" }, answer, good)).toBeUndefined();
   });
 });
