@@ -4,7 +4,7 @@
  * or bounds, or exceeds its size limit throws ProtocolError; the receiver ends the session with that
  * reason (never with content).
  */
-import { readChatMessages } from "./chat-messages.ts";
+import { type MessageFault, readChatMessages } from "./chat-messages.ts";
 import {
   CANCEL_REASONS,
   type CoordinatorFrame,
@@ -106,6 +106,16 @@ function attemptIds(o: Obj): { request_id: string; attempt: number } {
   return { request_id: str(o, "request_id", 128), attempt: int(o, "attempt", 0, 64) };
 }
 
+/** A sealed answer frame, built as one object (the hot path: no spread of attemptIds). */
+function sealedFrameOf<T extends "sealed_chunk" | "sealed_tool_call" | "sealed_complete">(type: T, o: Obj) {
+  const request_id = str(o, "request_id", 128);
+  const attempt = int(o, "attempt", 0, 64);
+  return { type, request_id, attempt, seq: int(o, "seq"), sealed: b64url(o, "sealed", 22, MAX_FRAME_BYTES) };
+}
+
+/** A message fault of an engine request as the protocol's error (module-level: no closure per request). */
+const engineMessageFault = (fault: MessageFault): never => fail(fault.message);
+
 /** Validates a delta (plaintext chunks, and the opened payload of a sealed chunk). Throws ProtocolError. */
 export function parseDelta(v: unknown): Delta {
   const o = obj(v, "delta");
@@ -163,7 +173,7 @@ export function parseFinal(v: unknown): { finish_reason: string; usage: Usage; r
 /** Validates a request body (plaintext inference frames, and the opened payload of a sealed one). */
 export function parseEngineRequest(v: unknown): EngineRequestBody {
   const request = obj(v, "request");
-  const { messages } = readChatMessages(request.messages, (fault) => fail(fault.message), "request.messages");
+  const { messages } = readChatMessages(request.messages, engineMessageFault, "request.messages");
   const max_tokens = int(request, "max_tokens", 1, MAX_TOKENS_LIMIT);
   return { ...request, messages, max_tokens };
 }
@@ -182,7 +192,9 @@ export function parseProviderMessage(text: string | Buffer | ArrayBuffer | Uint8
   const value = decodeJson(text, MAX_FRAME_BYTES);
   if (!Array.isArray(value)) return [providerFrameOf(obj(value, "frame"))];
   if (value.length === 0 || value.length > MAX_BATCH_FRAMES) fail(`a batch must hold 1..${MAX_BATCH_FRAMES} frames`);
-  return value.map((frame) => providerFrameOf(obj(frame, "frame")));
+  const frames: ProviderFrame[] = new Array(value.length);
+  for (let i = 0; i < value.length; i++) frames[i] = providerFrameOf(obj(value[i], "frame"));
+  return frames;
 }
 
 function providerFrameOf(o: Obj): ProviderFrame {
@@ -243,7 +255,7 @@ function providerFrameOf(o: Obj): ProviderFrame {
       };
     }
     case "accepted":
-      return { type: "accepted", ...attemptIds(o) };
+      return { type: "accepted", request_id: str(o, "request_id", 128), attempt: int(o, "attempt", 0, 64) };
     case "chunk":
       return { type: "chunk", ...attemptIds(o), seq: int(o, "seq"), delta: parseDelta(o.delta) };
     case "tool_call":
@@ -252,11 +264,9 @@ function providerFrameOf(o: Obj): ProviderFrame {
       // The fields are checked by attestation/ (parseChallengeAnswer) against the outstanding challenge.
       return { type: "challenge_response", payload: str(o, "payload", 8192), signature: str(o, "signature", 512) };
     case "sealed_chunk":
-      return { type: "sealed_chunk", ...attemptIds(o), seq: int(o, "seq"), sealed: b64url(o, "sealed", 22, MAX_FRAME_BYTES) };
     case "sealed_tool_call":
-      return { type: "sealed_tool_call", ...attemptIds(o), seq: int(o, "seq"), sealed: b64url(o, "sealed", 22, MAX_FRAME_BYTES) };
     case "sealed_complete":
-      return { type: "sealed_complete", ...attemptIds(o), seq: int(o, "seq"), sealed: b64url(o, "sealed", 22, MAX_FRAME_BYTES) };
+      return sealedFrameOf(o.type, o);
     case "complete":
       return { type: "complete", ...attemptIds(o), seq: int(o, "seq"), ...parseFinal(o) };
     case "error": {
