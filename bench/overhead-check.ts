@@ -23,7 +23,7 @@ export const ANSWER = Array.from({ length: WORDS }, (_, i) => `alpha${i}`).join(
 /** The benchmark key's limits: high enough never to refuse, but enforced (checked, headers, true-up). */
 export const LIMITS = { rpm: 1_000_000_000, tpm: 1_000_000_000_000 };
 
-export type SideName = "direct" | "umbra" | "portkey";
+export type SideName = "direct" | "umbra" | "portkey" | "floor";
 export interface Side {
   readonly name: SideName;
   readonly url: string;

@@ -1,12 +1,14 @@
 /**
- * Overhead against peers (issue 7 point 1a): one mock OpenAI-compatible upstream (bench/mock-upstream.ts,
- * 16 fixed words) called three ways, by the same load generator (bench/load.ts) with the same body:
+ * Overhead against peers (issue 7 point 1a; issue 25 points 1 and 2): one mock OpenAI-compatible upstream
+ * (bench/mock-upstream.ts, 16 fixed words) called four ways, by the same load generator (bench/load.ts) with the same body:
  *   direct   the mock itself;
  *   umbra    coordinator (`serve`, metering on: auth, rate limits, billing) + `umbra-provider start
  *            --engine openai --upstream <mock>/v1 --dev-attestation on` (sealed hop with session keys, sealed chunks,
  *            and, with the development device chain, trust level hardware: a signed receipt per answer);
  *   portkey  @portkey-ai/gateway's Node build run under Bun (`--headless`), routed to the mock with
- *            `x-portkey-provider: openai` and `x-portkey-custom-host: <mock>/v1`.
+ *            `x-portkey-provider: openai` and `x-portkey-custom-host: <mock>/v1`;
+ *   floor    the relay floor (bench/relay-floor.ts): a bare Bun.serve front and a back process joined by one
+ *            WebSocket, Umbra's topology with none of its work (issue 25 point 2's reference).
  * Before measuring, every side answers once per case and is checked, and Umbra's governance features are
  * proven on (bench/overhead-check.ts: answers, 401s, a 429, the ledger charge, the verified receipt).
  *
@@ -104,6 +106,35 @@ async function startPortkey(): Promise<{ url: string; proc: Subprocess } & Async
   throw new Error("the Portkey gateway did not start");
 }
 
+/** The relay floor's two processes (bench/relay-floor.ts `front` and `back`) in front of `upstream`. */
+async function startFloor(upstream: string): Promise<{ url: string; front: Subprocess; back: Subprocess } & AsyncDisposable> {
+  const script = join(ROOT, "bench/relay-floor.ts");
+  const front = Bun.spawn([BUN, script, "front"], { stdout: "pipe", stderr: "pipe" });
+  const firstLine = async (stream: ReadableStream<Uint8Array>) => {
+    const reader = stream.getReader();
+    let text = "";
+    while (!text.includes("\n")) {
+      const { value, done } = await reader.read();
+      if (done) throw new Error("the relay floor did not start");
+      text += new TextDecoder().decode(value);
+    }
+    reader.releaseLock();
+    return JSON.parse(text.split("\n")[0] as string) as Record<string, unknown>;
+  };
+  const port = (await firstLine(front.stderr)).port as number;
+  const back = Bun.spawn([BUN, script, "back", String(port), upstream], { stdout: "ignore", stderr: "inherit" });
+  const url = (await firstLine(front.stdout)).url as string;
+  return {
+    url,
+    front,
+    back,
+    async [Symbol.asyncDispose]() {
+      for (const p of [back, front]) p.kill("SIGKILL");
+      await Promise.all([back.exited, front.exited]);
+    },
+  };
+}
+
 async function load(side: Side, options: Record<string, unknown>): Promise<LoadResult> {
   const before = Object.fromEntries(Object.entries(side.pids).map(([k, pid]) => [k, cpuMicros(pid)]));
   const proc = Bun.spawn(
@@ -135,7 +166,7 @@ async function load(side: Side, options: Record<string, unknown>): Promise<LoadR
 // ---- measurement ----
 
 type Runs = Record<SideName, LoadResult[]>;
-const noRuns = (): Runs => ({ direct: [], umbra: [], portkey: [] });
+const noRuns = (): Runs => ({ direct: [], umbra: [], portkey: [], floor: [] });
 
 /** One round of a closed-loop case on one set of processes: an unmeasured warm-up per side, then one run each. */
 async function throughputRound(sides: Side[], stream: boolean, r: number, runs: Runs): Promise<void> {
@@ -190,7 +221,7 @@ function cpuMedians(runs: Runs): Record<string, Record<string, number>> {
 function latency(runs: Runs, stream: boolean, rate: number): Record<string, unknown> {
   const pooled = (n: SideName) => runs[n].flatMap((x) => x.samples_ms ?? []).sort((a, b) => a - b);
   const stats = Object.fromEntries(
-    (["direct", "umbra", "portkey"] as const).map((n) => {
+    (["direct", "umbra", "portkey", "floor"] as const).map((n) => {
       const s = pooled(n);
       const achieved = median(runs[n].map((x) => x.rps));
       return [n, { p50: pct(s, 50), p99: pct(s, 99), achieved, lag: Math.max(...runs[n].map((x) => x.lag_p99_ms)) }];
@@ -212,14 +243,20 @@ function latency(runs: Runs, stream: boolean, rate: number): Record<string, unkn
     umbra_added_p99_ms: added("umbra", "p99"),
     portkey_added_p50_ms: added("portkey", "p50"),
     portkey_added_p99_ms: added("portkey", "p99"),
+    floor_added_p50_ms: added("floor", "p50"),
+    floor_added_p99_ms: added("floor", "p99"),
+    // Issue 25 point 2: what Umbra adds beyond the bare two-process relay, measured in the same run.
+    umbra_over_floor_p50_ms: r3(stats.umbra.p50 - stats.floor.p50),
+    umbra_over_floor_p99_ms: r3(stats.umbra.p99 - stats.floor.p99),
     round_umbra_added_p50_ms: perRound("umbra", "p50_ms"),
     round_umbra_added_p99_ms: perRound("umbra", "p99_ms"),
     achieved_rps: {
       direct: Math.round(stats.direct.achieved),
       umbra: Math.round(stats.umbra.achieved),
       portkey: Math.round(stats.portkey.achieved),
+      floor: Math.round(stats.floor.achieved),
     },
-    load_generator_lag_p99_ms: r3(Math.max(stats.direct.lag, stats.umbra.lag, stats.portkey.lag)),
+    load_generator_lag_p99_ms: r3(Math.max(stats.direct.lag, stats.umbra.lag, stats.portkey.lag, stats.floor.lag)),
     cpu_us_per_request: cpuMedians(runs),
     errors: Object.values(runs)
       .flat()
@@ -292,6 +329,9 @@ async function startSides() {
     const portkey = await startPortkey();
     started.push(portkey);
     children.push(portkey.proc);
+    const floor = await startFloor(mock.url);
+    started.push(floor);
+    children.push(floor.front, floor.back);
     const sides: Side[] = [
       { name: "direct", url: mock.url, pids: { mock: mock.proc.pid } },
       {
@@ -308,6 +348,7 @@ async function startSides() {
         headers: { "x-portkey-provider": "openai", "x-portkey-custom-host": `${mock.url}/v1` },
         pids: { portkey: portkey.proc.pid, mock: mock.proc.pid },
       },
+      { name: "floor", url: floor.url, pids: { front: floor.front.pid, back: floor.back.pid, mock: mock.proc.pid } },
     ];
     return { sides, coordinator, payer, [Symbol.asyncDispose]: stop };
   } catch (e) {
@@ -339,7 +380,22 @@ const targets = [
     measured: x.umbra_portkey,
     met: (x.umbra_portkey as number) >= 1.5,
   })),
+  ...closed.map((x) => ({
+    target: `${x.case}: coordinator CPU per request (all threads) at least 3x less than portkey's (issue 25 point 1)`,
+    measured: x.cpu_portkey_over_coordinator,
+    met: (x.cpu_portkey_over_coordinator as number) >= 3,
+  })),
   ...at500.flatMap((x) => [
+    {
+      target: `${x.case} at 500 req/s: umbra p50 within 0.3 ms of the relay floor's (issue 25 point 2)`,
+      measured: x.umbra_over_floor_p50_ms,
+      met: (x.umbra_over_floor_p50_ms as number) <= 0.3,
+    },
+    {
+      target: `${x.case} at 500 req/s: umbra p99 within 1 ms of the relay floor's (issue 25 point 2)`,
+      measured: x.umbra_over_floor_p99_ms,
+      met: (x.umbra_over_floor_p99_ms as number) <= 1,
+    },
     {
       target: `${x.case} at 500 req/s: umbra added p50 <= 0.5 ms`,
       measured: x.umbra_added_p50_ms,
@@ -405,6 +461,8 @@ console.table(
     "umbra_added_p99_ms",
     "portkey_added_p50_ms",
     "portkey_added_p99_ms",
+    "floor_added_p50_ms",
+    "floor_added_p99_ms",
     "errors",
   ]),
 );

@@ -1,3 +1,10 @@
+/**
+ * The relay floor (issue 25 point 2): what the two-process topology costs with none of Umbra's work. A
+ * front (Bun.serve) hands each request over one WebSocket to a back process, which calls the upstream and
+ * sends the answer back (a JSON body in one message; an event stream piece by piece, as a gateway must).
+ * Run alone (no role) it measures the floor against the mock called directly; `front` and `back` are its
+ * two processes, which bench/overhead.ts also starts as its `floor` side.
+ */
 import { cpus, loadavg } from "node:os";
 import { join } from "node:path";
 import { benchNumber } from "./lib/env.ts";
@@ -11,8 +18,14 @@ const seconds = benchNumber("BENCH_SECONDS", 4);
 const role = process.argv[2];
 
 if (role === "front") {
-  // One back connection; requests are matched to answers by id.
-  const waiting = new Map<number, (answer: string) => void>();
+  // One back connection; requests are matched to answers by id. An answer arrives as one message (a JSON
+  // body) or, for an event stream, as a head, its pieces as the upstream sent them, and an end.
+  interface Pending {
+    readonly head: (head: { status: number; type: string; body?: string }) => void;
+    controller?: ReadableStreamDefaultController<Uint8Array>;
+  }
+  const waiting = new Map<number, Pending>();
+  const encoder = new TextEncoder();
   let nextId = 0;
   let back: Bun.ServerWebSocket<undefined> | undefined;
   const server = Bun.serve({
@@ -22,11 +35,19 @@ if (role === "front") {
       if (!back) return new Response("no back", { status: 503 });
       const body = await request.text();
       const id = nextId++;
-      const answer = await new Promise<string>((resolve) => {
-        waiting.set(id, resolve);
+      const pending: Pending = { head: () => {} };
+      const head = await new Promise<{ status: number; type: string; body?: string }>((resolve) => {
+        (pending as { head: Pending["head"] }).head = resolve;
+        waiting.set(id, pending);
         back?.send(JSON.stringify({ id, body }));
       });
-      return new Response(answer, { headers: { "content-type": "application/json" } });
+      if (head.body !== undefined) return new Response(head.body, { status: head.status, headers: { "content-type": head.type } });
+      const stream = new ReadableStream<Uint8Array>({
+        start(controller) {
+          pending.controller = controller;
+        },
+      });
+      return new Response(stream, { status: head.status, headers: { "content-type": head.type } });
     },
     websocket: {
       open(ws) {
@@ -34,9 +55,19 @@ if (role === "front") {
         console.log(JSON.stringify({ url: `http://127.0.0.1:${server.port}` }));
       },
       message(_ws, message) {
-        const { id, answer } = JSON.parse(String(message)) as { id: number; answer: string };
-        waiting.get(id)?.(answer);
-        waiting.delete(id);
+        const m = JSON.parse(String(message)) as { id: number; status?: number; type?: string; body?: string; piece?: string; end?: true };
+        const pending = waiting.get(m.id);
+        if (!pending) return;
+        if (m.status !== undefined) {
+          pending.head({ status: m.status, type: m.type ?? "", ...(m.body !== undefined ? { body: m.body } : {}) });
+          if (m.body !== undefined) waiting.delete(m.id);
+          return;
+        }
+        if (m.piece !== undefined) pending.controller?.enqueue(encoder.encode(m.piece));
+        if (m.end) {
+          pending.controller?.close();
+          waiting.delete(m.id);
+        }
       },
     },
   });
@@ -51,7 +82,18 @@ if (role === "front") {
       headers: { "content-type": "application/json" },
       body,
     });
-    ws.send(JSON.stringify({ id, answer: await response.text() }));
+    const type = response.headers.get("content-type") ?? "";
+    if (!type.startsWith("text/event-stream")) {
+      ws.send(JSON.stringify({ id, status: response.status, type, body: await response.text() }));
+      return;
+    }
+    // A stream: relayed piece by piece as the upstream sends it, as a gateway must.
+    ws.send(JSON.stringify({ id, status: response.status, type }));
+    const decoder = new TextDecoder();
+    for await (const bytes of response.body as ReadableStream<Uint8Array>) {
+      ws.send(JSON.stringify({ id, piece: decoder.decode(bytes, { stream: true }) }));
+    }
+    ws.send(JSON.stringify({ id, end: true }));
   };
 } else {
   const firstLine = async (stream: ReadableStream<Uint8Array>): Promise<Record<string, unknown>> => {
