@@ -116,29 +116,21 @@ function signatureRefused(what: string): AttestationError {
 
 /** SubjectPublicKeyInfo DER prefix of an uncompressed P-256 point (id-ecPublicKey, prime256v1). */
 const P256_SPKI_PREFIX = Buffer.from("3059301306072a8648ce3d020106082a8648ce3d030107034200", "hex");
-const keyObjects = new WeakMap<IdentityKey, KeyObject>();
-/** The verify options of an identity key (its key object, DER signatures), made once per parsed key. */
-const verifyOptions = new WeakMap<IdentityKey, { readonly key: KeyObject; readonly dsaEncoding: "der" }>();
-
-function verifyKey(key: IdentityKey): { readonly key: KeyObject; readonly dsaEncoding: "der" } {
-  let options = verifyOptions.get(key);
-  if (options === undefined) {
-    options = { key: keyObject(key), dsaEncoding: "der" };
-    verifyOptions.set(key, options);
-  }
-  return options;
-}
+type VerifyKey = { readonly key: KeyObject; readonly dsaEncoding: "der" };
+const verifyKeys = new WeakMap<IdentityKey, VerifyKey>();
 
 /**
- * The runtime's key object for an identity key, made once per parsed key. Verification goes through
- * node:crypto (BoringSSL in Bun: strict DER, either half of s), many times faster than the pure-JS
- * verifier (figures: bench/HISTORY.md): the coordinator verifies one receipt per request.
+ * node:crypto's verify options for an identity key (the runtime's key object, DER signatures), made once
+ * per parsed key. Verification goes through node:crypto (BoringSSL in Bun: strict DER, either half of s),
+ * many times faster than the pure-JS verifier (figures: bench/HISTORY.md): the coordinator verifies one
+ * receipt per request.
  */
-function keyObject(key: IdentityKey): KeyObject {
-  let object = keyObjects.get(key);
-  if (object === undefined) {
-    object = createPublicKey({ key: Buffer.concat([P256_SPKI_PREFIX, key.point]), format: "der", type: "spki" });
-    keyObjects.set(key, object);
+function verifyKey(key: IdentityKey): VerifyKey {
+  let options = verifyKeys.get(key);
+  if (options === undefined) {
+    const object = createPublicKey({ key: Buffer.concat([P256_SPKI_PREFIX, key.point]), format: "der", type: "spki" });
+    options = { key: object, dsaEncoding: "der" };
+    verifyKeys.set(key, options);
   }
-  return object;
+  return options;
 }

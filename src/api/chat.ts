@@ -21,7 +21,6 @@ import { type SealedTransportDeps, sealedTransport } from "./sealed-transport.ts
 
 const CLIENT_CLOSED = 499;
 export const CHAT_PATH = "/v1/chat/completions";
-const PATH = CHAT_PATH;
 const SSE_HEADERS = { "content-type": "text/event-stream", "cache-control": "no-cache", "x-accel-buffering": "no" };
 
 interface ChatDeps extends SealedTransportDeps {
@@ -42,7 +41,7 @@ export function chatRoutes(deps: ChatDeps) {
   const handle = chatHandler(deps);
   return new Elysia({ name: "chat" })
     .use(consumerAuth(deps.authenticate))
-    .post(PATH, ({ request, principal }) => handle(request, principal), { parse: "none" });
+    .post(CHAT_PATH, ({ request, principal }) => handle(request, principal), { parse: "none" });
 }
 
 /**
@@ -52,7 +51,7 @@ export function chatRoutes(deps: ChatDeps) {
  */
 export function chatHandler(deps: ChatDeps): (request: Request, principal: Principal) => Promise<Response> {
   const limits = { maxBytes: deps.maxBodyBytes, timeoutMs: deps.bodyTimeoutMs };
-  const handle = sealedTransport(deps, PATH, (body: Uint8Array, exchange: Exchange) => answer(deps, body, exchange));
+  const handle = sealedTransport(deps, CHAT_PATH, (body: Uint8Array, exchange: Exchange) => answer(deps, body, exchange));
   return async (request, principal) => handle(await readBody(request, limits), { request, principal });
 }
 
