@@ -39,20 +39,30 @@ export interface RunningServer {
   stop(graceMs?: number): Promise<void>;
 }
 
-/**
- * A request's connection as the app sees it: one object per request instead of a closure per hook. A
- * chat answer may wait for its provider longer than the idle timeout: lifted once its body is in,
- * restored once it ended (Bun keeps a connection's timeout for its next requests too).
- */
-class ServedConnection implements Connection {
+/** A request's connection as the app sees it, one object per request (no closure per hook): the peer's address. */
+class AddressOnly implements Connection {
   constructor(
-    private readonly server: Bun.Server<SocketData>,
-    private readonly request: Request,
-    private readonly idleTimeout: number,
+    protected readonly server: Bun.Server<SocketData>,
+    protected readonly request: Request,
   ) {}
 
   address(): string | undefined {
     return this.server.requestIP(this.request)?.address;
+  }
+}
+
+/**
+ * The chat route's connection. A chat answer may wait for its provider longer than the idle timeout:
+ * lifted once its body is in, restored once it ended (Bun keeps a connection's timeout for its next
+ * requests too).
+ */
+class ServedConnection extends AddressOnly {
+  constructor(
+    server: Bun.Server<SocketData>,
+    request: Request,
+    private readonly idleTimeout: number,
+  ) {
+    super(server, request);
   }
 
   bodyRead(): void {
@@ -61,18 +71,6 @@ class ServedConnection implements Connection {
 
   answered(): void {
     this.server.timeout(this.request, this.idleTimeout);
-  }
-}
-
-/** Only the peer's address: every route but the chat route. */
-class AddressOnly implements Connection {
-  constructor(
-    private readonly server: Bun.Server<SocketData>,
-    private readonly request: Request,
-  ) {}
-
-  address(): string | undefined {
-    return this.server.requestIP(this.request)?.address;
   }
 }
 
