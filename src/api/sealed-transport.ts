@@ -42,18 +42,27 @@ export function sealedTransport<C extends { readonly request: Request }>(
   path: string,
   handler: BodyHandler<C>,
 ): BodyHandler<C> {
-  return async (body, context) => {
-    if (!isSealed(context.request)) return handler(body, context);
-    const credential = bearer(context.request.headers.get("authorization")) ?? "";
-    const { plaintext, sealer } = await openSealed(deps, path, body, credential);
-    let response: Response;
-    try {
-      response = await handler(plaintext, context);
-    } catch (error) {
-      response = errorResponse(toLoggedApiError(deps.logger, error, path));
-    }
-    return sealResponse(response, sealer);
-  };
+  // A plain body goes straight to the handler (no async wrapper of its own on the hot path).
+  return (body, context) => (isSealed(context.request) ? answerSealed(deps, path, handler, body, context) : handler(body, context));
+}
+
+/** A sealed body: opened, handled, and its answer (errors included) sealed back. */
+async function answerSealed<C extends { readonly request: Request }>(
+  deps: SealedTransportDeps,
+  path: string,
+  handler: BodyHandler<C>,
+  body: Uint8Array,
+  context: C,
+): Promise<Response> {
+  const credential = bearer(context.request.headers.get("authorization")) ?? "";
+  const { plaintext, sealer } = await openSealed(deps, path, body, credential);
+  let response: Response;
+  try {
+    response = await handler(plaintext, context);
+  } catch (error) {
+    response = errorResponse(toLoggedApiError(deps.logger, error, path));
+  }
+  return sealResponse(response, sealer);
 }
 
 function isSealed(request: Request): boolean {
