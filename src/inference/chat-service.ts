@@ -269,12 +269,8 @@ export class ChatService {
   ): Promise<ChatResult> {
     const { request, maxTokens, promptEstimate } = admitted;
     const { attempt } = committed;
-    // The request deadline stops the provider and, for a stream, ends the answer even if its consumer
-    // stopped reading after the provider finished (its reservation is then settled, not held).
-    const deadline = life.armDeadline(attempt, this.deps.settings.requestTimeoutMs);
     const requestId = reserved.money.requestId;
-    this.answering.set(requestId, life);
-    void life.ended().then(() => this.answering.delete(requestId));
+    life.listIn(this.answering, requestId);
     const held = this.deps.held;
     const ctx: ResponseContext = {
       id: completionId(),
@@ -285,10 +281,14 @@ export class ChatService {
     };
     const answering: Answering = { money: reserved.money, attempt, promptEstimate, maxTokens, stream: request.stream };
     const onEnd = (o: Outcome) => life.finish(o, answering);
+    // The request deadline stops the provider and, for a stream, ends the answer even if its consumer
+    // stopped reading after the provider finished (its reservation is then settled, not held).
     if (request.stream) {
+      const deadline = life.armDeadline(attempt, this.deps.settings.requestTimeoutMs, true);
       const stream = await streamCompletion(committed, ctx, onEnd, deadline);
       return { kind: "stream", stream, ended: life.ended(), headers: reserved.headers };
     }
+    life.armDeadline(attempt, this.deps.settings.requestTimeoutMs, false);
     const onAbort = () => attempt.cancel("client_gone");
     signal.addEventListener("abort", onAbort, { once: true });
     try {

@@ -61,7 +61,12 @@ export class RequestLifecycle {
   readonly startedAt: number;
   private trueUp: ((tokens: number) => void) | undefined;
   private timer: ReturnType<typeof setTimeout> | undefined;
-  private stopper: ((reason: ApiError | undefined) => void) | undefined;
+  /** The attempt the deadline stops, once armed; and the signal it aborts (streams only). */
+  private deadlineAttempt: Attempt | undefined;
+  private deadlineController: AbortController | undefined;
+  /** Where this request is listed while it is answered (`listIn`), and under which key. */
+  private registry: Map<string, RequestLifecycle> | undefined;
+  private registryKey = "";
   private isEnded = false;
   private whenEnded: Promise<void> | undefined;
   private resolveEnded: (() => void) | undefined;
@@ -98,21 +103,37 @@ export class RequestLifecycle {
     });
   }
 
-  /** Stops `attempt` once the request's time is up; the signal aborts then (a stream ends on it). */
-  armDeadline(attempt: Attempt, timeoutMs: number): AbortSignal {
-    const deadline = new AbortController();
-    this.stopper = (reason) => {
-      clearTimeout(this.timer);
-      attempt.cancel("deadline");
-      deadline.abort(reason);
-    };
-    this.timer = setTimeout(() => this.stopper?.(undefined), Math.max(1, timeoutMs - (this.deps.now() - this.startedAt)));
-    return deadline.signal;
+  /**
+   * Stops `attempt` once the request's time is up. With `signal` (a stream, which ends on it) returns a
+   * signal that aborts then; a JSON answer needs none (its attempt's `lost` ends it).
+   */
+  armDeadline(attempt: Attempt, timeoutMs: number, signal: true): AbortSignal;
+  armDeadline(attempt: Attempt, timeoutMs: number, signal: false): undefined;
+  armDeadline(attempt: Attempt, timeoutMs: number, signal: boolean): AbortSignal | undefined {
+    this.deadlineAttempt = attempt;
+    if (signal) this.deadlineController = new AbortController();
+    this.timer = setTimeout(expire, Math.max(1, timeoutMs - (this.deps.now() - this.startedAt)), this);
+    return this.deadlineController?.signal;
+  }
+
+  /** The deadline came, or `stop`: the attempt is stopped and the signal aborted with `reason`. */
+  expire(reason: ApiError | undefined): void {
+    clearTimeout(this.timer);
+    this.deadlineAttempt?.cancel("deadline");
+    this.deadlineController?.abort(reason);
   }
 
   /** Ends the answer now as the deadline would, a stream with `error` in band (no-op before `armDeadline`). */
   stop(error: ApiError): void {
-    if (!this.isEnded) this.stopper?.(error);
+    if (!this.isEnded && this.deadlineAttempt !== undefined) this.expire(error);
+  }
+
+  /** Keeps this request in `registry` under `key` until it ends (the answers a lost hold may stop). */
+  listIn(registry: Map<string, RequestLifecycle>, key: string): void {
+    if (this.isEnded) return;
+    registry.set(key, this);
+    this.registry = registry;
+    this.registryKey = key;
   }
 
   /** Settles an answer's outcome (the request stays in flight until it is settled), then ends it. */
@@ -129,6 +150,7 @@ export class RequestLifecycle {
     if (this.isEnded) return;
     this.isEnded = true;
     this.inFlight.leave();
+    if (this.registry?.get(this.registryKey) === this) this.registry.delete(this.registryKey);
     this.resolveEnded?.();
   }
 
@@ -174,4 +196,9 @@ function logDebugEnd(logger: Logger, money: RequestMoney, attempt: Attempt, o: O
     status: o.status,
     duration_ms: durationMs,
   });
+}
+
+/** The deadline's timer callback (module-level: no closure per request). */
+function expire(life: RequestLifecycle): void {
+  life.expire(undefined);
 }

@@ -5,6 +5,7 @@
  */
 import { describe, expect, test } from "bun:test";
 import type { Ending, RequestMoney } from "../../../src/billing/billing.ts";
+import { ApiError } from "../../../src/errors/api-error.ts";
 import { Attempt } from "../../../src/fleet/attempt.ts";
 import { InFlight, RequestLifecycle } from "../../../src/inference/request-lifecycle.ts";
 import { createLogger } from "../../../src/observability/logger.ts";
@@ -81,5 +82,37 @@ describe("RequestLifecycle", () => {
     await life.ended();
     expect(log).toEqual(["trueUp 0", "settle failed", "idle", "ended"]);
     expect(settled.map((e) => [e.usage, e.providerId])).toEqual([[{ prompt_tokens: 0, completion_tokens: 0 }, null]]);
+  });
+
+  test("listed while it is answered, unlisted when it ends; stop before the deadline is armed does nothing", async () => {
+    const { life, attempt, done } = setup();
+    const answering = new Map<string, RequestLifecycle>();
+    life.stop(new ApiError(503, "service_unavailable", "service_unavailable", "lost"));
+    expect(attempt.done).toBe(false);
+    life.listIn(answering, "req_1");
+    expect(answering.get("req_1")).toBe(life);
+    life.end();
+    await done();
+    expect(answering.size).toBe(0);
+    life.listIn(answering, "req_1"); // an ended request is not listed again
+    expect(answering.size).toBe(0);
+  });
+
+  test("the deadline: a stream's signal aborts with stop's error; a JSON answer's attempt is stopped without a signal", async () => {
+    const stream = setup();
+    const signal = stream.life.armDeadline(stream.attempt, 60_000, true);
+    const lost = new ApiError(503, "service_unavailable", "service_unavailable", "lost");
+    stream.life.stop(lost);
+    expect(signal.aborted).toBe(true);
+    expect(signal.reason).toBe(lost);
+    expect(stream.attempt.done).toBe(true);
+
+    const json = setup();
+    expect(json.life.armDeadline(json.attempt, 5, false)).toBeUndefined();
+    const event = await json.attempt.next();
+    expect(event).toEqual({ type: "lost", reason: "cancelled: deadline" });
+    json.life.end();
+    stream.life.end();
+    await Promise.all([json.done(), stream.done()]);
   });
 });
