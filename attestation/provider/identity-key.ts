@@ -14,7 +14,7 @@
  * Ecdsa-Sig-Value, strict DER). High-S signatures are accepted (the Secure Enclave, WebCrypto and
  * OpenSSL produce them half of the time; ECDSA malleability does not matter here because nothing is
  * keyed by the signature bytes; STACK.md item 8). Verified with node:crypto, which accepts either half.
- * verifyIdentitySignatureOffLoop is the same check through node:crypto's callback form, which runs the
+ * verifyIdentitySignatureThen is the same check through node:crypto's callback form, which runs the
  * verification on the runtime's thread pool: the coordinator's receipt check per answer (issue 25; the
  * event loop pays ~5 us against ~48, bench/receipt-verify.ts).
  */
@@ -75,24 +75,10 @@ export function verifyIdentitySignature(key: IdentityKey, message: Uint8Array, d
 }
 
 /**
- * verifyIdentitySignature off the event loop: the same key object, encoding and verdict, the same
- * AttestationError when it does not verify (the promise rejects; it never settles before the verdict).
- */
-export function verifyIdentitySignatureOffLoop(
-  key: IdentityKey,
-  message: Uint8Array,
-  derSignature: Uint8Array,
-  what: string,
-): Promise<void> {
-  return new Promise((resolve, reject) => {
-    verifyIdentitySignatureThen(key, message, derSignature, what, (refused) => (refused ? reject(refused) : resolve()));
-  });
-}
-
-/**
- * verifyIdentitySignatureOffLoop with a callback instead of a promise (one promise fewer for a caller that
- * makes its own): `done` gets undefined when the signature verifies, else the AttestationError. It is
- * called once, after the verdict, never synchronously.
+ * verifyIdentitySignature off the event loop (node:crypto's callback form, on the runtime's thread pool):
+ * the same key object, encoding and verdict. `done` gets undefined when the signature verifies, else the
+ * same AttestationError; it is called once, after the verdict, never synchronously. A callback, not a
+ * promise: the caller makes the one promise it needs (sealed-channel.ts).
  */
 export function verifyIdentitySignatureThen(
   key: IdentityKey,

@@ -47,7 +47,7 @@ export {
   type IdentityKey,
   parseIdentityKey,
   verifyIdentitySignature,
-  verifyIdentitySignatureOffLoop,
+  verifyIdentitySignatureThen,
 } from "./identity-key.ts";
 export {
   checkMdaLeaf,

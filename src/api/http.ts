@@ -198,14 +198,12 @@ export function createHttpApp(deps: HttpDeps): HttpApp {
     )
     .use(consoleAssetRoutes({ ...deps.consoleAssets, oidc: deps.consoleOidc !== undefined }));
 
-  const gate = (request: Request): Response | undefined =>
-    // The path is parsed only while provisioning is awaited (no URL object per request otherwise).
-    deps.provisioning.state === "awaiting" && deps.provisioning.refuses(new URL(request.url).pathname)
-      ? errorResponse(Errors.serviceUnavailable(AWAITING))
-      : undefined;
+  // Bun's request URL is normalized already (dot segments resolved), so pathOf reads the path URL would.
+  const refusedAt = (path: string): Response | undefined =>
+    deps.provisioning.refuses(path) ? errorResponse(Errors.serviceUnavailable(AWAITING)) : undefined;
 
   return {
-    gate,
+    gate: (request) => refusedAt(pathOf(request.url)),
     async handle(request, connection) {
       const started = performance.now();
       if (!URL.canParse(request.url)) {
@@ -219,13 +217,14 @@ export function createHttpApp(deps: HttpDeps): HttpApp {
         deps.metrics.observeHttp(request.method, "unmatched", 400, (performance.now() - started) / 1000);
         return errorResponse(Errors.invalidValue(missing ? "a Host header is required" : "the Host header is not a valid host name"));
       }
-      const refused = gate(request) ?? refuseWithoutCsrfHeader(request);
+      const path = pathOf(request.url);
+      const refused = refusedAt(path) ?? refuseWithoutCsrfHeader(request);
       if (refused !== undefined) {
         deps.metrics.observeHttp(request.method, "unmatched", refused.status, (performance.now() - started) / 1000);
         return applyConsoleHeaders(request.url, refused);
       }
       if (connection !== undefined) connections.set(request, connection);
-      if (request.method === "POST" && pathOf(request.url) === CHAT_PATH) {
+      if (request.method === "POST" && path === CHAT_PATH) {
         // The hot path without the router: the same auth, handler and error boundary as its route.
         let response: Response;
         try {
