@@ -57,6 +57,15 @@ describe("costOf", () => {
   });
 });
 
+/** A deterministic pseudo-random sequence (a linear congruential generator) from `seed`. */
+function lcg(seed: number): () => number {
+  let state = seed;
+  return () => {
+    state = (state * 1_103_515_245 + 12_345) % 2 ** 31;
+    return state;
+  };
+}
+
 describe("ceilMillionths (the Number fast path of costOf)", () => {
   test.each([
     [0, 0],
@@ -75,11 +84,7 @@ describe("ceilMillionths (the Number fast path of costOf)", () => {
   });
 
   test("agrees with the bigint computation on many products", () => {
-    let seed = 42;
-    const next = () => {
-      seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31;
-      return seed;
-    };
+    const next = lcg(42);
     for (let i = 0; i < 10_000; i++) {
       const tokens = next() % 100_000_000;
       const rate = next() % 90_000_000;
@@ -115,11 +120,7 @@ describe("ceilHundredths (fees and cache-read discounts)", () => {
   });
 
   test("agrees with the bigint computation on many products, small and near 2^53", () => {
-    let seed = 7;
-    const next = () => {
-      seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31;
-      return seed;
-    };
+    const next = lcg(7);
     for (let i = 0; i < 10_000; i++) {
       const a = i % 2 === 0 ? next() % 10_000_000 : Number.MAX_SAFE_INTEGER - 200 - (next() % 1_000_000);
       const b = i % 2 === 0 ? next() % 101 : 1;
