@@ -7,14 +7,16 @@
  * session ends, its attempts fail over). Invalid output is returned, not thrown, and fails the attempt
  * without failover: a sealed frame that does not open or verify (sealed-channel.ts), a plaintext frame
  * in a sealed attempt, text far beyond the budget (outputCharLimit in attempt.ts), usage beyond what the
- * coordinator can believe (billing/usage-bounds.ts). A signed sealed `complete` is the one promise: its
- * receipt is verified on the thread pool, and the attempt ends with the verdict (session.ts holds it).
+ * coordinator can believe (billing/usage-bounds.ts). A signed sealed `complete` is verified before the
+ * attempt completes: on the event loop while the coordinator is quiet (`inlineReceipts`: a hand-off to
+ * the pool would only add its latency), else on the thread pool, the one promise here: the attempt
+ * ends with the verdict (session.ts holds it).
  */
 import { type UsageBound, usageViolation } from "../billing/usage-bounds.ts";
 import type { Delta, Hello, ProviderFrame, ToolCallDelta, Usage } from "../protocol/frames.ts";
 import { ProtocolError } from "../protocol/parse.ts";
 import type { Attempt, AttemptSeal, VerifiedReceipt } from "./attempt.ts";
-import { openSealed, type ReceiptSigner, type SealedFrame, sealedFailure, verifyReceiptThen } from "./sealed-channel.ts";
+import { openSealed, type ReceiptSigner, type SealedFrame, sealedFailure, verifyReceipt, verifyReceiptThen } from "./sealed-channel.ts";
 
 type SealedComplete = { type: "sealed_complete" };
 export type AttemptFrame = Exclude<ProviderFrame, Hello | { type: "heartbeat" } | { type: "challenge_response" }>;
@@ -24,6 +26,11 @@ export interface FrameContext {
   readonly now: () => number;
   readonly signer: ReceiptSigner;
   readonly onUsageRejected?: (bound: UsageBound) => void;
+  /**
+   * True when a receipt should be verified on the event loop, at once (the coordinator is quiet:
+   * FleetLoad.quiet); absent or false: on the thread pool.
+   */
+  readonly inlineReceipts?: () => boolean;
 }
 
 /** A frame's outcome: invalid output (the session ends), or a first-content latency sample (ms). */
@@ -81,7 +88,8 @@ export function applyAttemptFrame(attempt: Attempt, frame: AttemptFrame, ctx: Fr
 /**
  * A sealed frame, opened and read (sealed-channel.ts), then checked like a plaintext one; any failure,
  * a tool call out of order included, is invalid output. A signed `complete` waits for its receipt's
- * verdict (a promise); an unsigned one (a provider without an identity key) completes at once.
+ * verdict (a promise when the check runs on the thread pool); an unsigned one (a provider without an
+ * identity key) completes at once.
  */
 function applySealed(attempt: Attempt, frame: SealedFrame, seal: AttemptSeal, ctx: FrameContext): FrameOutcome | Promise<FrameOutcome> {
   try {
@@ -94,15 +102,19 @@ function applySealed(attempt: Attempt, frame: SealedFrame, seal: AttemptSeal, ct
       return RELAYED;
     };
     let verdict: Promise<FrameOutcome> | undefined;
+    let inline: FrameOutcome | undefined;
     const outcome = complete(attempt, end.usage, ctx, () => {
-      const responseSha256 = attempt.responseSha256() as Uint8Array;
+      const answer = { requestId: attempt.requestId, seal, responseSha256: attempt.responseSha256() as Uint8Array };
+      // A bad signature throws AttestationError here (inline), or is the promise's verdict (thread pool).
+      if (ctx.inlineReceipts?.() === true) inline = finish(verifyReceipt(ctx.signer, answer, end));
       // One promise from the signature's verdict to the frame's outcome.
-      verdict = verifyReceiptThen(ctx.signer, { requestId: attempt.requestId, seal, responseSha256 }, end, (receipt, refused) =>
-        refused ? { invalid: sealedFailure(refused) } : finish(receipt),
-      );
+      else
+        verdict = verifyReceiptThen(ctx.signer, answer, end, (receipt, refused) =>
+          refused ? { invalid: sealedFailure(refused) } : finish(receipt),
+        );
     });
     if (outcome !== RELAYED) return outcome;
-    return verdict ?? finish(undefined);
+    return inline ?? verdict ?? finish(undefined);
   } catch (e) {
     return { invalid: sealedFailure(e) };
   }

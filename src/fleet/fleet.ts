@@ -16,6 +16,7 @@ import { randomBytes } from "node:crypto";
 import { meetsTrustFloor, type ProviderAttestation, summarizeAttestation, type TrustLevel } from "../../attestation/provider/levels.ts";
 import type { Logger } from "../observability/logger.ts";
 import { CLOSE } from "../protocol/frames.ts";
+import { FleetLoad } from "./fleet-load.ts";
 import type { FleetView, ModelCapacity } from "./fleet-view.ts";
 import {
   type PublicListQuery,
@@ -67,7 +68,17 @@ export class Fleet implements FleetView {
     },
   });
 
-  constructor(private readonly options: FleetOptions) {}
+  /** What every session is given: the options, and the fleet's running attempts (FleetLoad). */
+  private readonly sessionSettings: SessionSettings;
+
+  constructor(private readonly options: FleetOptions) {
+    this.sessionSettings = { ...options, load: new FleetLoad() };
+  }
+
+  /** Attempts assigned and not yet released over every session (FleetLoad). */
+  get runningAttempts(): number {
+    return this.sessionSettings.load?.running ?? 0;
+  }
 
   /** Starts liveness eviction; `stop()` ends it. */
   start(): this {
@@ -153,7 +164,7 @@ export class Fleet implements FleetView {
         },
         onVouchLapsed: (s) => this.refreshVouch(s),
       },
-      this.options,
+      this.sessionSettings,
       this.options.logger,
       this.options.now,
     );

@@ -8,7 +8,8 @@
  * 0, no replay, nothing after final) and authenticity, then the payload is read like a plaintext frame.
  * An attested provider signs a receipt over the canonical receipt bytes (src/crypto/receipts.ts) of
  * request id, model build, SHA-256 of the request plaintext, the response digest and the usage; the
- * coordinator checks it on the runtime's thread pool (verifyReceiptOffLoop), before the attempt completes.
+ * coordinator checks it before the attempt completes: on the event loop while the coordinator is quiet
+ * (verifyReceipt), else on the runtime's thread pool (verifyReceiptThen).
  */
 
 import { AttestationError } from "../../attestation/provider/errors.ts";

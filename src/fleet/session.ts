@@ -28,6 +28,7 @@ import { ProtocolError, parseProviderMessage } from "../protocol/parse.ts";
 import { type AdmissionSettings, admit, checkHello, logWelcome } from "./admission.ts";
 import { Attempt, type AttemptOwner, attemptKey, outputCharLimit } from "./attempt.ts";
 import { applyAttemptFrame, type FrameContext, type FrameOutcome } from "./attempt-frames.ts";
+import type { FleetLoad } from "./fleet-load.ts";
 import { SealedChannel } from "./sealed-channel.ts";
 import { SessionTrust } from "./session-trust.ts";
 
@@ -64,6 +65,8 @@ export interface SessionHooks {
 export interface SessionSettings extends AdmissionSettings {
   /** A provider reported usage beyond a bound (its answer failed, the session ends): metrics. */
   readonly onUsageRejected?: (bound: UsageBound) => void;
+  /** The attempts running over every session of the fleet (receipts are verified inline while it is quiet). */
+  readonly load?: FleetLoad;
 }
 
 type State = "awaiting_hello" | "verifying" | "ready" | "closed";
@@ -103,7 +106,7 @@ export class ProviderSession implements AttemptOwner {
   ) {
     this.seen = now();
     this.connectedAt = this.seen;
-    this.frameContext = { now, signer: this, onUsageRejected: settings.onUsageRejected };
+    this.frameContext = { now, signer: this, onUsageRejected: settings.onUsageRejected, inlineReceipts: settings.load?.quiet };
   }
 
   get ready(): boolean {
@@ -330,6 +333,7 @@ export class ProviderSession implements AttemptOwner {
     if (channel !== undefined) attempt.expectSealed(); // no plaintext answer even while the request is being sealed
     this.attempts.set(attempt.key, attempt);
     this.assigned++;
+    if (this.settings.load) this.settings.load.running++;
     try {
       if (channel === undefined) {
         this.transport.send(serialized);
@@ -351,6 +355,7 @@ export class ProviderSession implements AttemptOwner {
   release(attempt: Attempt, cancel: CancelReason | undefined): void {
     if (!this.attempts.delete(attempt.key)) return;
     this.assigned--;
+    if (this.settings.load) this.settings.load.running--;
     if (this.state !== "closed") this.hooks.onSlotFreed(this);
     if (cancel === undefined) return;
     this.remember(attempt.key);

@@ -80,6 +80,8 @@ describe("pre-commit failover", () => {
     const first = firstInference(bad);
     const retried = inferences(good).find((f) => f.request_id === first?.request_id);
     expect(retried?.attempt).toBe(1);
+    // Every attempt, failed or answered, left the fleet's count of running attempts (FleetLoad).
+    await waitFor(() => ctx.t.app.fleet.runningAttempts === 0, "no attempt running");
   });
 
   test("a silent provider (never accepts) is cancelled with reason failover and the second answers", async () => {
@@ -109,6 +111,7 @@ describe("pre-commit failure -> JSON error with its real status", () => {
     });
     expect([inferences(a).length, inferences(b).length]).toEqual([1, 1]);
     await stillServes(ctx);
+    await waitFor(() => ctx.t.app.fleet.runningAttempts === 0, "no attempt running");
   });
 
   test.each<[string, string | undefined]>([

@@ -3,6 +3,7 @@
  * src/fleet/attempt-frames.ts): the same verdicts as the synchronous check; a forged receipt after content
  * leaves the content relayed and ends the attempt as invalid output, never complete; until the verdict no
  * terminal event is queued; concurrent attempts' receipts are each checked against their own answer.
+ * While the coordinator is quiet (FrameContext.inlineReceipts) the same check runs at once, same verdicts.
  */
 import { describe, expect, test } from "bun:test";
 import { type IdentityKey, parseIdentityKey, SoftwareIdentity } from "../../../attestation/provider/index.ts";
@@ -11,6 +12,7 @@ import { toBase64url } from "../../../src/crypto/encoding.ts";
 import { ResponseDigest, receiptBytes, sha256 } from "../../../src/crypto/receipts.ts";
 import { Attempt, type AttemptEvent } from "../../../src/fleet/attempt.ts";
 import { applyAttemptFrame, type FrameContext, type FrameOutcome } from "../../../src/fleet/attempt-frames.ts";
+import { FleetLoad, INLINE_RECEIPTS_UP_TO } from "../../../src/fleet/fleet-load.ts";
 import { type ReceiptSigner, sealedFailure, verifyReceipt, verifyReceiptOffLoop } from "../../../src/fleet/sealed-channel.ts";
 
 const encoder = new TextEncoder();
@@ -155,5 +157,53 @@ describe("receipts verified off the event loop", () => {
     expect(settled).toBe(false);
     expect(await pending).toBe("receipt rejected: signature");
     expect(verifyReceiptOffLoop({ attestation: undefined, trust: "none" }, answer, good)).toBeUndefined();
+  });
+});
+
+describe("receipts verified inline while the coordinator is quiet", () => {
+  const inline: FrameContext = { ...ctx, inlineReceipts: () => true };
+
+  test("a valid receipt completes the attempt at once, without a promise", () => {
+    const a = sealedAttempt("req_inline");
+    applyAttemptFrame(a.attempt, a.frame("sealed_chunk", { content: "hello" }), inline);
+    const signature = a.sign("hello");
+    const outcome = applyAttemptFrame(
+      a.attempt,
+      a.frame("sealed_complete", { finish_reason: "stop", usage: USAGE, receipt: { signature } }),
+      inline,
+    );
+    expect(outcome).toEqual({});
+    expect(queued(a.attempt).at(-1)).toMatchObject({ type: "complete", receipt: { signature, providerKeyId: identityKey.id } });
+  });
+
+  test("a forged receipt is refused at once: the content relayed, never complete", () => {
+    const a = sealedAttempt("req_inline_forged");
+    applyAttemptFrame(a.attempt, a.frame("sealed_chunk", { content: "hello" }), inline);
+    const forged = a.sign("hello", SoftwareIdentity.generate());
+    const outcome = applyAttemptFrame(
+      a.attempt,
+      a.frame("sealed_complete", { finish_reason: "stop", usage: USAGE, receipt: { signature: forged } }),
+      inline,
+    );
+    expect(outcome).toEqual({ invalid: "receipt rejected: signature" });
+    expect(queued(a.attempt).map((e) => e.type)).toEqual(["accepted", "chunk"]);
+    // A valid signature over another answer (the content differs) is refused the same way.
+    const b = sealedAttempt("req_inline_other");
+    applyAttemptFrame(b.attempt, b.frame("sealed_chunk", { content: "hello" }), inline);
+    const other = applyAttemptFrame(
+      b.attempt,
+      b.frame("sealed_complete", { finish_reason: "stop", usage: USAGE, receipt: { signature: b.sign("bye") } }),
+      inline,
+    );
+    expect(other).toEqual({ invalid: "receipt rejected: signature" });
+  });
+
+  test("the fleet's load: sessions count attempts in and out; quiet up to INLINE_RECEIPTS_UP_TO", () => {
+    const load = new FleetLoad();
+    expect(load.quiet()).toBe(true);
+    load.running = INLINE_RECEIPTS_UP_TO;
+    expect(load.quiet()).toBe(true);
+    load.running = INLINE_RECEIPTS_UP_TO + 1;
+    expect(load.quiet()).toBe(false);
   });
 });
