@@ -117,6 +117,7 @@ export async function admit(
     heartbeat_interval_ms: settings.heartbeatIntervalMs,
     liveness_timeout_ms: settings.livenessTimeoutMs,
     batch_frames: true,
+    ...(hello.binary_frames === true ? { binary_frames: true } : {}),
     ...(sessionEnc !== undefined ? { session_enc: toBase64url(sessionEnc) } : {}),
     ...(modelWarnings.length > 0 ? { model_warnings: modelWarnings } : {}),
   });

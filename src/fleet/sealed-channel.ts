@@ -88,7 +88,8 @@ export class SealedChannel {
  */
 export function openSealed(opener: ChunkOpener, frame: SealedFrame): OpenedFrame {
   const final = frame.type === "sealed_complete";
-  const plaintext = opener.open({ seq: frame.seq, final, ciphertext: fromBase64url(frame.sealed, "sealed") });
+  const ciphertext = typeof frame.sealed === "string" ? fromBase64url(frame.sealed, "sealed") : frame.sealed;
+  const plaintext = opener.open({ seq: frame.seq, final, ciphertext });
   if (final) opener.finish();
   const payload: unknown = JSON.parse(UTF8_STRICT.decode(plaintext));
   if (final) return { type: "complete", end: parseFinal(payload) };

@@ -1,19 +1,18 @@
 /**
  * One connected provider: the connection's state machine, capacity, and its in-flight attempts.
  *
- * States: awaiting_hello -> verifying (admission.ts) -> ready -> closed. A malformed or out-of-order
- * frame (anything before welcome, a second hello, a frame for an attempt never dispatched here, or one
- * its attempt refuses: attempt-frames.ts) ends the session with a logged reason, and every attempt still
- * open on it receives `lost` so its request can fail over. Frames for attempts the coordinator cancelled
- * cross in flight and are ignored. Invalid output fails its attempt (`invalid`) and ends the session.
- * Trust after welcome: session-trust.ts. `active` counts attempts assigned and not yet released: the
+ * States: awaiting_hello -> verifying (admission.ts) -> ready -> closed. A malformed or out-of-order frame (anything before
+ * welcome, a second hello, a frame for an attempt never dispatched here, or one its attempt refuses: attempt-frames.ts) ends
+ * the session with a logged reason, and every attempt still open on it receives `lost` so its request can fail over. Frames
+ * for attempts the coordinator cancelled cross in flight and are ignored. Invalid output fails its attempt (`invalid`) and
+ * ends the session. Trust after welcome: session-trust.ts. `active` counts attempts assigned and not yet released: the
  * authoritative load, whatever heartbeats report. Other files read the session through getters.
  */
-
 import type { AttestationError } from "../../attestation/provider/errors.ts";
 import type { DeviceChainVouch, ProviderAttestation, TrustLevel } from "../../attestation/provider/levels.ts";
 import { type UsageBound, type UsageLimits, usageLimits } from "../billing/usage-bounds.ts";
 import type { Logger } from "../observability/logger.ts";
+import { parseProviderData } from "../protocol/binary.ts";
 import {
   type CancelReason,
   CLOSE,
@@ -24,7 +23,7 @@ import {
   type ProviderStatus,
   type ServedModel,
 } from "../protocol/frames.ts";
-import { ProtocolError, parseProviderMessage } from "../protocol/parse.ts";
+import { ProtocolError } from "../protocol/parse.ts";
 import { type AdmissionSettings, admit, checkHello, logWelcome } from "./admission.ts";
 import { Attempt, type AttemptOwner, attemptKey, outputCharLimit } from "./attempt.ts";
 import { applyAttemptFrame, type FrameContext, type FrameOutcome } from "./attempt-frames.ts";
@@ -84,6 +83,8 @@ export class ProviderSession implements AttemptOwner {
   private readonly verifying = new Set<Attempt>();
   private readonly served = new Map<string, ServedModel>();
   private capacity = 0;
+  /** The hello offered binary batches (the welcome agrees): bytes are read as one (parseProviderData). */
+  private binaryFrames = false;
   private assigned = 0;
   private reported: { readonly status: ProviderStatus; readonly warm: ReadonlySet<string> } = { status: "idle", warm: new Set() };
   private key: Uint8Array | undefined;
@@ -179,7 +180,7 @@ export class ProviderSession implements AttemptOwner {
     if (this.state === "closed") return;
     this.seen = this.now();
     try {
-      for (const frame of parseProviderMessage(data)) {
+      for (const frame of parseProviderData(data, this.binaryFrames)) {
         // A frame earlier in the batch may have ended the session (apply changes `state`).
         if (this.closed) return;
         this.apply(frame);
@@ -202,6 +203,7 @@ export class ProviderSession implements AttemptOwner {
       this.channel = this.key === undefined ? undefined : new SealedChannel(this.key);
       for (const m of frame.models) this.served.set(m.build_id, m);
       this.capacity = frame.max_concurrency;
+      this.binaryFrames = frame.binary_frames === true;
       // Verifying evidence is asynchronous (certificate chains); the provider waits for `welcome`.
       this.state = "verifying";
       void this.admit(frame);
@@ -369,10 +371,8 @@ export class ProviderSession implements AttemptOwner {
   }
 
   private remember(key: string): void {
-    if (this.recent.size >= RECENT_LIMIT) {
-      const oldest = this.recent.values().next().value;
-      if (oldest !== undefined) this.recent.delete(oldest);
-    }
+    const oldest = this.recent.size >= RECENT_LIMIT ? this.recent.values().next().value : undefined;
+    if (oldest !== undefined) this.recent.delete(oldest);
     this.recent.add(key);
   }
 

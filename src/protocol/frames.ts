@@ -116,6 +116,11 @@ export interface Hello {
    */
   readonly session_keys?: boolean;
   /**
+   * The provider can send binary batches (src/protocol/binary.ts); it does once the welcome says
+   * `binary_frames` too.
+   */
+  readonly binary_frames?: boolean;
+  /**
    * Attestation evidence binding `encryption_key` to the machine's identity key (and, for hardware
    * trust, an Apple Managed Device Attestation chain): verified by attestation/ (format in its README).
    * Absent or failing evidence earns trust level `none`.
@@ -202,7 +207,8 @@ export interface SealedChunk {
   readonly request_id: string;
   readonly attempt: number;
   readonly seq: number;
-  readonly sealed: string;
+  /** base64url text in a JSON frame; the bytes themselves in a binary record (src/protocol/binary.ts). */
+  readonly sealed: string | Uint8Array;
 }
 
 /** A tool-call fragment of a sealed session: the tool_call object as JSON, sealed (final = false), base64url. */
@@ -211,7 +217,8 @@ export interface SealedToolCall {
   readonly request_id: string;
   readonly attempt: number;
   readonly seq: number;
-  readonly sealed: string;
+  /** base64url text in a JSON frame; the bytes themselves in a binary record (src/protocol/binary.ts). */
+  readonly sealed: string | Uint8Array;
 }
 
 /** The end of a sealed attempt: `{finish_reason, usage}` as JSON, sealed with final = true. */
@@ -221,7 +228,8 @@ export interface SealedComplete {
   readonly attempt: number;
   /** The seq of this final frame: the number of chunk and tool-call frames before it. */
   readonly seq: number;
-  readonly sealed: string;
+  /** base64url text in a JSON frame; the bytes themselves in a binary record (src/protocol/binary.ts). */
+  readonly sealed: string | Uint8Array;
 }
 
 /** The answer to a challenge: the identity key's signature over nonce, timestamp and posture (attestation/). */
@@ -253,6 +261,8 @@ export interface Welcome {
   readonly liveness_timeout_ms: number;
   /** The coordinator accepts a JSON array of provider frames in one message (parseProviderMessage). */
   readonly batch_frames?: boolean;
+  /** Sent when the hello offered `binary_frames`: the coordinator accepts binary batches (src/protocol/binary.ts). */
+  readonly binary_frames?: boolean;
   /**
    * Sent when the hello offered `session_keys`: the HPKE `enc` (43 base64url) of this session's secret.
    * Every `sealed_inference` of the session then carries `n` instead of `enc`.

@@ -30,6 +30,9 @@ import {
   type Usage,
 } from "./frames.ts";
 
+/** Frames that arrive as bytes are read as UTF-8 (invalid sequences become U+FFFD, then fail as JSON or a field). */
+const UTF8 = new TextDecoder();
+
 export class ProtocolError extends Error {
   override readonly name = "ProtocolError";
 }
@@ -87,7 +90,7 @@ function decodeJson(text: string | Buffer | ArrayBuffer | Uint8Array, max: numbe
   const size = typeof text === "string" ? (text.length * 3 <= max ? 0 : Buffer.byteLength(text)) : text.byteLength;
   if (size > max) fail(`frame of ${size} bytes exceeds ${max}`);
   try {
-    return JSON.parse(typeof text === "string" ? text : Buffer.from(text as Uint8Array).toString("utf8"));
+    return JSON.parse(typeof text === "string" ? text : UTF8.decode(text));
   } catch {
     return fail("frame is not JSON");
   }
@@ -240,6 +243,7 @@ function providerFrameOf(o: Obj): ProviderFrame {
         max_concurrency: int(o, "max_concurrency", 1, MAX_CONCURRENCY),
         ...(encryptionKey !== undefined ? { encryption_key: encryptionKey } : {}),
         ...(o.session_keys === true ? { session_keys: true } : {}),
+        ...(o.binary_frames === true ? { binary_frames: true } : {}),
         ...(o.evidence !== undefined ? { evidence: obj(o.evidence, "evidence") } : {}),
       };
     }
@@ -304,6 +308,7 @@ export function parseCoordinatorFrame(text: string | Buffer | ArrayBuffer | Uint
         heartbeat_interval_ms: int(o, "heartbeat_interval_ms", 10, 3_600_000),
         liveness_timeout_ms: int(o, "liveness_timeout_ms", 10, 3_600_000),
         ...(o.batch_frames === true ? { batch_frames: true } : {}),
+        ...(o.binary_frames === true ? { binary_frames: true } : {}),
         ...(o.session_enc !== undefined ? { session_enc: b64url(o, "session_enc", 43, 43) } : {}),
         ...(o.model_warnings !== undefined ? { model_warnings: modelWarnings(o.model_warnings) } : {}),
       };

@@ -4,10 +4,13 @@
  * attestation; a refusal is logged as an error and retried after the longest backoff, and nothing is sent
  * to that coordinator. Backoff, refusals and the closes that end the agent: docs/protocol.md, "Close codes".
  * Frames sent on a connection whose welcome says `batch_frames` leave one event-loop turn at a time as one
- * message (a JSON array, in order): each message has a fixed cost on both sides (bench/HISTORY.md).
+ * message (a JSON array, in order): each message has a fixed cost on both sides (bench/HISTORY.md). When
+ * it also says `binary_frames`, that message is a binary batch (src/protocol/binary.ts): sealed frames as
+ * their bytes, without base64url or JSON around them.
  */
 import type { Logger } from "../observability/logger.ts";
-import { CLOSE, encode, encodeBatch, MAX_BATCH_CHARS, PROTOCOL_VERSION, type ProviderFrame } from "../protocol/frames.ts";
+import { BinaryBatch, frameJson } from "../protocol/binary.ts";
+import { CLOSE, encodeBatch, MAX_BATCH_CHARS, MAX_BATCH_FRAMES, PROTOCOL_VERSION, type ProviderFrame } from "../protocol/frames.ts";
 import type { AgentExit } from "./agent-state.ts";
 import { CoordinatorRefused, type PinnedCoordinator, type PinnedTls } from "./coordinator-pin.ts";
 
@@ -44,6 +47,18 @@ export interface ConnectionEvents {
   readonly changed: () => void;
 }
 
+/**
+ * How a frame leaves: alone (before the welcome, or to a coordinator that takes no batches), in this turn's
+ * JSON batch (`batch_frames`), or in this turn's binary batch (`binary_frames`).
+ */
+export type SendMode = "one" | "batch" | "binary";
+
+/**
+ * A binary batch takes no more frames once it holds this many bytes: one more frame (a sealed chunk is at
+ * most 256 KiB and 16 bytes; a JSON frame that is not a hello far less) keeps it under MAX_FRAME_BYTES.
+ */
+const MAX_BINARY_BATCH_BYTES = 512 * 1024;
+
 /** How long a graceful close waits for the coordinator to acknowledge it before giving up on it. */
 const CLOSE_GRACE_MS = 2_000;
 
@@ -64,9 +79,10 @@ export class AgentConnection {
   private pinnedKey: string | undefined;
   /** A TLS failure is explained once per run of failed dials (reset by a welcome). */
   private tlsWarned = false;
-  /** Frames of this event-loop turn waiting to leave as one message, and the connection they are for. */
+  /** Frames of this event-loop turn waiting to leave as one message (JSON or binary), and the connection they are for. */
   private outbox: string[] = [];
   private outboxChars = 0;
+  private readonly binaryOutbox = new BinaryBatch();
   private outboxWs: WebSocket | undefined;
   private flushScheduled = false;
 
@@ -143,24 +159,32 @@ export class AgentConnection {
   }
 
   /**
-   * Sends a frame on `ws` if it is still the current, open socket; `batch` (the welcome's `batch_frames`)
-   * queues it to leave with the rest of this event-loop turn's frames. Returns false when not sent.
+   * Sends a frame on `ws` if it is still the current, open socket: alone, or queued (SendMode) to leave
+   * with the rest of this event-loop turn's frames, in order. Returns false when not sent.
    */
-  send(ws: WebSocket, frame: ProviderFrame, batch: boolean): boolean {
+  send(ws: WebSocket, frame: ProviderFrame, mode: SendMode): boolean {
     if (this.ws !== ws || ws.readyState !== WebSocket.OPEN) return false;
-    const text = encode(frame);
-    if (!batch) {
-      ws.send(text);
+    if (mode === "one") {
+      ws.send(frameJson(frame));
       return true;
     }
     if (this.outboxWs !== ws) {
       this.outbox = [];
       this.outboxChars = 0;
+      this.binaryOutbox.clear();
       this.outboxWs = ws;
     }
-    if (this.outboxChars + text.length > MAX_BATCH_CHARS) this.flush(ws);
-    this.outbox.push(text);
-    this.outboxChars += text.length;
+    if (mode === "binary") {
+      const full = this.binaryOutbox.size >= MAX_BINARY_BATCH_BYTES || this.binaryOutbox.count >= MAX_BATCH_FRAMES;
+      if (this.outbox.length > 0 || full) this.flush(ws);
+      this.binaryOutbox.add(frame);
+    } else {
+      const text = frameJson(frame);
+      const full = this.outboxChars + text.length > MAX_BATCH_CHARS || this.outbox.length >= MAX_BATCH_FRAMES;
+      if (this.binaryOutbox.count > 0 || full) this.flush(ws);
+      this.outbox.push(text);
+      this.outboxChars += text.length;
+    }
     if (!this.flushScheduled) {
       this.flushScheduled = true;
       setImmediate(() => {
@@ -283,11 +307,18 @@ export class AgentConnection {
 
   /** Sends what the outbox holds for `ws` as one message; drops it when `ws` is no longer ours. */
   private flush(ws: WebSocket): void {
-    const frames = this.outbox;
-    if (frames.length === 0 || this.outboxWs !== ws) return;
-    this.outbox = [];
-    this.outboxChars = 0;
-    if (this.ws === ws && ws.readyState === WebSocket.OPEN) ws.send(encodeBatch(frames));
+    if (this.outboxWs !== ws) return;
+    const open = this.ws === ws && ws.readyState === WebSocket.OPEN;
+    if (this.outbox.length > 0) {
+      const frames = this.outbox;
+      this.outbox = [];
+      this.outboxChars = 0;
+      if (open) ws.send(encodeBatch(frames));
+    }
+    if (this.binaryOutbox.count > 0) {
+      const message = this.binaryOutbox.take();
+      if (open) ws.send(message);
+    }
   }
 
   /** The next dial's backoff before jitter: doubling from the first, up to the ceiling. */

@@ -53,6 +53,11 @@ export interface SessionOptions {
    * src/crypto/session.ts). Default true; false makes the coordinator seal every request on its own.
    */
   readonly sessionKeys?: boolean;
+  /**
+   * Offer binary batches in the hello (sealed frames as bytes, src/protocol/binary.ts). Default true;
+   * false keeps every message JSON.
+   */
+  readonly binaryFrames?: boolean;
 }
 
 /** What a session uses of the agent that owns it. */
@@ -104,6 +109,7 @@ export class CoordinatorSession {
       max_concurrency: options.maxConcurrency,
       encryption_key: toBase64url(keys.publicKey),
       ...(options.sessionKeys !== false ? { session_keys: true } : {}),
+      ...(options.binaryFrames !== false ? { binary_frames: true } : {}),
       ...(evidence ? { evidence } : {}),
     });
   }
@@ -170,7 +176,11 @@ export class CoordinatorSession {
   }
 
   private send(frame: ProviderFrame): boolean {
-    return this.host.connection.send(this.ws, frame, this.accepted?.batch_frames === true);
+    const welcome = this.accepted;
+    // Binary only where the hello offered it and the welcome agreed.
+    const binary = welcome?.binary_frames === true && this.host.options.binaryFrames !== false;
+    const mode = binary ? "binary" : welcome?.batch_frames === true ? "batch" : "one";
+    return this.host.connection.send(this.ws, frame, mode);
   }
 
   private onWelcome(welcome: Welcome): void {

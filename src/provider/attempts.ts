@@ -6,7 +6,6 @@
  * breaking that order fails the attempt with `engine_error`. Sealed attempts: sealed-attempt.ts.
  */
 import type { ChunkSealer } from "../crypto/chunks.ts";
-import { toBase64url } from "../crypto/encoding.ts";
 import type { Logger } from "../observability/logger.ts";
 import {
   type Delta,
@@ -194,7 +193,7 @@ export class Attempts {
             request_id: run.requestId,
             attempt: run.attempt,
             seq: final.seq,
-            sealed: toBase64url(final.ciphertext),
+            sealed: final.ciphertext,
           });
         } else {
           run.send({
@@ -292,7 +291,7 @@ export class Attempts {
           request_id: run.requestId,
           attempt: run.attempt,
           seq: frame.seq,
-          sealed: toBase64url(frame.ciphertext),
+          sealed: frame.ciphertext,
         });
       } else {
         run.send({ type: "tool_call", request_id: run.requestId, attempt: run.attempt, seq: run.seq++, tool_call: fragment });
@@ -317,7 +316,7 @@ export class Attempts {
           request_id: run.requestId,
           attempt: run.attempt,
           seq: frame.seq,
-          sealed: toBase64url(frame.ciphertext),
+          sealed: frame.ciphertext,
         });
       } else {
         run.send({ type: "chunk", request_id: run.requestId, attempt: run.attempt, seq: run.seq++, delta });

@@ -73,6 +73,7 @@ describe("session", () => {
         max_concurrency: 3,
         encryption_key: expect.stringMatching(/^[A-Za-z0-9_-]{43}$/),
         session_keys: true,
+        binary_frames: true,
       },
     });
     expect(agent.state()).toEqual({
@@ -552,7 +553,11 @@ describe("session keys", () => {
     for (const f of fake.framesFor(requestId)) {
       if (f.type !== "sealed_chunk" && f.type !== "sealed_complete") continue;
       const final = f.type === "sealed_complete";
-      const plaintext = opener.open({ seq: f.seq, final, ciphertext: fromBase64url(f.sealed, "sealed") });
+      const plaintext = opener.open({
+        seq: f.seq,
+        final,
+        ciphertext: typeof f.sealed === "string" ? fromBase64url(f.sealed, "sealed") : f.sealed,
+      });
       if (!final) text += (JSON.parse(new TextDecoder().decode(plaintext)) as { content?: string }).content ?? "";
     }
     opener.finish();
@@ -603,6 +608,36 @@ describe("session keys", () => {
     fake.send(sealedFrame(requestId, { enc: toBase64url(sealed.enc) }, sealed.ciphertext));
     return opening(requestId, sealed.responseKey);
   }
+
+  test("to a coordinator that agreed to binary batches, sealed frames leave as bytes in binary messages", async () => {
+    await using fake = new FakeCoordinator({ sessionKeys: true, welcome: { batch_frames: true, binary_frames: true } });
+    const agent = agentFor(fake, { engine: createEchoEngine({ models: ["org/echo"], tokensPerSecond: 500 }), maxConcurrency: 8 });
+    await waitFor(() => agent.state().connected, "welcome");
+    const before = fake.messages.length;
+    const sent = ["req_b1", "req_b2", "req_b3"].map((id) => ({ id, ...sendSealed(fake, id) }));
+    for (const s of sent) {
+      await waitFor(() => fake.framesFor(s.id).some((f) => f.type === "sealed_complete"), `answer to ${s.id}`);
+      const sealed = fake.framesFor(s.id).filter((f) => f.type === "sealed_chunk" || f.type === "sealed_complete");
+      // Parsed from binary records: the sealed bytes themselves, not base64url text.
+      expect(sealed.every((f) => "sealed" in f && f.sealed instanceof Uint8Array)).toBe(true);
+      expect(answerOf(fake, s.id, s.opener)).toBe("one two three");
+    }
+    const messages = fake.messages.slice(before);
+    expect(messages.every((m) => m.binary)).toBe(true);
+    expect(messages.some((m) => m.frames > 1)).toBe(true);
+    expect(fake.violations).toEqual([]);
+  });
+
+  test("a provider told not to offer binary batches sends JSON, even to a welcome that says binary_frames", async () => {
+    await using fake = new FakeCoordinator({ sessionKeys: true, welcome: { batch_frames: true, binary_frames: true } });
+    const agent = agentFor(fake, { binaryFrames: false });
+    await waitFor(() => agent.state().connected, "welcome");
+    expect(fake.ofType("hello").at(-1)?.binary_frames).toBeUndefined();
+    const a = sendSealed(fake, "req_j1");
+    await waitFor(() => fake.framesFor("req_j1").some((f) => f.type === "sealed_complete"), "answer");
+    expect(answerOf(fake, "req_j1", a.opener)).toBe("one two three");
+    expect(fake.messages.every((m) => !m.binary)).toBe(true);
+  });
 
   test("without session keys (an older coordinator), a request with its own HPKE setup is opened and answered", async () => {
     await using fake = new FakeCoordinator();

@@ -5,14 +5,16 @@
  * `welcome`, records every frame and close, and lets the test send any frame or raw text. Batches (a
  * JSON array of frames in one message) are accepted as the coordinator accepts them; whether the
  * agent may send them is the welcome's `batch_frames` (off unless the test sets it), and `messages`
- * counts how many frames each message carried. With `sessionKeys`, a hello offering session keys is
+ * counts how many frames each message carried (and whether it was a binary batch: only where the test's
+ * welcome sets `binary_frames`). With `sessionKeys`, a hello offering session keys is
  * answered with `session_enc` and `sealers` holds each connection's session sealer (to craft requests).
  * Use with `await using`.
  */
 import { fromBase64url, toBase64url } from "../../src/crypto/encoding.ts";
 import { openSenderSession, type SessionSealer } from "../../src/crypto/session.ts";
+import { parseProviderData } from "../../src/protocol/binary.ts";
 import { CLOSE, type CoordinatorFrame, encode, PROTOCOL_VERSION, type ProviderFrame, type Welcome } from "../../src/protocol/frames.ts";
-import { ProtocolError, parseProviderMessage } from "../../src/protocol/parse.ts";
+import { ProtocolError } from "../../src/protocol/parse.ts";
 
 export const CONNECT_PATH = "/v1/provider/connect";
 
@@ -58,7 +60,7 @@ export class FakeCoordinator implements AsyncDisposable {
   /** Frames the fake could not parse (the provider broke the protocol). */
   readonly violations: string[] = [];
   /** Per message received, in order: how many frames it carried, and whether it was a batch (an array). */
-  readonly messages: { readonly frames: number; readonly batch: boolean }[] = [];
+  readonly messages: { readonly frames: number; readonly batch: boolean; readonly binary: boolean }[] = [];
   /** Per connection (sessionKeys): the sealer of the session the welcome set up. */
   readonly sealers = new Map<number, SessionSealer>();
   private server: ReturnType<typeof Bun.serve<ConnData>> | undefined;
@@ -115,13 +117,15 @@ export class FakeCoordinator implements AsyncDisposable {
         message: (ws, message) => {
           let frames: ProviderFrame[];
           try {
-            frames = parseProviderMessage(message);
+            // Bytes are a binary batch where the welcome agreed to them (as the coordinator reads them).
+            frames = parseProviderData(message, this.options.welcome?.binary_frames === true);
           } catch (e) {
             this.violations.push(e instanceof ProtocolError ? e.message : String(e));
             ws.close(CLOSE.protocolError, "malformed frame");
             return;
           }
-          this.messages.push({ frames: frames.length, batch: String(message).startsWith("[") });
+          const binary = typeof message !== "string";
+          this.messages.push({ frames: frames.length, batch: binary || message.startsWith("["), binary });
           for (const frame of frames) this.frames.push({ conn: ws.data.conn, frame });
           const frame = frames[0] as ProviderFrame;
           if (frame.type !== "hello") return;

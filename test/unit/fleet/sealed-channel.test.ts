@@ -119,7 +119,7 @@ describe("opening a sealed frame refuses", () => {
   test("a flipped bit", async () => {
     const h = await hop(false);
     const f = frame(h.provider, "sealed_chunk", { content: "hi" });
-    const bytes = fromBase64url(f.sealed);
+    const bytes = fromBase64url(f.sealed as string);
     bytes[0] = (bytes[0] as number) ^ 1;
     expect(failure(() => openSealed(h.seal.opener, { ...f, sealed: toBase64url(bytes) }))).toBe("sealed frame rejected: chunk_auth_failed");
   });
