@@ -175,7 +175,9 @@ export class ResponseDigest {
 
 /**
  * SHA-256 of the UTF-8 of a text given in pieces, equal to the digest of the pieces joined: a high
- * surrogate ending one piece waits for the next (a pair split over two pieces is one code point).
+ * surrogate ending one piece waits for the next (a pair split over two pieces is one code point). The
+ * hasher takes the text itself: its UTF-8 is what TextEncoder writes, a lone surrogate included (U+FFFD;
+ * tests), without a byte array per piece.
  */
 class TextHasher {
   private readonly hasher = new Bun.CryptoHasher("sha256");
@@ -183,16 +185,20 @@ class TextHasher {
 
   update(text: string): void {
     if (text.length === 0) return;
-    const whole = this.held + text;
+    const whole = this.held === "" ? text : this.held + text;
     const last = whole.charCodeAt(whole.length - 1);
-    const cut = last >= 0xd800 && last <= 0xdbff ? whole.length - 1 : whole.length;
-    this.held = whole.slice(cut);
-    if (cut > 0) this.hasher.update(UTF8.encode(whole.slice(0, cut)));
+    if (last >= 0xd800 && last <= 0xdbff) {
+      this.held = whole.slice(-1);
+      if (whole.length > 1) this.hasher.update(whole.slice(0, -1));
+      return;
+    }
+    this.held = "";
+    this.hasher.update(whole);
   }
 
   digest(): Uint8Array {
     const copy = this.hasher.copy();
-    if (this.held) copy.update(UTF8.encode(this.held));
+    if (this.held) copy.update(this.held);
     return new Uint8Array(copy.digest());
   }
 }

@@ -65,6 +65,20 @@ describe("receipt bytes (receipt.json)", () => {
     expect(toHex(late.digest())).toBe(vector.responseHash);
   });
 
+  test("any split of any text, lone surrogates included, gives the digest of the whole (TextEncoder's UTF-8)", () => {
+    const texts = ["plain", "a\u{1F512}b\u{1F512}", "lone \ud800 high", "\udc00 lone low", "ends high \ud83d", "\ud83d", "é世界"];
+    for (const text of texts) {
+      const whole = toHex(responseSha256(text));
+      for (let cut = 0; cut <= text.length; cut++) {
+        for (let cut2 = cut; cut2 <= text.length; cut2++) {
+          const digest = new ResponseDigest();
+          for (const piece of [text.slice(0, cut), text.slice(cut, cut2), text.slice(cut2)]) digest.addContent(piece);
+          expect(toHex(digest.digest())).toBe(whole);
+        }
+      }
+    }
+  });
+
   test.each<[string, string | null, { id: string; name: string; arguments: string }[]]>([
     ["another content", "x", []],
     ["no tool calls", null, []],
