@@ -11,7 +11,7 @@
  */
 import { createHash } from "node:crypto";
 import type { ServedModel, ToolCallDelta } from "../../protocol/frames.ts";
-import { abortableDelay, type Engine, EngineError, type EngineEvent, type EngineRequest } from "./engine.ts";
+import { AbortableDelays, type Engine, EngineError, type EngineEvent, type EngineRequest } from "./engine.ts";
 import { sampleValue } from "./schema-sample.ts";
 
 export interface EchoOptions {
@@ -178,9 +178,10 @@ export function createEchoEngine(options: EchoOptions): Engine {
     const promptTokens = messages.reduce<number>((sum, m) => sum + promptWords(m) + ECHO_MESSAGE_OVERHEAD, 0);
     const { pieces, finish, fragmented } = plan(body, messages);
     const count = Math.min(pieces.length, budget);
+    using delays = new AbortableDelays(signal);
     for (let i = 0; i < count; i++) {
-      if (i === 0) await abortableDelay(firstDelayMs, signal);
-      else if (intervalMs > 0) await abortableDelay(intervalMs, signal);
+      if (i === 0) await delays.wait(firstDelayMs);
+      else if (intervalMs > 0) await delays.wait(intervalMs);
       else if (fragmented || i % YIELD_EVERY === 0) await new Promise((resolve) => setImmediate(resolve));
       if (signal.aborted) throw new EngineError("cancelled", "cancelled");
       const piece = pieces[i] as Piece;

@@ -44,19 +44,39 @@ export class EngineError extends Error {
   }
 }
 
-/** Resolves after `ms`, or rejects with EngineError("cancelled") as soon as `signal` aborts. */
-export function abortableDelay(ms: number, signal: AbortSignal): Promise<void> {
-  if (signal.aborted) return Promise.reject(new EngineError("cancelled", "cancelled"));
-  if (ms <= 0) return Promise.resolve();
-  return new Promise((resolve, reject) => {
-    const onAbort = () => {
-      clearTimeout(timer);
-      reject(new EngineError("cancelled", "cancelled"));
-    };
-    const timer = setTimeout(() => {
-      signal.removeEventListener("abort", onAbort);
-      resolve();
-    }, ms);
-    signal.addEventListener("abort", onAbort, { once: true });
-  });
+/**
+ * The delays of one engine call (an echo engine's pacing), each cut short when `signal` aborts: one abort
+ * listener for the call, not one per delay (adding and removing a listener cost more than the timer).
+ * `wait` resolves after `ms`, or rejects with EngineError("cancelled") as soon as the signal aborts; one
+ * delay at a time. Dispose when the call ends.
+ */
+export class AbortableDelays implements Disposable {
+  private timer: ReturnType<typeof setTimeout> | undefined;
+  private reject: ((error: EngineError) => void) | undefined;
+  private readonly onAbort = (): void => {
+    clearTimeout(this.timer);
+    this.reject?.(new EngineError("cancelled", "cancelled"));
+    this.reject = undefined;
+  };
+
+  constructor(private readonly signal: AbortSignal) {
+    signal.addEventListener("abort", this.onAbort, { once: true });
+  }
+
+  wait(ms: number): Promise<void> {
+    if (this.signal.aborted) return Promise.reject(new EngineError("cancelled", "cancelled"));
+    if (ms <= 0) return Promise.resolve();
+    return new Promise((resolve, reject) => {
+      this.reject = reject;
+      this.timer = setTimeout(() => {
+        this.reject = undefined;
+        resolve();
+      }, ms);
+    });
+  }
+
+  [Symbol.dispose](): void {
+    clearTimeout(this.timer);
+    this.signal.removeEventListener("abort", this.onAbort);
+  }
 }

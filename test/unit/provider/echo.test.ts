@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import type { EngineRequestBody } from "../../../src/protocol/frames.ts";
 import { createEchoEngine } from "../../../src/provider/engines/echo.ts";
-import { type Engine, EngineError, type EngineEvent } from "../../../src/provider/engines/engine.ts";
+import { AbortableDelays, type Engine, EngineError, type EngineEvent } from "../../../src/provider/engines/engine.ts";
 
 async function collect(
   engine: Engine,
@@ -107,5 +107,37 @@ describe("echo engine", () => {
     await collect(paced, user("a b c d e f"));
     // five gaps of 20 ms after the first token
     expect(performance.now() - started).toBeGreaterThanOrEqual(95);
+  });
+});
+
+describe("AbortableDelays (an engine call's pacing)", () => {
+  test("delays one after another resolve; an abort mid-delay rejects at once; later waits reject", async () => {
+    const controller = new AbortController();
+    using delays = new AbortableDelays(controller.signal);
+    await delays.wait(1);
+    await delays.wait(0);
+    const started = performance.now();
+    const pending = delays.wait(60_000);
+    setTimeout(() => controller.abort(), 5);
+    const error = await pending.catch((e: unknown) => e);
+    expect(performance.now() - started).toBeLessThan(5_000);
+    expect((error as EngineError).code).toBe("cancelled");
+    expect(((await delays.wait(1).catch((e: unknown) => e)) as EngineError).code).toBe("cancelled");
+  });
+
+  test("disposed, it lets go of the signal: a later abort touches no delay", async () => {
+    const controller = new AbortController();
+    let rejected = false;
+    {
+      using delays = new AbortableDelays(controller.signal);
+      await delays.wait(1);
+      // A delay left pending at disposal never settles (its timer is cleared), and an abort does not reject it.
+      void delays.wait(60_000).catch(() => {
+        rejected = true;
+      });
+    }
+    controller.abort();
+    await Bun.sleep(5);
+    expect(rejected).toBe(false);
   });
 });
