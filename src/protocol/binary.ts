@@ -99,7 +99,11 @@ export function parseProviderBinary(bytes: Uint8Array): ProviderFrame[] {
  */
 export function parseProviderData(data: string | Uint8Array | ArrayBuffer, binary: boolean): ProviderFrame[] {
   if (!binary || typeof data === "string") return parseProviderMessage(data);
-  return parseProviderBinary(data instanceof ArrayBuffer ? new Uint8Array(data) : data);
+  // A plain Uint8Array over the same bytes (not the socket's Buffer): its views are the same kind as
+  // every other byte array on the hot path.
+  return parseProviderBinary(
+    data instanceof ArrayBuffer ? new Uint8Array(data) : new Uint8Array(data.buffer, data.byteOffset, data.byteLength),
+  );
 }
 
 /**
