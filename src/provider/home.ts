@@ -7,6 +7,7 @@
  * the credentials file is written with mode 0600 (atomically: a temporary file renamed over it).
  */
 import { chmodSync, mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from "node:fs";
+import { chmod, rename, writeFile } from "node:fs/promises";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { ConfigError, type Env } from "../config/settings.ts";
@@ -66,6 +67,17 @@ export function writePrivateFile(file: string, text: string, mode = 0o600): void
   // The mode given to writeFileSync is filtered by the umask; set it exactly.
   chmodSync(temporary, mode);
   renameSync(temporary, file);
+}
+
+/**
+ * writePrivateFile on the runtime's thread pool (a file system's latency never stalls the event loop),
+ * through a temporary file of its own, so a synchronous write meanwhile is not mixed with it.
+ */
+export async function writePrivateFileOffLoop(file: string, text: string, mode = 0o600): Promise<void> {
+  const temporary = `${file}.${process.pid}.async.tmp`;
+  await writeFile(temporary, text, { mode });
+  await chmod(temporary, mode);
+  await rename(temporary, file);
 }
 
 export function writeCredentials(home: ProviderHome, credentials: Credentials): void {

@@ -16,7 +16,7 @@ import { coordinatorBaseOf, type ProviderConfig } from "./config.ts";
 import type { Attestation, Pin } from "./dev-attestation.ts";
 import type { Engine } from "./engines/engine.ts";
 import type { ProviderHome } from "./home.ts";
-import { describeModelWarning, describeState, type RuntimeState, TokenRate, writeState } from "./runtime.ts";
+import { describeModelWarning, describeState, type RuntimeState, StateWriter, TokenRate, writeState } from "./runtime.ts";
 import type { Schedule } from "./schedule.ts";
 
 /** The state file is rewritten at most this often on changes, and every second regardless. */
@@ -88,8 +88,12 @@ export class ProviderRuntime {
   /** Ends the wait for the next window early (a signal). */
   private wake: (() => void) | undefined;
 
+  /** The state file, written off the event loop while serving. */
+  private readonly stateWriter: StateWriter;
+
   constructor(private readonly parts: RuntimeParts) {
     this.coordinator = coordinatorBaseOf(parts.config.connectUrl);
+    this.stateWriter = new StateWriter(parts.home, () => parts.logger.warn("cannot write the state file", { reason: "io" }));
   }
 
   /** Serves within the schedule until a signal or a refusal; resolves with the exit code. */
@@ -103,6 +107,8 @@ export class ProviderRuntime {
       clearInterval(ticker);
       process.off("SIGTERM", this.onSignal);
       process.off("SIGINT", this.onSignal);
+      // The last write off the loop lands first: the final state is the one left in the file.
+      await this.stateWriter.settled();
       this.writeFinalState();
     }
   }
@@ -247,18 +253,14 @@ export class ProviderRuntime {
     };
   }
 
-  /** Writes the state file and redraws the status line (on a change at most every 200 ms, unless forced). */
+  /** Writes the state file (off the event loop: StateWriter) and redraws the status line (on a change at most every 200 ms, unless forced). */
   private publish(force: boolean): void {
     const now = Date.now();
     if (!force && now - this.lastWrite < STATE_MIN_INTERVAL_MS) return;
     this.lastWrite = now;
     const state = this.snapshot();
     this.warn(state);
-    try {
-      writeState(this.parts.home, state);
-    } catch {
-      this.parts.logger.warn("cannot write the state file", { reason: "io" });
-    }
+    this.stateWriter.write(state);
     this.parts.line?.update(describeState(state));
   }
 

@@ -6,7 +6,7 @@
  */
 import { readFileSync, rmSync } from "node:fs";
 import type { ModelWarning } from "../protocol/frames.ts";
-import { ensureHome, type ProviderHome, writePrivateFile } from "./home.ts";
+import { ensureHome, type ProviderHome, writePrivateFile, writePrivateFileOffLoop } from "./home.ts";
 
 /** The live state `status` shows. Times in Unix ms. */
 export interface RuntimeState {
@@ -89,6 +89,43 @@ export function releasePidFile(home: ProviderHome): void {
 
 export function writeState(home: ProviderHome, state: RuntimeState): void {
   writePrivateFile(home.stateFile, `${JSON.stringify(state)}\n`, 0o644);
+}
+
+/**
+ * The live state written off the event loop while attempts run (a write that waits on the disk must not
+ * stall them: bench/HISTORY.md): one write at a time; a newer state arriving meanwhile replaces any
+ * older one still waiting. `settled` resolves once nothing is being written (before the final, synchronous
+ * write). `failed` is told of each write that failed.
+ */
+export class StateWriter {
+  private next: string | undefined;
+  private writing: Promise<void> | undefined;
+
+  constructor(
+    private readonly home: ProviderHome,
+    private readonly failed: () => void,
+  ) {}
+
+  write(state: RuntimeState): void {
+    this.next = `${JSON.stringify(state)}\n`;
+    this.writing ??= this.drain();
+  }
+
+  settled(): Promise<void> {
+    return this.writing ?? Promise.resolve();
+  }
+
+  private async drain(): Promise<void> {
+    for (let text = this.next; text !== undefined; text = this.next) {
+      this.next = undefined;
+      try {
+        await writePrivateFileOffLoop(this.home.stateFile, text, 0o644);
+      } catch {
+        this.failed();
+      }
+    }
+    this.writing = undefined;
+  }
 }
 
 /** The last state written, or undefined when there is none (or it is unreadable). */

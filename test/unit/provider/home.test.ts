@@ -1,12 +1,14 @@
 /**
  * The provider tool's folder (src/provider/home.ts): where it is on each platform, credentials written
- * with mode 0600 (whatever the umask) and read back, clear errors for a damaged file.
+ * with mode 0600 (whatever the umask) and read back, clear errors for a damaged file; the live state
+ * written off the event loop (StateWriter: the newest state wins).
  */
 import { describe, expect, test } from "bun:test";
 import { mkdirSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { ConfigError } from "../../../src/config/settings.ts";
-import { providerHome, readCredentials, writeCredentials } from "../../../src/provider/home.ts";
+import { ensureHome, providerHome, readCredentials, writeCredentials } from "../../../src/provider/home.ts";
+import { type RuntimeState, readState, StateWriter } from "../../../src/provider/runtime.ts";
 import { tempDir } from "../../support/harness.ts";
 
 describe("providerHome", () => {
@@ -67,5 +69,64 @@ describe("credentials", () => {
     writeFileSync(home.credentialsFile, text);
     expect(() => readCredentials(home)).toThrow(ConfigError);
     expect(() => readCredentials(home)).toThrow(message);
+  });
+});
+
+describe("the state file written off the event loop (StateWriter)", () => {
+  const state = (active: number) => ({ ...sample, active, updated_at: active }) as RuntimeState;
+  const sample = {
+    version: "0.1.0",
+    pid: 1,
+    started_at: 0,
+    updated_at: 0,
+    coordinator: "http://127.0.0.1:1",
+    phase: "connected",
+    connected: true,
+    provider_id: "prov_1",
+    trust_level: "none",
+    models: ["org/echo"],
+    warm_models: ["org/echo"],
+    engine: "echo",
+    active: 0,
+    max_concurrency: 4,
+    requests_served: 0,
+    tokens_served: 0,
+    tokens_per_second: 0,
+    last_challenge: null,
+    schedule: { windows: [], open: true, next_change_at: null },
+    detached: false,
+    log_file: null,
+  };
+
+  test("the newest state is the one left in the file, mode 0644; writes that pile up are skipped, not queued", async () => {
+    using dir = tempDir();
+    const home = providerHome({ UMBRA_PROVIDER_HOME: join(dir.path, "home") });
+    ensureHome(home);
+    let failures = 0;
+    const writer = new StateWriter(home, () => failures++);
+    for (let i = 1; i <= 50; i++) writer.write(state(i));
+    await writer.settled();
+    expect(readState(home)?.active).toBe(50);
+    expect(statSync(home.stateFile).mode & 0o777).toBe(0o644);
+    expect(failures).toBe(0);
+    // Settled with nothing in flight resolves at once; a later write lands too.
+    await writer.settled();
+    writer.write(state(51));
+    await writer.settled();
+    expect(readState(home)?.active).toBe(51);
+  });
+
+  test("a write that fails is reported and the next one still lands", async () => {
+    using dir = tempDir();
+    const home = providerHome({ UMBRA_PROVIDER_HOME: join(dir.path, "missing") });
+    let failures = 0;
+    const writer = new StateWriter(home, () => failures++);
+    writer.write(state(1)); // the folder does not exist yet
+    await writer.settled();
+    expect(failures).toBe(1);
+    ensureHome(home);
+    writer.write(state(2));
+    await writer.settled();
+    expect(readState(home)?.active).toBe(2);
   });
 });
