@@ -11,8 +11,9 @@
  *                   complete. Holds streams open (memory per open stream).
  *
  * Plaintext frames by default (development coordinators accept them), so the coordinator's relay is
- * measured without crypto; `sealed: true` speaks the sealed protocol through the same fake provider
- * (HPKE-opened requests, ChaCha20-Poly1305 chunks), the real provider's wire format.
+ * measured without crypto; `sealed: true` speaks the sealed protocol through the same fake provider, as
+ * the real agent does by default: requests sealed under session keys (one HPKE setup per connection),
+ * AES-256-GCM chunks (JSON frames: the fake provider sends no binary batches).
  * One process may open several connections: one session announces at most 4,096 concurrent attempts.
  * Prints one JSON line once every connection is welcomed, then serves until killed.
  *
@@ -69,6 +70,8 @@ const providers = await Promise.all(
       models: [BURST, PACED, HOLD],
       maxConcurrency: options.maxConcurrency ?? 1024,
       sealed: options.sealed ?? false,
+      // As the real agent: a sealed session offers session keys (one HPKE setup per connection).
+      sessionKeys: options.sealed ?? false,
       behave,
     }),
   ),
