@@ -139,7 +139,11 @@ export class BinaryBatch {
     const start = this.length;
     this.buffer[start] = kind;
     const written = UTF8.encodeInto(id, this.buffer.subarray(start + 2, start + 2 + id.length * 3)).written;
-    if (written > 255) throw new RangeError("request_id longer than 255 bytes of UTF-8");
+    if (written > 255) {
+      // A request id whose UTF-8 does not fit its length byte goes as a JSON record (nothing was counted).
+      this.addJson(frameJson(frame));
+      return;
+    }
     this.buffer[start + 1] = written;
     let at = start + 2 + written;
     this.buffer[at] = frame.attempt;

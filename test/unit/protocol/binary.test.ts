@@ -74,6 +74,17 @@ describe("binary batches", () => {
     expect(parseProviderBinary(message)[4]).toEqual(frames[4] as ProviderFrame);
   });
 
+  test("a request id whose UTF-8 exceeds the length byte goes as a JSON record, and parses back", () => {
+    const id = "é".repeat(128); // 128 characters (the protocol's limit), 256 bytes of UTF-8
+    const batch = new BinaryBatch();
+    const frame: ProviderFrame = { type: "sealed_chunk", request_id: id, attempt: 0, seq: 0, sealed: tag };
+    batch.add(frame);
+    batch.add(chunk(1));
+    const message = batch.take();
+    expect(message[1]).toBe(RECORD_JSON);
+    expect(parseProviderBinary(message).map(asJson)).toEqual([frame, chunk(1)].map(asJson));
+  });
+
   test("a batch grows past its first buffer and keeps every byte", () => {
     const batch = new BinaryBatch();
     const big = Array.from({ length: 40 }, (_, i) => chunk(i, new Uint8Array(1000).fill(i)));
