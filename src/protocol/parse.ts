@@ -126,7 +126,13 @@ export function parseDelta(v: unknown): Delta {
   const reasoning = o.reasoning_content;
   if (content !== undefined && typeof content !== "string") fail("delta.content must be a string");
   if (reasoning !== undefined && typeof reasoning !== "string") fail("delta.reasoning_content must be a string");
-  return { ...(content !== undefined ? { content } : {}), ...(reasoning !== undefined ? { reasoning_content: reasoning } : {}) };
+  return deltaWith(content, reasoning) ?? {};
+}
+
+/** A delta of the fields given, built as one object (a chunk's hot path: no spread of temporaries); undefined for neither. */
+export function deltaWith(content: string | undefined, reasoning: string | undefined): Delta | undefined {
+  if (reasoning === undefined) return content === undefined ? undefined : { content };
+  return content === undefined ? { reasoning_content: reasoning } : { content, reasoning_content: reasoning };
 }
 
 /**

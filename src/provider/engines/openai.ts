@@ -23,6 +23,7 @@ import {
   type ToolCallDelta,
   type Usage,
 } from "../../protocol/frames.ts";
+import { deltaWith } from "../../protocol/parse.ts";
 import { type Engine, EngineError, type EngineEvent, type EngineRequest } from "./engine.ts";
 
 export interface OpenAIEngineOptions {
@@ -203,7 +204,9 @@ export function createOpenAIEngine(options: OpenAIEngineOptions): Engine {
         } else {
           parser.feed(decoder.decode(chunk.value, { stream: true }));
         }
-        for (const event of pending.splice(0)) {
+        // The events this read completed, in order (the array is reused: no copy per read).
+        for (let i = 0; i < pending.length && !finished; i++) {
+          const event = pending[i] as EventSourceMessage;
           if (event.data === "[DONE]") {
             finished = true;
             break;
@@ -228,13 +231,17 @@ export function createOpenAIEngine(options: OpenAIEngineOptions): Engine {
             deltas++;
             yield { type: "delta", delta };
           }
-          for (const call of tools.fragments(choice.delta)) {
-            deltas++;
-            yield { type: "tool_call", call };
+          // Most events carry no tool call: no generator for them.
+          if (hasToolCalls(choice.delta)) {
+            for (const call of tools.fragments(choice.delta)) {
+              deltas++;
+              yield { type: "tool_call", call };
+            }
           }
           const reason = choice.finish_reason;
           if (typeof reason === "string" && reason.length > 0 && reason.length <= 64) finishReason = reason;
         }
+        pending.length = 0;
         if (chunk.done) break;
       }
     } finally {
@@ -258,14 +265,18 @@ export function createOpenAIEngine(options: OpenAIEngineOptions): Engine {
   };
 }
 
+/** A delta with a `tool_calls` field (ToolCalls.fragments reads and checks it). */
+function hasToolCalls(delta: unknown): boolean {
+  return isObj(delta) && delta.tool_calls !== undefined && delta.tool_calls !== null;
+}
+
 function deltaOf(v: unknown): Delta | undefined {
   if (v === undefined || v === null) return undefined;
   if (!isObj(v)) throw new EngineError("engine_error", "malformed upstream stream");
   const content = typeof v.content === "string" && v.content.length > 0 ? v.content : undefined;
   const reasoningRaw = typeof v.reasoning_content === "string" ? v.reasoning_content : v.reasoning;
   const reasoning = typeof reasoningRaw === "string" && reasoningRaw.length > 0 ? reasoningRaw : undefined;
-  if (content === undefined && reasoning === undefined) return undefined;
-  return { ...(content !== undefined ? { content } : {}), ...(reasoning !== undefined ? { reasoning_content: reasoning } : {}) };
+  return deltaWith(content, reasoning);
 }
 
 /**
