@@ -119,9 +119,12 @@ if (!db) {
       // Below half its target the lease is topped up: min(400 - 25, 835 / 4, (500 - 125) / 4) = 93 more.
       expect(a.admit(req("x2", 100, "k1"))).toBe(true);
       await waitFor(async () => (await leaseRows()).find((r) => r.id === k1.id)?.amount === 218, "the top-up");
+      // The row commits before the replica hears the answer: wait for its own view too (40 + 218).
+      await waitFor(() => a.leases.held === 258, "the top-up, as the replica holds it");
       // Again: min(400 - 18, 742 / 4, (500 - 218) / 4) = 70 more.
       expect(a.admit(req("x3", 100, "k1"))).toBe(true);
       await waitFor(async () => (await leaseRows()).find((r) => r.id === k1.id)?.amount === 288, "the second top-up");
+      await waitFor(() => a.leases.held === 328, "the second top-up, as the replica holds it");
       expect(a.admit(req("x4", 100, "k1"))).toBe(false); // 88 left free: a hold of its own (the key's room is too short for more)
       books = await readBooks(sql);
       expect(books.violations).toEqual([]);
