@@ -107,8 +107,8 @@ export class ProviderRuntime {
       clearInterval(ticker);
       process.off("SIGTERM", this.onSignal);
       process.off("SIGINT", this.onSignal);
-      // The last write off the loop lands first: the final state is the one left in the file.
-      await this.stateWriter.settled();
+      // The last write off the loop lands first (none after it): the final state is the one left in the file.
+      await this.stateWriter.close();
       this.writeFinalState();
     }
   }

@@ -94,12 +94,13 @@ export function writeState(home: ProviderHome, state: RuntimeState): void {
 /**
  * The live state written off the event loop while attempts run (a write that waits on the disk must not
  * stall them: bench/HISTORY.md): one write at a time; a newer state arriving meanwhile replaces any
- * older one still waiting. `settled` resolves once nothing is being written (before the final, synchronous
- * write). `failed` is told of each write that failed.
+ * older one still waiting. `close` takes no more and resolves once nothing is being written (before the
+ * final, synchronous write). `failed` is told of each write that failed.
  */
 export class StateWriter {
   private next: string | undefined;
   private writing: Promise<void> | undefined;
+  private closed = false;
 
   constructor(
     private readonly home: ProviderHome,
@@ -107,12 +108,20 @@ export class StateWriter {
   ) {}
 
   write(state: RuntimeState): void {
+    if (this.closed) return;
     this.next = `${JSON.stringify(state)}\n`;
     this.writing ??= this.drain();
   }
 
-  settled(): Promise<void> {
-    return this.writing ?? Promise.resolve();
+  /** Resolves once nothing is being written (later writes are still taken). */
+  async settled(): Promise<void> {
+    while (this.writing) await this.writing;
+  }
+
+  /** Takes no more writes; resolves once the last one has landed. */
+  close(): Promise<void> {
+    this.closed = true;
+    return this.settled();
   }
 
   private async drain(): Promise<void> {

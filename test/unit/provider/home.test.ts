@@ -114,6 +114,13 @@ describe("the state file written off the event loop (StateWriter)", () => {
     writer.write(state(51));
     await writer.settled();
     expect(readState(home)?.active).toBe(51);
+    // Closed: the write in flight lands, a later one is not taken (the final state is written after).
+    writer.write(state(52));
+    await writer.close();
+    expect(readState(home)?.active).toBe(52);
+    writer.write(state(53));
+    await writer.settled();
+    expect(readState(home)?.active).toBe(52);
   });
 
   test("a write that fails is reported and the next one still lands", async () => {
