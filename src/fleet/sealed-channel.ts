@@ -125,19 +125,11 @@ export function verifyReceipt(signer: ReceiptSigner, answer: Answer, end: Final)
 }
 
 /**
- * verifyReceipt with the signature check off the event loop (the runtime's thread pool): the same
- * bytes, verdict and errors. Undefined at once when the provider signs nothing; a missing receipt or a
- * signature that is not base64url throws at once, as verifyReceipt; a bad signature rejects the promise
- * with AttestationError("signature").
- */
-export function verifyReceiptOffLoop(signer: ReceiptSigner, answer: Answer, end: Final): Promise<VerifiedReceipt> | undefined {
-  return verifyReceiptThen(signer, answer, end, (receipt, refused) => (refused ? Promise.reject(refused) : Promise.resolve(receipt)));
-}
-
-/**
- * verifyReceiptOffLoop for a caller that turns the verdict into its own value: `then` gets the verified
- * receipt, or the AttestationError of a bad signature, and its result is what the one promise made here
- * resolves to (a promise it returns is followed). Undefined at once, or a throw at once, as verifyReceiptOffLoop.
+ * verifyReceipt with the signature check off the event loop (the runtime's thread pool): the same bytes
+ * and verdict. `then` gets the verified receipt, or the AttestationError of a bad signature, and its
+ * result is what the one promise made here resolves to (a promise it returns is followed). Undefined at
+ * once when the provider signs nothing; a missing receipt or a signature that is not base64url throws at
+ * once, as verifyReceipt.
  */
 export function verifyReceiptThen<T>(
   signer: ReceiptSigner,

@@ -1,6 +1,6 @@
 /**
  * A forged receipt over real sockets, with the check on the thread pool (src/fleet/sealed-channel.ts
- * verifyReceiptOffLoop): a real agent at level hardware whose identity signs its evidence and challenge
+ * verifyReceiptThen): a real agent at level hardware whose identity signs its evidence and challenge
  * answers honestly but its receipts with another key. The stream relays the content, then ends in-band
  * with one invalid_provider_output error and no [DONE], as with the synchronous check (the same
  * test passes at the parent commit); a JSON request gets 502. An honest agent's concurrent answers

@@ -1,5 +1,5 @@
 /**
- * The receipt check on the thread pool (src/fleet/sealed-channel.ts verifyReceiptOffLoop, through
+ * The receipt check on the thread pool (src/fleet/sealed-channel.ts verifyReceiptThen, through
  * src/fleet/attempt-frames.ts): the same verdicts as the synchronous check; a forged receipt after content
  * leaves the content relayed and ends the attempt as invalid output, never complete; until the verdict no
  * terminal event is queued; concurrent attempts' receipts are each checked against their own answer.
@@ -13,7 +13,7 @@ import { ResponseDigest, receiptBytes, sha256 } from "../../../src/crypto/receip
 import { Attempt, type AttemptEvent } from "../../../src/fleet/attempt.ts";
 import { applyAttemptFrame, type FrameContext, type FrameOutcome } from "../../../src/fleet/attempt-frames.ts";
 import { FleetLoad, INLINE_RECEIPTS_UP_TO } from "../../../src/fleet/fleet-load.ts";
-import { type ReceiptSigner, sealedFailure, verifyReceipt, verifyReceiptOffLoop } from "../../../src/fleet/sealed-channel.ts";
+import { type ReceiptSigner, sealedFailure, verifyReceipt, verifyReceiptThen } from "../../../src/fleet/sealed-channel.ts";
 
 const encoder = new TextEncoder();
 const USAGE = { prompt_tokens: 5, completion_tokens: 2 };
@@ -24,6 +24,10 @@ const signer: ReceiptSigner = {
   trust: "self_signed",
 };
 const ctx: FrameContext = { now: () => 1_000, signer };
+
+/** The off-loop check as one promise of the receipt: rejected with the AttestationError of a bad signature. */
+const verifyReceiptOffLoop = (s: ReceiptSigner, answer: Parameters<typeof verifyReceipt>[1], end: Parameters<typeof verifyReceipt>[2]) =>
+  verifyReceiptThen(s, answer, end, (receipt, refused) => (refused ? Promise.reject(refused) : Promise.resolve(receipt)));
 
 /** One sealed attempt with its provider side: the attempt, the provider's sealer, the request digest. */
 function sealedAttempt(requestId: string) {
