@@ -68,16 +68,17 @@ export class Fleet implements FleetView {
     },
   });
 
-  /** What every session is given: the options, and the fleet's running attempts (FleetLoad). */
+  /** The attempts running over every session (FleetLoad), given to each session with the options. */
+  private readonly load = new FleetLoad();
   private readonly sessionSettings: SessionSettings;
 
   constructor(private readonly options: FleetOptions) {
-    this.sessionSettings = { ...options, load: new FleetLoad() };
+    this.sessionSettings = { ...options, load: this.load };
   }
 
   /** Attempts assigned and not yet released over every session (FleetLoad). */
   get runningAttempts(): number {
-    return this.sessionSettings.load?.running ?? 0;
+    return this.load.running;
   }
 
   /** Starts liveness eviction; `stop()` ends it. */
