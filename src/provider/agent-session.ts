@@ -22,7 +22,7 @@ import {
 } from "../protocol/frames.ts";
 import { ProtocolError, parseCoordinatorFrame } from "../protocol/parse.ts";
 import { VERSION } from "../version.ts";
-import type { AgentConnection } from "./agent-connection.ts";
+import type { AgentConnection, SendMode } from "./agent-connection.ts";
 import type { AgentExit } from "./agent-state.ts";
 import type { Attempts } from "./attempts.ts";
 import type { Engine } from "./engines/engine.ts";
@@ -76,6 +76,8 @@ export interface SessionHost {
 
 export class CoordinatorSession {
   private accepted: Welcome | undefined;
+  /** How frames leave, set by the welcome: before it, one by one. */
+  private mode: SendMode = "one";
   /** This connection's X25519 private key (sealed requests); wiped once the session keys are set up. */
   private privateKey: Uint8Array | undefined;
   /** This connection's session keys, once the welcome set them up (pending while the setup runs). */
@@ -176,11 +178,7 @@ export class CoordinatorSession {
   }
 
   private send(frame: ProviderFrame): boolean {
-    const welcome = this.accepted;
-    // Binary only where the hello offered it and the welcome agreed.
-    const binary = welcome?.binary_frames === true && this.host.options.binaryFrames !== false;
-    const mode = binary ? "binary" : welcome?.batch_frames === true ? "batch" : "one";
-    return this.host.connection.send(this.ws, frame, mode);
+    return this.host.connection.send(this.ws, frame, this.mode);
   }
 
   private onWelcome(welcome: Welcome): void {
@@ -197,6 +195,9 @@ export class CoordinatorSession {
     }
     connection.welcomed();
     this.accepted = welcome;
+    // Binary only where the hello offered it and the welcome agreed.
+    const binary = welcome.binary_frames === true && options.binaryFrames !== false;
+    this.mode = binary ? "binary" : welcome.batch_frames === true ? "batch" : "one";
     if (welcome.session_enc !== undefined && options.sessionKeys !== false && this.privateKey !== undefined) {
       this.openSessionKeys(this.privateKey, welcome.session_enc, welcome.provider_id);
     }
