@@ -17,6 +17,7 @@ import {
   type ToolCallDelta,
   type Usage,
 } from "../protocol/frames.ts";
+import { deltaWith } from "../protocol/parse.ts";
 import { type Engine, EngineError } from "./engines/engine.ts";
 import {
   type OpenedAttempt,
@@ -300,28 +301,24 @@ export class Attempts {
   }
 
   private flushText(run: Running): void {
-    if (run.pendingContent === "" && run.pendingReasoning === "") return;
-    const pending: Delta = {
-      ...(run.pendingReasoning ? { reasoning_content: run.pendingReasoning } : {}),
-      ...(run.pendingContent ? { content: run.pendingContent } : {}),
-    };
+    const pending = deltaWith(run.pendingContent || undefined, run.pendingReasoning || undefined);
+    if (pending === undefined) return;
     run.pendingContent = "";
     run.pendingReasoning = "";
-    for (const delta of splitDelta(pending)) {
-      if (run.sealer) {
-        if (delta.content) run.receipt?.response.addContent(delta.content);
-        const frame = run.sealer.seal(encoder.encode(JSON.stringify(delta)), false);
-        run.send({
-          type: "sealed_chunk",
-          request_id: run.requestId,
-          attempt: run.attempt,
-          seq: frame.seq,
-          sealed: frame.ciphertext,
-        });
-      } else {
-        run.send({ type: "chunk", request_id: run.requestId, attempt: run.attempt, seq: run.seq++, delta });
-      }
+    // Most flushes fit one frame: no list for them.
+    if ((pending.content?.length ?? 0) + (pending.reasoning_content?.length ?? 0) <= MAX_CHUNK_CHARS) this.sendDelta(run, pending);
+    else for (const delta of splitDelta(pending)) this.sendDelta(run, delta);
+  }
+
+  /** One chunk frame (sealed when the attempt is). */
+  private sendDelta(run: Running, delta: Delta): void {
+    if (!run.sealer) {
+      run.send({ type: "chunk", request_id: run.requestId, attempt: run.attempt, seq: run.seq++, delta });
+      return;
     }
+    if (delta.content) run.receipt?.response.addContent(delta.content);
+    const frame = run.sealer.seal(encoder.encode(JSON.stringify(delta)), false);
+    run.send({ type: "sealed_chunk", request_id: run.requestId, attempt: run.attempt, seq: frame.seq, sealed: frame.ciphertext });
   }
 
   /** Optionally one error frame, then silence, abort the engine call and free the slot. */

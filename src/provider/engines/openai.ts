@@ -36,6 +36,9 @@ export interface OpenAIEngineOptions {
 
 /** Fields the engine sets itself; the rest of the body is forwarded untouched. */
 const OWN_FIELDS = new Set(["model", "messages", "max_tokens", "max_completion_tokens", "stream", "stream_options"]);
+/** The upstream request's headers and stream options: the same for every request. */
+const UPSTREAM_HEADERS = Object.freeze({ "content-type": "application/json", accept: "text/event-stream" });
+const STREAM_OPTIONS = Object.freeze({ include_usage: true });
 /** Bytes of an error body read to classify a 400 (never echoed). */
 const MAX_ERROR_BODY = 16 * 1024;
 const CONTEXT_PATTERN = /context[ _-]?(length|window|size)|maximum context|too many tokens|prompt is too long|exceeds? the (model|max)/i;
@@ -52,16 +55,15 @@ const count = (v: unknown): number | undefined => (typeof v === "number" && Numb
  * field (temperature, top_p, stop, seed, penalties, ...) is forwarded as-is.
  */
 function upstreamBody(name: string, body: EngineRequestBody): Obj {
+  // One object, built in place (no entry pairs, no spread copy): the pass-through fields first, as sent.
   const out: Obj = {};
-  for (const [k, v] of Object.entries(body)) if (!OWN_FIELDS.has(k)) out[k] = v;
-  return {
-    ...out,
-    model: name,
-    messages: body.messages,
-    max_tokens: body.max_tokens,
-    stream: true,
-    stream_options: { include_usage: true },
-  };
+  for (const k in body) if (Object.hasOwn(body, k) && !OWN_FIELDS.has(k)) out[k] = (body as Obj)[k];
+  out.model = name;
+  out.messages = body.messages;
+  out.max_tokens = body.max_tokens;
+  out.stream = true;
+  out.stream_options = STREAM_OPTIONS;
+  return out;
 }
 
 async function readBounded(response: Response): Promise<string> {
@@ -166,7 +168,7 @@ export function createOpenAIEngine(options: OpenAIEngineOptions): Engine {
     try {
       response = await doFetch(url, {
         method: "POST",
-        headers: { "content-type": "application/json", accept: "text/event-stream" },
+        headers: UPSTREAM_HEADERS,
         body: JSON.stringify(upstreamBody(name, request.body)),
         signal,
       });
