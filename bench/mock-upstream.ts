@@ -15,10 +15,12 @@
  * JSON parse of the request and a copy: it is the same server for every side, not the thing measured.
  *
  * Usage: bun bench/mock-upstream.ts  (prints {"url": "http://127.0.0.1:PORT"} once listening; the API is under /v1)
- * Environment: MOCK_WORDS (16).
+ * Environment: MOCK_WORDS (16); MOCK_EVENT_DELAY_MS (0): with a delay, the stream's events leave one at a
+ * time that far apart, as from a runtime decoding one token after another (each its own read downstream).
  */
 
 const WORDS = Number(process.env.MOCK_WORDS ?? 16);
+const EVENT_DELAY_MS = Number(process.env.MOCK_EVENT_DELAY_MS ?? 0);
 /** The answer: "alpha0 alpha1 ...", one streamed chunk per word (a space before every word but the first). */
 const pieces = Array.from({ length: WORDS }, (_, i) => `${i === 0 ? "" : " "}alpha${i}`);
 const MOCK_ANSWER = pieces.join("");
@@ -87,12 +89,19 @@ const server = Bun.serve({
       return new Response(answer.json(prompt), { headers: { "content-type": "application/json" } });
     }
     const withUsage = body.stream_options?.include_usage === true;
+    const tail = [...(withUsage ? [encoder.encode(`data: ${answer.head}"choices":[],"usage":${usage(prompt)}}\n\n`)] : []), DONE];
     const stream = new ReadableStream<Uint8Array>({
-      start(controller) {
-        for (const event of answer.events) controller.enqueue(event);
-        if (withUsage) controller.enqueue(encoder.encode(`data: ${answer.head}"choices":[],"usage":${usage(prompt)}}\n\n`));
-        controller.enqueue(DONE);
-        controller.close();
+      async start(controller) {
+        try {
+          for (const event of answer.events) {
+            controller.enqueue(event);
+            if (EVENT_DELAY_MS > 0) await Bun.sleep(EVENT_DELAY_MS);
+          }
+          for (const event of tail) controller.enqueue(event);
+          controller.close();
+        } catch {
+          // the client went away while the events were paced
+        }
       },
     });
     return new Response(stream, { headers: { "content-type": "text/event-stream", "cache-control": "no-cache" } });

@@ -187,12 +187,16 @@ export class AgentConnection {
     }
     if (!this.flushScheduled) {
       this.flushScheduled = true;
-      setImmediate(() => {
-        this.flushScheduled = false;
-        if (this.outboxWs) this.flush(this.outboxWs);
-      });
+      // With arguments, not an arrow function: no closure, nor a scope for one, per frame sent.
+      setImmediate(AgentConnection.flushTurn, this);
     }
     return true;
+  }
+
+  /** The end of a turn: what the outbox holds leaves as one message. */
+  private static flushTurn(self: AgentConnection): void {
+    self.flushScheduled = false;
+    if (self.outboxWs) self.flush(self.outboxWs);
   }
 
   /** Closes `ws` from our side and handles the loss at once (without waiting for the close handshake). */

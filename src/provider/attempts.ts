@@ -240,12 +240,8 @@ export class Attempts {
     if (delta.reasoning_content && run.pendingContent) this.flush(run);
     if (delta.reasoning_content) run.pendingReasoning += delta.reasoning_content;
     if (delta.content) run.pendingContent += delta.content;
-    if (run.pendingContent.length + run.pendingReasoning.length >= MAX_CHUNK_CHARS) {
-      this.flush(run);
-    } else if (!run.flushScheduled) {
-      run.flushScheduled = true;
-      setImmediate(() => this.flush(run));
-    }
+    if (run.pendingContent.length + run.pendingReasoning.length >= MAX_CHUNK_CHARS) this.flush(run);
+    else this.flushNextTurn(run);
   }
 
   /**
@@ -268,12 +264,22 @@ export class Attempts {
       if (pending) this.flush(run);
       run.pendingTool = call;
     }
-    if ((run.pendingTool?.arguments?.length ?? 0) >= MAX_CHUNK_CHARS) {
-      this.flush(run);
-    } else if (!run.flushScheduled) {
-      run.flushScheduled = true;
-      setImmediate(() => this.flush(run));
-    }
+    if ((run.pendingTool?.arguments?.length ?? 0) >= MAX_CHUNK_CHARS) this.flush(run);
+    else this.flushNextTurn(run);
+  }
+
+  /**
+   * Flushes `run` on the next turn, once. setImmediate's arguments instead of an arrow function: no
+   * closure, nor the scope one would need, for each delta (per token on a real runtime).
+   */
+  private flushNextTurn(run: Running): void {
+    if (run.flushScheduled) return;
+    run.flushScheduled = true;
+    setImmediate(Attempts.flushLater, this, run);
+  }
+
+  private static flushLater(self: Attempts, run: Running): void {
+    self.flush(run);
   }
 
   private flush(run: Running): void {
