@@ -16,7 +16,15 @@ import { type UsageBound, usageViolation } from "../billing/usage-bounds.ts";
 import type { Delta, Hello, ProviderFrame, ToolCallDelta, Usage } from "../protocol/frames.ts";
 import { ProtocolError } from "../protocol/parse.ts";
 import type { Attempt, AttemptSeal, VerifiedReceipt } from "./attempt.ts";
-import { openSealed, type ReceiptSigner, type SealedFrame, sealedFailure, verifyReceipt, verifyReceiptThen } from "./sealed-channel.ts";
+import {
+  type Final,
+  openSealed,
+  type ReceiptSigner,
+  type SealedFrame,
+  sealedFailure,
+  verifyReceipt,
+  verifyReceiptThen,
+} from "./sealed-channel.ts";
 
 type SealedComplete = { type: "sealed_complete" };
 export type AttemptFrame = Exclude<ProviderFrame, Hello | { type: "heartbeat" } | { type: "challenge_response" }>;
@@ -77,9 +85,7 @@ export function applyAttemptFrame(attempt: Attempt, frame: AttemptFrame, ctx: Fr
       return relayToolCall(attempt, frame.tool_call, ctx);
     case "complete":
       if (frame.seq !== chunks) throw new ProtocolError(`complete after ${frame.seq} frames, received ${chunks}`);
-      return complete(attempt, frame.usage, ctx, () => {
-        attempt.push({ type: "complete", finishReason: frame.finish_reason, usage: frame.usage });
-      });
+      return completePlain(attempt, frame, ctx);
     default:
       return applySealed(attempt, frame, seal as AttemptSeal, ctx);
   }
@@ -96,28 +102,42 @@ function applySealed(attempt: Attempt, frame: SealedFrame, seal: AttemptSeal, ct
     const opened = openSealed(seal.opener, frame);
     if (opened.type === "chunk") return relayDelta(attempt, opened.delta, ctx);
     if (opened.type === "tool_call") return relayToolCall(attempt, opened.call, ctx);
-    const { end } = opened;
-    const finish = (receipt: VerifiedReceipt | undefined): FrameOutcome => {
-      attempt.push({ type: "complete", finishReason: end.finish_reason, usage: end.usage, ...(receipt ? { receipt } : {}) });
-      return RELAYED;
-    };
-    let verdict: Promise<FrameOutcome> | undefined;
-    let inline: FrameOutcome | undefined;
-    const outcome = complete(attempt, end.usage, ctx, () => {
-      const answer = { requestId: attempt.requestId, seal, responseSha256: attempt.responseSha256() as Uint8Array };
-      // A bad signature throws AttestationError here (inline), or is the promise's verdict (thread pool).
-      if (ctx.inlineReceipts?.() === true) inline = finish(verifyReceipt(ctx.signer, answer, end));
-      // One promise from the signature's verdict to the frame's outcome.
-      else
-        verdict = verifyReceiptThen(ctx.signer, answer, end, (receipt, refused) =>
-          refused ? { invalid: sealedFailure(refused) } : finish(receipt),
-        );
-    });
-    if (outcome !== RELAYED) return outcome;
-    return inline ?? verdict ?? finish(undefined);
+    return completeSealed(attempt, opened.end, seal, ctx);
   } catch (e) {
     return { invalid: sealedFailure(e) };
   }
+}
+
+// The two completions keep their closures in functions of their own: a function that makes a closure
+// allocates its scope on every call, and applyAttemptFrame and applySealed run for every frame (every
+// token of a streamed answer).
+
+function completePlain(attempt: Attempt, frame: Extract<AttemptFrame, { type: "complete" }>, ctx: FrameContext): FrameOutcome {
+  return complete(attempt, frame.usage, ctx, () => {
+    attempt.push({ type: "complete", finishReason: frame.finish_reason, usage: frame.usage });
+  });
+}
+
+/** A sealed final frame: its usage checked, then its receipt (inline or on the thread pool); throws as applySealed catches. */
+function completeSealed(attempt: Attempt, end: Final, seal: AttemptSeal, ctx: FrameContext): FrameOutcome | Promise<FrameOutcome> {
+  const finish = (receipt: VerifiedReceipt | undefined): FrameOutcome => {
+    attempt.push({ type: "complete", finishReason: end.finish_reason, usage: end.usage, ...(receipt ? { receipt } : {}) });
+    return RELAYED;
+  };
+  let verdict: Promise<FrameOutcome> | undefined;
+  let inline: FrameOutcome | undefined;
+  const outcome = complete(attempt, end.usage, ctx, () => {
+    const answer = { requestId: attempt.requestId, seal, responseSha256: attempt.responseSha256() as Uint8Array };
+    // A bad signature throws AttestationError here (inline), or is the promise's verdict (thread pool).
+    if (ctx.inlineReceipts?.() === true) inline = finish(verifyReceipt(ctx.signer, answer, end));
+    // One promise from the signature's verdict to the frame's outcome.
+    else
+      verdict = verifyReceiptThen(ctx.signer, answer, end, (receipt, refused) =>
+        refused ? { invalid: sealedFailure(refused) } : finish(receipt),
+      );
+  });
+  if (outcome !== RELAYED) return outcome;
+  return inline ?? verdict ?? finish(undefined);
 }
 
 /** A delta within the output budget is relayed (a provider ignoring max_tokens would grow it unbounded). */

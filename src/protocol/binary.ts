@@ -38,6 +38,17 @@ function fail(reason: string): never {
   throw new ProtocolError(`binary batch: ${reason}`);
 }
 
+/** Refuses a record that runs past the message's end. */
+function need(bytes: Uint8Array, at: number, n: number): void {
+  if (at + n > bytes.byteLength) fail("record cut short");
+}
+
+/** The big-endian u32 at `at` (the caller checked the bounds). */
+function u32(bytes: Uint8Array, at: number): number {
+  const high = ((bytes[at] as number) << 24) | ((bytes[at + 1] as number) << 16);
+  return (high | ((bytes[at + 2] as number) << 8) | (bytes[at + 3] as number)) >>> 0;
+}
+
 /**
  * Parses one binary message from a provider into its frames, in order. Sealed frames carry their bytes
  * as views into `bytes` (read before the message handler returns). Throws ProtocolError.
@@ -45,31 +56,28 @@ function fail(reason: string): never {
 export function parseProviderBinary(bytes: Uint8Array): ProviderFrame[] {
   if (bytes.byteLength > MAX_FRAME_BYTES) fail(`message of ${bytes.byteLength} bytes exceeds ${MAX_FRAME_BYTES}`);
   if (bytes.byteLength < 1 || bytes[0] !== BINARY_BATCH_VERSION) fail(`version must be ${BINARY_BATCH_VERSION}`);
-  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  // No DataView and no closure over `at` per message (a message per turn, per token on a streamed answer).
   const frames: ProviderFrame[] = [];
   let at = 1;
-  const need = (n: number) => {
-    if (at + n > bytes.byteLength) fail("record cut short");
-  };
   while (at < bytes.byteLength) {
     if (frames.length === MAX_BATCH_FRAMES) fail(`more than ${MAX_BATCH_FRAMES} records`);
     const kind = bytes[at] as number;
     at += 1;
     if (kind === RECORD_JSON) {
-      need(4);
-      const n = view.getUint32(at);
+      need(bytes, at, 4);
+      const n = u32(bytes, at);
       at += 4;
-      need(n);
+      need(bytes, at, n);
       frames.push(parseProviderFrame(bytes.subarray(at, at + n)));
       at += n;
       continue;
     }
     const type = TYPE_OF[kind];
     if (type === undefined) fail(`unknown record kind ${kind}`);
-    need(1);
+    need(bytes, at, 1);
     const idBytes = bytes[at] as number;
     at += 1;
-    need(idBytes + 1 + 4 + 4);
+    need(bytes, at, idBytes + 1 + 4 + 4);
     let request_id: string;
     try {
       request_id = UTF8_STRICT.decode(bytes.subarray(at, at + idBytes));
@@ -80,12 +88,12 @@ export function parseProviderBinary(bytes: Uint8Array): ProviderFrame[] {
     at += idBytes;
     const attempt = bytes[at] as number;
     if (attempt > 64) fail("attempt must be in 0..64");
-    const seq = view.getUint32(at + 1);
+    const seq = u32(bytes, at + 1);
     if (seq > 2 ** 31) fail(`seq must be in 0..${2 ** 31}`);
-    const m = view.getUint32(at + 5);
+    const m = u32(bytes, at + 5);
     at += 9;
     if (m < MIN_SEALED_BYTES) fail(`sealed bytes must be at least ${MIN_SEALED_BYTES}`);
-    need(m);
+    need(bytes, at, m);
     frames.push({ type, request_id, attempt, seq, sealed: bytes.subarray(at, at + m) });
     at += m;
   }
