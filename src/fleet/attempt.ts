@@ -111,6 +111,10 @@ export class Attempt {
   private readonly queue: AttemptEvent[] = [];
   private head = 0;
   private waiter: ((e: AttemptEvent) => void) | undefined;
+  /** next()'s promise executor, made once per attempt instead of once (with its scope) per wait. */
+  private readonly awaitEvent = (resolve: (e: AttemptEvent) => void): void => {
+    this.waiter = resolve;
+  };
   private ended = false;
   private released = false;
   private cancelReason: CancelReason | undefined;
@@ -294,9 +298,7 @@ export class Attempt {
     }
     if (this.ended)
       return Promise.resolve({ type: "lost", reason: this.cancelReason ? `cancelled: ${this.cancelReason}` : "attempt ended" });
-    return new Promise((resolve) => {
-      this.waiter = resolve;
-    });
+    return new Promise(this.awaitEvent);
   }
 
   /**
