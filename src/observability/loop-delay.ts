@@ -6,7 +6,7 @@
  * recorded as between S - intervalMs and S. Cost, measured on the 2-core host in an otherwise idle
  * process: ~13 ms of CPU per second at 2 ms (a wake-up each), ~8 at 5 ms; under load the loop is awake
  * anyway and a tick costs one observation. One timer, unref'd, restarted by `refresh()` on each tick: a new
- * timer per tick was ~1,400 objects a second of garbage in an idle process (bench/HISTORY.md).
+ * timer per tick was ~500 objects a second of garbage in an idle process (bench/HISTORY.md).
  */
 
 export interface LoopDelayMonitor {
