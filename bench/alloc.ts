@@ -22,6 +22,7 @@ const rounds = benchNumber("BENCH_ROUNDS", 3);
 const concurrency = benchNumber("BENCH_CONCURRENCY", 32);
 const cases = benchList("BENCH_CASES", ["non-streaming", "streaming"]).map((c) => c === "streaming");
 const engines = benchList("BENCH_ENGINES", ["echo", "openai"]);
+if (engines.some((e) => e !== "echo" && e !== "openai")) throw new Error(`BENCH_ENGINES takes echo and openai, got ${engines.join(",")}`);
 const BUN = process.execPath;
 const ROOT = new URL("..", import.meta.url).pathname;
 /**
