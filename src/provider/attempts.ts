@@ -307,13 +307,14 @@ export class Attempts {
   }
 
   private flushText(run: Running): void {
-    const pending = deltaWith(run.pendingContent || undefined, run.pendingReasoning || undefined);
+    const { pendingContent, pendingReasoning } = run;
+    const pending = deltaWith(pendingContent || undefined, pendingReasoning || undefined);
     if (pending === undefined) return;
     run.pendingContent = "";
     run.pendingReasoning = "";
     // Most flushes fit one frame: no list for them.
-    if ((pending.content?.length ?? 0) + (pending.reasoning_content?.length ?? 0) <= MAX_CHUNK_CHARS) this.sendDelta(run, pending);
-    else for (const delta of splitDelta(pending)) this.sendDelta(run, delta);
+    if (pendingContent.length + pendingReasoning.length <= MAX_CHUNK_CHARS) this.sendDelta(run, pending);
+    else for (const delta of splitDelta(pendingContent, pendingReasoning)) this.sendDelta(run, delta);
   }
 
   /** One chunk frame (sealed when the attempt is). */
@@ -358,12 +359,8 @@ export class Attempts {
   }
 }
 
-/** Splits a delta whose text would make an oversized frame; drops an empty one. */
-function splitDelta(delta: Delta): Delta[] {
-  const content = delta.content ?? "";
-  const reasoning = delta.reasoning_content ?? "";
-  if (content === "" && reasoning === "") return [];
-  if (content.length + reasoning.length <= MAX_CHUNK_CHARS) return [delta];
+/** The deltas of text too large for one frame: the reasoning's pieces, then the content's. */
+function splitDelta(content: string, reasoning: string): Delta[] {
   return [
     ...splitText(reasoning).map((reasoning_content): Delta => ({ reasoning_content })),
     ...splitText(content).map((c): Delta => ({ content: c })),

@@ -88,7 +88,12 @@ export function releasePidFile(home: ProviderHome): void {
 }
 
 export function writeState(home: ProviderHome, state: RuntimeState): void {
-  writePrivateFile(home.stateFile, `${JSON.stringify(state)}\n`, 0o644);
+  writePrivateFile(home.stateFile, stateText(state), 0o644);
+}
+
+/** The state file's text: one JSON line. */
+function stateText(state: RuntimeState): string {
+  return `${JSON.stringify(state)}\n`;
 }
 
 /**
@@ -109,7 +114,7 @@ export class StateWriter {
 
   write(state: RuntimeState): void {
     if (this.closed) return;
-    this.next = `${JSON.stringify(state)}\n`;
+    this.next = stateText(state);
     this.writing ??= this.drain();
   }
 
