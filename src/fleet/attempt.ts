@@ -284,8 +284,8 @@ export class Attempt {
     return this.queue.length - this.head;
   }
 
-  /** The next event; waits until one arrives. */
-  next(): Promise<AttemptEvent> {
+  /** The next event if one is here (queued, or `lost` once the attempt ended), else undefined. */
+  poll(): AttemptEvent | undefined {
     if (this.head < this.queue.length) {
       const e = this.queue[this.head] as AttemptEvent;
       this.head++;
@@ -294,11 +294,24 @@ export class Attempt {
         this.queue.splice(0, this.head);
         this.head = 0;
       }
-      return Promise.resolve(e);
+      return e;
     }
-    if (this.ended)
-      return Promise.resolve({ type: "lost", reason: this.cancelReason ? `cancelled: ${this.cancelReason}` : "attempt ended" });
-    return new Promise(this.awaitEvent);
+    if (this.ended) return { type: "lost", reason: this.cancelReason ? `cancelled: ${this.cancelReason}` : "attempt ended" };
+    return undefined;
+  }
+
+  /** The next event; waits until one arrives. */
+  next(): Promise<AttemptEvent> {
+    const e = this.poll();
+    return e === undefined ? new Promise(this.awaitEvent) : Promise.resolve(e);
+  }
+
+  /**
+   * `callback` gets the next event when it arrives, called from the push (no promise): only after poll()
+   * found none, and one wait at a time.
+   */
+  wait(callback: (e: AttemptEvent) => void): void {
+    this.waiter = callback;
   }
 
   /**

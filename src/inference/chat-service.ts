@@ -26,7 +26,8 @@ import type { Store } from "../store/types.ts";
 import { type ChatRequest, effectiveBudget, engineBody, parseChatRequest } from "./chat-request.ts";
 import { type Committed, type DispatchSettings, dispatch, type RemoteProviders } from "./dispatch.ts";
 import { type Answering, InFlight, RequestLifecycle } from "./request-lifecycle.ts";
-import { collectCompletion, completionId, type Outcome, type ResponseContext, streamCompletion, unheldError } from "./responses.ts";
+import { collectCompletion, completionId, type Outcome, type ResponseContext, unheldError } from "./responses.ts";
+import { streamCompletion } from "./stream-pump.ts";
 import type { ToolSchemas } from "./tool-schemas.ts";
 
 export interface ChatSettings extends DispatchSettings {

@@ -9,7 +9,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import { type ClusterLink, forward } from "../../../src/cluster/forwarder.ts";
 import { decodeControl, decodeOwner, decodeRequestPart, encodeOwner, type OwnerMessage, subjects } from "../../../src/cluster/wire.ts";
 import type { Attempt, AttemptEvent } from "../../../src/fleet/attempt.ts";
-import { streamCompletion } from "../../../src/inference/responses.ts";
+import { streamCompletion } from "../../../src/inference/stream-pump.ts";
 import { close, natsConnect, natsPrefix, type Replica, replica, testNats } from "../../support/nats.ts";
 import { waitFor } from "../../support/wait.ts";
 

@@ -2,7 +2,8 @@
  * Attempt.nextWithin (the dispatcher's wait for accepted and first content): an event already queued
  * answers at once; one arriving within the bound answers and clears the timer; none within the bound
  * gives the timeout value, and an event pushed afterwards is queued for next(), not lost to the expired
- * wait. A cancel during the wait ends it with `lost`.
+ * wait. A cancel during the wait ends it with `lost`. poll() and wait() (the answer writers' way, no
+ * promise per token): poll takes what is queued, wait's callback gets the next event from its push.
  */
 import { describe, expect, test } from "bun:test";
 import { Attempt } from "../../../src/fleet/attempt.ts";
@@ -41,5 +42,41 @@ describe("Attempt.nextWithin", () => {
     a.cancel("client_gone");
     expect(await waiting).toEqual({ type: "lost", reason: "cancelled: client_gone" });
     expect(await a.nextWithin(10_000, TIMEOUT)).toEqual({ type: "lost", reason: "cancelled: client_gone" });
+  });
+});
+
+describe("Attempt.poll and wait", () => {
+  test("poll takes queued events in order, then undefined; once ended, lost", () => {
+    const a = make();
+    expect(a.poll()).toBeUndefined();
+    a.push({ type: "accepted" });
+    a.push({ type: "chunk", delta: { content: "hi" } });
+    expect(a.backlog).toBe(2);
+    expect(a.poll()).toEqual({ type: "accepted" });
+    expect(a.poll()).toEqual({ type: "chunk", delta: { content: "hi" } });
+    expect(a.backlog).toBe(0);
+    expect(a.poll()).toBeUndefined();
+    a.cancel("deadline");
+    expect(a.poll()).toEqual({ type: "lost", reason: "cancelled: deadline" });
+  });
+
+  test("wait's callback gets the next event from its push, once; later events queue", () => {
+    const a = make();
+    const got: unknown[] = [];
+    a.wait((e) => got.push(e));
+    a.push({ type: "accepted" });
+    expect(got).toEqual([{ type: "accepted" }]);
+    expect(a.backlog).toBe(0);
+    a.push({ type: "chunk", delta: { content: "hi" } });
+    expect(got).toHaveLength(1);
+    expect(a.poll()).toEqual({ type: "chunk", delta: { content: "hi" } });
+  });
+
+  test("a cancel during a wait hands it lost", () => {
+    const a = make();
+    const got: unknown[] = [];
+    a.wait((e) => got.push(e));
+    a.cancel("client_gone");
+    expect(got).toEqual([{ type: "lost", reason: "cancelled: client_gone" }]);
   });
 });

@@ -7,7 +7,8 @@ import { describe, expect, test } from "bun:test";
 import { ApiError } from "../../../src/errors/api-error.ts";
 import { Attempt, type AttemptOwner } from "../../../src/fleet/attempt.ts";
 import type { Committed } from "../../../src/inference/dispatch.ts";
-import { collectCompletion, finishReason, type Outcome, streamCompletion, usageJson } from "../../../src/inference/responses.ts";
+import { collectCompletion, finishReason, type Outcome, usageJson } from "../../../src/inference/responses.ts";
+import { streamCompletion } from "../../../src/inference/stream-pump.ts";
 import type { CancelReason } from "../../../src/protocol/frames.ts";
 
 const CTX = { id: "chatcmpl-test", model: "org/model", maxTokens: 10, created: 1_700_000_000 };
