@@ -237,9 +237,20 @@ function chunkEvent(head: string, rest: string): string {
   return `data: ${head}${rest}}\n\n`;
 }
 
-/** A content or reasoning delta; `role` is the role field on an answer's first delta, else empty. */
-export function deltaEvent(head: string, role: string, delta: Delta): string {
-  return chunkEvent(head, `"choices":[{"index":0,"delta":{${role}${JSON.stringify(delta).slice(1)},"finish_reason":null}]`);
+/** What every delta event of one answer starts with: `data: `, `head`, the choice up to its delta. */
+export function deltaPrefix(head: string): string {
+  return `data: ${head}"choices":[{"index":0,"delta":`;
+}
+
+const DELTA_TAIL = ',"finish_reason":null}]}\n\n';
+
+/**
+ * A content or reasoning delta after its answer's deltaPrefix; `role` is the role field on an answer's
+ * first delta, else empty (then the event is three strings joined: one per token in the stream's path).
+ */
+export function deltaEvent(prefix: string, role: string, delta: Delta): string {
+  const json = JSON.stringify(delta);
+  return role === "" ? prefix + json + DELTA_TAIL : `${prefix}{${role}${json.slice(1)}${DELTA_TAIL}`;
 }
 
 /** The `delta.tool_calls` entry of a stream chunk: id, type and name on a call's first fragment only. */

@@ -12,6 +12,7 @@ import type { Committed } from "./dispatch.ts";
 import {
   chunkHead,
   deltaEvent,
+  deltaPrefix,
   endEvents,
   errorEvent,
   failureOf,
@@ -54,6 +55,7 @@ export async function streamCompletion(
 class StreamPump {
   private readonly attempt: Attempt;
   private readonly head: string;
+  private readonly deltaPrefix: string;
   private pending: AttemptEvent | undefined;
   private chars = 0;
   /** OpenAI's first delta names the role; clients such as openai's stream helper require it. */
@@ -75,6 +77,7 @@ class StreamPump {
     this.attempt = committed.attempt;
     this.pending = committed.first;
     this.head = chunkHead(ctx);
+    this.deltaPrefix = deltaPrefix(this.head);
   }
 
   /** Ends the answer from outside the writer (deadline, backlog dropped): settles, then the last bytes. */
@@ -105,7 +108,7 @@ class StreamPump {
           const delta = event.delta;
           if (!delta.content && !delta.reasoning_content) continue;
           this.chars += delta.content?.length ?? 0;
-          out += deltaEvent(head, this.role, delta);
+          out += deltaEvent(this.deltaPrefix, this.role, delta);
           this.role = "";
           continue;
         }
