@@ -13,6 +13,7 @@ import { BinaryBatch, frameJson } from "../protocol/binary.ts";
 import { CLOSE, encodeBatch, MAX_BATCH_CHARS, MAX_BATCH_FRAMES, PROTOCOL_VERSION, type ProviderFrame } from "../protocol/frames.ts";
 import type { AgentExit } from "./agent-state.ts";
 import { CoordinatorRefused, type PinnedCoordinator, type PinnedTls } from "./coordinator-pin.ts";
+import { atTurnEnd } from "./turn-end.ts";
 
 export interface ConnectionOptions {
   /** `ws(s)://.../v1/provider/connect`. */
@@ -187,8 +188,8 @@ export class AgentConnection {
     }
     if (!this.flushScheduled) {
       this.flushScheduled = true;
-      // With arguments, not an arrow function: no closure, nor a scope for one, per frame sent.
-      setImmediate(AgentConnection.flushTurn, this);
+      // After the turn's attempt flushes, in their pass (turn-end.ts); no closure per frame sent.
+      atTurnEnd(AgentConnection.flushTurn, this, undefined);
     }
     return true;
   }

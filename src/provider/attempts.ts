@@ -27,6 +27,7 @@ import {
   type SealKeys,
   signReceipt,
 } from "./sealed-attempt.ts";
+import { atTurnEnd } from "./turn-end.ts";
 
 /** Largest delta text per chunk frame, in UTF-16 units: JSON escaping stays far below MAX_FRAME_BYTES. */
 export const MAX_CHUNK_CHARS = 32_768;
@@ -269,13 +270,14 @@ export class Attempts {
   }
 
   /**
-   * Flushes `run` on the next turn, once. setImmediate's arguments instead of an arrow function: no
-   * closure, nor the scope one would need, for each delta (per token on a real runtime).
+   * Flushes `run` at the end of this turn, once (turn-end.ts: the connection's batch follows in the
+   * same pass). A static function and its arguments, not an arrow function: no closure, nor the scope
+   * one would need, for each delta (per token on a real runtime).
    */
   private flushNextTurn(run: Running): void {
     if (run.flushScheduled) return;
     run.flushScheduled = true;
-    setImmediate(Attempts.flushLater, this, run);
+    atTurnEnd(Attempts.flushLater, this, run);
   }
 
   private static flushLater(self: Attempts, run: Running): void {

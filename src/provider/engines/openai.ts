@@ -150,113 +150,110 @@ export function createOpenAIEngine(options: OpenAIEngineOptions): Engine {
   const cold = new Set<string>();
   const url = `${options.upstream}/chat/completions`;
 
+  // One generator per request, not one delegating to another: every event would pass through both.
   async function* generate(request: EngineRequest, signal: AbortSignal): AsyncGenerator<EngineEvent> {
     const name = names.get(request.model);
     if (name === undefined) throw new EngineError("model_not_loaded", "model not served by this engine");
     try {
-      yield* stream(name, request, signal);
+      let response: Response;
+      try {
+        response = await doFetch(url, {
+          method: "POST",
+          headers: UPSTREAM_HEADERS,
+          body: JSON.stringify(upstreamBody(name, request.body)),
+          signal,
+        });
+      } catch {
+        if (signal.aborted) throw new EngineError("cancelled", "cancelled");
+        throw new EngineError("engine_unavailable", "upstream unreachable");
+      }
+      if (!response.ok) throw await statusError(response);
+      if (!response.body || !(response.headers.get("content-type") ?? "").includes("text/event-stream")) {
+        response.body?.cancel().catch(() => {});
+        throw new EngineError("engine_error", "upstream did not answer with an event stream");
+      }
+
+      const pending: EventSourceMessage[] = [];
+      const parser = createParser({ onEvent: (event) => pending.push(event) });
+      const reader = response.body.getReader();
+      const decoder = new TextDecoder();
+      let finishReason: string | undefined;
+      let usage: Usage | undefined;
+      let deltas = 0;
+      const tools = new ToolCalls();
+      let finished = false;
+      try {
+        while (!finished) {
+          let chunk: Awaited<ReturnType<typeof reader.read>>;
+          try {
+            chunk = await reader.read();
+          } catch {
+            if (signal.aborted) throw new EngineError("cancelled", "cancelled");
+            throw new EngineError("engine_error", "upstream stream broke");
+          }
+          if (chunk.done) {
+            parser.feed(decoder.decode());
+            parser.reset({ consume: true });
+          } else {
+            parser.feed(decoder.decode(chunk.value, { stream: true }));
+          }
+          // The events this read completed, in order (the array is reused: no copy per read).
+          for (let i = 0; i < pending.length && !finished; i++) {
+            const event = pending[i] as EventSourceMessage;
+            if (event.data === "[DONE]") {
+              finished = true;
+              break;
+            }
+            let data: unknown;
+            try {
+              data = JSON.parse(event.data);
+            } catch {
+              throw new EngineError("engine_error", "malformed upstream stream");
+            }
+            if (!isObj(data)) throw new EngineError("engine_error", "malformed upstream stream");
+            if (data.error !== undefined && data.error !== null) throw streamError(data.error);
+            usage = usageOf(data.usage) ?? usage;
+            const choices = data.choices;
+            if (choices === undefined || choices === null) continue;
+            if (!Array.isArray(choices)) throw new EngineError("engine_error", "malformed upstream stream");
+            const choice: unknown = choices[0];
+            if (choice === undefined) continue;
+            if (!isObj(choice)) throw new EngineError("engine_error", "malformed upstream stream");
+            const delta = deltaOf(choice.delta);
+            if (delta) {
+              deltas++;
+              yield { type: "delta", delta };
+            }
+            // Most events carry no tool call: no generator for them.
+            if (hasToolCalls(choice.delta)) {
+              for (const call of tools.fragments(choice.delta)) {
+                deltas++;
+                yield { type: "tool_call", call };
+              }
+            }
+            const reason = choice.finish_reason;
+            if (typeof reason === "string" && reason.length > 0 && reason.length <= 64) finishReason = reason;
+          }
+          pending.length = 0;
+          if (chunk.done) break;
+        }
+      } finally {
+        reader.cancel().catch(() => {});
+      }
+      if (signal.aborted) throw new EngineError("cancelled", "cancelled");
+      if (!finished && finishReason === undefined) throw new EngineError("engine_error", "upstream stream ended early");
+      const reported = finishReason ?? "stop";
+      yield {
+        type: "done",
+        finishReason: reported === "stop" && tools.count > 0 ? "tool_calls" : reported,
+        usage: usage ?? { prompt_tokens: estimatePromptTokens(request.body), completion_tokens: deltas },
+      };
       cold.delete(request.model);
     } catch (e) {
       const error = toEngineError(e, signal);
       if (COLD_CODES.has(error.code)) cold.add(request.model);
       throw error;
     }
-  }
-
-  async function* stream(name: string, request: EngineRequest, signal: AbortSignal): AsyncGenerator<EngineEvent> {
-    let response: Response;
-    try {
-      response = await doFetch(url, {
-        method: "POST",
-        headers: UPSTREAM_HEADERS,
-        body: JSON.stringify(upstreamBody(name, request.body)),
-        signal,
-      });
-    } catch {
-      if (signal.aborted) throw new EngineError("cancelled", "cancelled");
-      throw new EngineError("engine_unavailable", "upstream unreachable");
-    }
-    if (!response.ok) throw await statusError(response);
-    if (!response.body || !(response.headers.get("content-type") ?? "").includes("text/event-stream")) {
-      response.body?.cancel().catch(() => {});
-      throw new EngineError("engine_error", "upstream did not answer with an event stream");
-    }
-
-    const pending: EventSourceMessage[] = [];
-    const parser = createParser({ onEvent: (event) => pending.push(event) });
-    const reader = response.body.getReader();
-    const decoder = new TextDecoder();
-    let finishReason: string | undefined;
-    let usage: Usage | undefined;
-    let deltas = 0;
-    const tools = new ToolCalls();
-    let finished = false;
-    try {
-      while (!finished) {
-        let chunk: Awaited<ReturnType<typeof reader.read>>;
-        try {
-          chunk = await reader.read();
-        } catch {
-          if (signal.aborted) throw new EngineError("cancelled", "cancelled");
-          throw new EngineError("engine_error", "upstream stream broke");
-        }
-        if (chunk.done) {
-          parser.feed(decoder.decode());
-          parser.reset({ consume: true });
-        } else {
-          parser.feed(decoder.decode(chunk.value, { stream: true }));
-        }
-        // The events this read completed, in order (the array is reused: no copy per read).
-        for (let i = 0; i < pending.length && !finished; i++) {
-          const event = pending[i] as EventSourceMessage;
-          if (event.data === "[DONE]") {
-            finished = true;
-            break;
-          }
-          let data: unknown;
-          try {
-            data = JSON.parse(event.data);
-          } catch {
-            throw new EngineError("engine_error", "malformed upstream stream");
-          }
-          if (!isObj(data)) throw new EngineError("engine_error", "malformed upstream stream");
-          if (data.error !== undefined && data.error !== null) throw streamError(data.error);
-          usage = usageOf(data.usage) ?? usage;
-          const choices = data.choices;
-          if (choices === undefined || choices === null) continue;
-          if (!Array.isArray(choices)) throw new EngineError("engine_error", "malformed upstream stream");
-          const choice: unknown = choices[0];
-          if (choice === undefined) continue;
-          if (!isObj(choice)) throw new EngineError("engine_error", "malformed upstream stream");
-          const delta = deltaOf(choice.delta);
-          if (delta) {
-            deltas++;
-            yield { type: "delta", delta };
-          }
-          // Most events carry no tool call: no generator for them.
-          if (hasToolCalls(choice.delta)) {
-            for (const call of tools.fragments(choice.delta)) {
-              deltas++;
-              yield { type: "tool_call", call };
-            }
-          }
-          const reason = choice.finish_reason;
-          if (typeof reason === "string" && reason.length > 0 && reason.length <= 64) finishReason = reason;
-        }
-        pending.length = 0;
-        if (chunk.done) break;
-      }
-    } finally {
-      reader.cancel().catch(() => {});
-    }
-    if (signal.aborted) throw new EngineError("cancelled", "cancelled");
-    if (!finished && finishReason === undefined) throw new EngineError("engine_error", "upstream stream ended early");
-    const reported = finishReason ?? "stop";
-    yield {
-      type: "done",
-      finishReason: reported === "stop" && tools.count > 0 ? "tool_calls" : reported,
-      usage: usage ?? { prompt_tokens: estimatePromptTokens(request.body), completion_tokens: deltas },
-    };
   }
 
   return {
