@@ -111,6 +111,7 @@ export class Attempt {
   private readonly queue: AttemptEvent[] = [];
   private head = 0;
   private waiter: ((e: AttemptEvent) => void) | undefined;
+  private listener: AttemptListener | undefined;
   /** next()'s promise executor, made once per attempt instead of once (with its scope) per wait. */
   private readonly awaitEvent = (resolve: (e: AttemptEvent) => void): void => {
     this.waiter = resolve;
@@ -261,6 +262,12 @@ export class Attempt {
       waiter(event);
       return;
     }
+    const listener = this.listener;
+    if (listener) {
+      this.listener = undefined;
+      handOff(listener, event);
+      return;
+    }
     this.queue.push(event);
     if (event.type !== "chunk" && event.type !== "tool_call") return;
     this.backlogChars += eventChars(event);
@@ -307,11 +314,11 @@ export class Attempt {
   }
 
   /**
-   * `callback` gets the next event when it arrives, called from the push (no promise): only after poll()
-   * found none, and one wait at a time.
+   * `listener` gets the next event (no promise): only after poll() found none, one wait at a time. It is
+   * called a microtask after the push, once the rest of the provider's message is queued (handOff).
    */
-  wait(callback: (e: AttemptEvent) => void): void {
-    this.waiter = callback;
+  wait(listener: AttemptListener): void {
+    this.listener = listener;
   }
 
   /**
@@ -340,8 +347,11 @@ export class Attempt {
     this.cancelReason = reason;
     this.release(reason);
     const waiter = this.waiter;
+    const listener = this.listener;
     this.waiter = undefined;
+    this.listener = undefined;
     waiter?.({ type: "lost", reason: `cancelled: ${reason}` });
+    if (listener) handOff(listener, { type: "lost", reason: `cancelled: ${reason}` });
   }
 
   private release(cancel: CancelReason | undefined): void {
@@ -349,6 +359,34 @@ export class Attempt {
     this.released = true;
     this.owner.release(this, cancel);
   }
+}
+
+/** An answer writer waiting for an attempt's next event (Attempt.wait): an object, no closure per wait. */
+export interface AttemptListener {
+  attemptEvent(event: AttemptEvent): void;
+}
+
+// Listeners and their events, handed over together in one microtask: a provider message's events are all
+// queued by then, so a writer woken by its first takes the rest in the same write.
+const handed: (AttemptListener | AttemptEvent)[] = [];
+
+function handOff(listener: AttemptListener, event: AttemptEvent): void {
+  if (handed.length === 0) queueMicrotask(runHandOffs);
+  handed.push(listener, event);
+}
+
+/** Calls each listener (what they queue meanwhile runs in this pass); a throw is rethrown at the end. */
+function runHandOffs(): void {
+  let failure: { error: unknown } | undefined;
+  for (let i = 0; i < handed.length; i += 2) {
+    try {
+      (handed[i] as AttemptListener).attemptEvent(handed[i + 1] as AttemptEvent);
+    } catch (error) {
+      failure ??= { error };
+    }
+  }
+  handed.length = 0;
+  if (failure) throw failure.error;
 }
 
 export function attemptKey(requestId: string, attempt: number): string {

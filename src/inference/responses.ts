@@ -11,7 +11,7 @@
 import { randomBytes } from "node:crypto";
 import { RECEIPT_VERSION } from "../crypto/receipts.ts";
 import { type ApiError, Errors } from "../errors/api-error.ts";
-import { type Attempt, type AttemptEvent, SLOW_CONSUMER, type VerifiedReceipt } from "../fleet/attempt.ts";
+import { type Attempt, type AttemptEvent, type AttemptListener, SLOW_CONSUMER, type VerifiedReceipt } from "../fleet/attempt.ts";
 import type { Delta, ToolCallDelta, Usage } from "../protocol/frames.ts";
 import type { Committed } from "./dispatch.ts";
 
@@ -122,14 +122,16 @@ function addToolCall(calls: ToolCallJson[], call: ToolCallDelta): number {
 
 /** Collects the whole answer. Rejects with an ApiError when the attempt fails before `complete`. */
 export function collectCompletion(committed: Committed, ctx: ResponseContext, onEnd: OnEnd): Promise<CompletionJson> {
-  return new Promise((resolve, reject) => new Collector(committed, ctx, onEnd, resolve, reject).woken());
+  const answer = Promise.withResolvers<CompletionJson>();
+  new Collector(committed, ctx, onEnd, answer).attemptEvent(committed.first);
+  return answer.promise;
 }
 
 type CompletionJson = Awaited<ReturnType<Collector["completed"]>>;
 type Complete = Extract<AttemptEvent, { type: "complete" }>;
 
-/** One JSON answer's text so far; it takes the attempt's events as they come (a callback, no promise per token). */
-class Collector {
+/** One JSON answer's text so far; it takes the attempt's events as they come (a listener, no promise per token). */
+class Collector implements AttemptListener {
   private readonly attempt: Attempt;
   private pending: AttemptEvent | undefined;
   private content = "";
@@ -141,11 +143,19 @@ class Collector {
     committed: Committed,
     private readonly ctx: ResponseContext,
     private readonly onEnd: OnEnd,
-    private readonly resolve: (body: CompletionJson) => void,
-    private readonly reject: (e: unknown) => void,
+    private readonly answer: { resolve(body: CompletionJson): void; reject(e: unknown): void },
   ) {
     this.attempt = committed.attempt;
-    this.pending = committed.first;
+  }
+
+  /** The next event came (with the others of the same provider message queued behind it). */
+  attemptEvent(event: AttemptEvent): void {
+    this.pending = event;
+    try {
+      this.drain();
+    } catch (e) {
+      this.answer.reject(e);
+    }
   }
 
   /** Takes every event already here; at the end, settles and answers; else waits for the next one. */
@@ -154,7 +164,7 @@ class Collector {
       const received = this.pending ?? this.attempt.poll();
       this.pending = undefined;
       if (received === undefined) {
-        this.attempt.wait(this.wake);
+        this.attempt.wait(this);
         return;
       }
       const event = unlessUnheld(this.ctx, this.attempt, received);
@@ -164,28 +174,14 @@ class Collector {
       } else if (event.type === "tool_call") {
         this.toolChars += addToolCall(this.toolCalls, event.call);
       } else if (event.type === "complete") {
-        this.completed(event).then(this.resolve, this.reject);
+        this.completed(event).then(this.answer.resolve, this.answer.reject);
         return;
       } else if (event.type !== "accepted") {
-        this.failed(event).catch(this.reject);
+        this.failed(event).catch(this.answer.reject);
         return;
       }
     }
   }
-
-  /** The next event came: taken a microtask later, with the others of the same provider message. */
-  private readonly wake = (event: AttemptEvent): void => {
-    this.pending = event;
-    queueMicrotask(this.woken);
-  };
-
-  readonly woken = (): void => {
-    try {
-      this.drain();
-    } catch (e) {
-      this.reject(e);
-    }
-  };
 
   async completed(event: Complete) {
     const { ctx, content, reasoning, toolCalls } = this;

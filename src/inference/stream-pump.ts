@@ -7,7 +7,7 @@
  * reader that never comes.
  */
 import { ApiError, Errors } from "../errors/api-error.ts";
-import { type Attempt, type AttemptEvent, SLOW_CONSUMER } from "../fleet/attempt.ts";
+import { type Attempt, type AttemptEvent, type AttemptListener, SLOW_CONSUMER } from "../fleet/attempt.ts";
 import type { Committed } from "./dispatch.ts";
 import {
   chunkHead,
@@ -52,7 +52,7 @@ export async function streamCompletion(
 }
 
 /** One answer's writer state: the event held back, characters relayed, whether it has ended. */
-class StreamPump {
+class StreamPump implements AttemptListener {
   private readonly attempt: Attempt;
   private readonly head: string;
   private readonly deltaPrefix: string;
@@ -68,6 +68,8 @@ class StreamPump {
   private early: Uint8Array | undefined;
   /** The answer's last bytes, once its end is gathered: they wait for its settlement. */
   private last: Promise<Uint8Array> | undefined;
+  /** The attempt will hand over its next event (Attempt.wait). */
+  private waiting = false;
 
   constructor(
     committed: Committed,
@@ -163,42 +165,50 @@ class StreamPump {
   }
 
   /**
-   * The stream's pull: writes what is here, or has the attempt hand over its next event when it comes (a
-   * callback, no promise per token). A pull that returns having written nothing is not called again
+   * The stream's pull: writes what is here, or has the attempt hand over its next event when it comes
+   * (attemptEvent; no promise per token). A pull that returns having written nothing is not called again
    * until something is written; an answer ended from outside meanwhile is written and closed by `stop`.
    */
   private pull(): void {
-    if (this.closing || this.finished) return;
+    // While waiting, the event handed over is on its way (a microtask): polling now would overtake it.
+    if (this.closing || this.finished || this.waiting) return;
     const out = this.gather();
-    if (this.last) void this.last.then(this.write, this.fail);
+    if (this.last) void this.writeLast(this.last);
     else if (out !== "") this.write(encoder.encode(out));
-    else this.attempt.wait(this.wake);
+    else {
+      this.waiting = true;
+      this.attempt.wait(this);
+    }
   }
 
-  /** The next event came: used a microtask later, with the others of the same provider message. */
-  private readonly wake = (event: AttemptEvent): void => {
+  /** The next event came (with the others of the same provider message queued behind it). */
+  attemptEvent(event: AttemptEvent): void {
+    this.waiting = false;
     this.pending = event;
-    queueMicrotask(this.woken);
-  };
-  private readonly woken = (): void => {
     try {
       this.pull();
     } catch (e) {
-      this.fail(e);
+      this.controller?.error(e);
     }
-  };
+  }
 
-  private readonly write = (bytes: Uint8Array): void => {
+  private write(bytes: Uint8Array): void {
     try {
       this.controller?.enqueue(bytes);
       if (this.closing) this.controller?.close();
     } catch {
       // the consumer went away meanwhile
     }
-  };
+  }
 
-  /** The settlement failed: the stream ends in error (no [DONE]), as a failed pull would end it. */
-  private readonly fail = (e: unknown): void => this.controller?.error(e);
+  /** The last bytes once settled; a failed settlement ends the stream in error (no [DONE]), as a failed pull would. */
+  private async writeLast(last: Promise<Uint8Array>): Promise<void> {
+    try {
+      this.write(await last);
+    } catch (e) {
+      this.controller?.error(e);
+    }
+  }
 
   /** The stream around the writer, `first` (the first write) already in it. */
   stream(first: Uint8Array | undefined): ReadableStream<Uint8Array> {

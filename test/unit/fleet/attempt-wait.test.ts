@@ -3,7 +3,8 @@
  * answers at once; one arriving within the bound answers and clears the timer; none within the bound
  * gives the timeout value, and an event pushed afterwards is queued for next(), not lost to the expired
  * wait. A cancel during the wait ends it with `lost`. poll() and wait() (the answer writers' way, no
- * promise per token): poll takes what is queued, wait's callback gets the next event from its push.
+ * promise per token): poll takes what is queued, wait's listener gets the next event a microtask after
+ * its push.
  */
 import { describe, expect, test } from "bun:test";
 import { Attempt } from "../../../src/fleet/attempt.ts";
@@ -60,23 +61,36 @@ describe("Attempt.poll and wait", () => {
     expect(a.poll()).toEqual({ type: "lost", reason: "cancelled: deadline" });
   });
 
-  test("wait's callback gets the next event from its push, once; later events queue", () => {
+  test("wait's listener gets the next event a microtask after its push, once; later events queue", async () => {
     const a = make();
     const got: unknown[] = [];
-    a.wait((e) => got.push(e));
+    a.wait({ attemptEvent: (e) => got.push(e) });
     a.push({ type: "accepted" });
-    expect(got).toEqual([{ type: "accepted" }]);
-    expect(a.backlog).toBe(0);
     a.push({ type: "chunk", delta: { content: "hi" } });
-    expect(got).toHaveLength(1);
+    expect(got).toEqual([]);
+    expect(a.backlog).toBe(1);
+    await Promise.resolve();
+    expect(got).toEqual([{ type: "accepted" }]);
     expect(a.poll()).toEqual({ type: "chunk", delta: { content: "hi" } });
   });
 
-  test("a cancel during a wait hands it lost", () => {
+  test("listeners of several attempts are handed their events in one pass, in push order", async () => {
+    const [a, b] = [make(), make()];
+    const got: string[] = [];
+    a.wait({ attemptEvent: (e) => got.push(`a ${e.type}`) });
+    b.wait({ attemptEvent: (e) => got.push(`b ${e.type}`) });
+    b.push({ type: "accepted" });
+    a.push({ type: "error", code: "engine_error" });
+    await Promise.resolve();
+    expect(got).toEqual(["b accepted", "a error"]);
+  });
+
+  test("a cancel during a wait hands it lost", async () => {
     const a = make();
     const got: unknown[] = [];
-    a.wait((e) => got.push(e));
+    a.wait({ attemptEvent: (e) => got.push(e) });
     a.cancel("client_gone");
+    await Promise.resolve();
     expect(got).toEqual([{ type: "lost", reason: "cancelled: client_gone" }]);
   });
 });
