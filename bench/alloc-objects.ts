@@ -15,24 +15,11 @@ import { heapStats } from "bun:jsc";
 import { createLogger } from "../src/observability/logger.ts";
 import { chatEnv, SEEDED_BUILD } from "../test/support/chat-env.ts";
 import { benchList, benchNumber } from "./lib/env.ts";
+import { type Counts, grownPer, minus } from "./lib/heap-counts.ts";
 import { writeResult } from "./lib/results.ts";
 
 const requests = benchNumber("BENCH_REQUESTS", 500);
 const cases = benchList("BENCH_CASES", ["non-streaming", "streaming"]);
-/** Types whose counts are the engine's own bookkeeping (code compiled late, shapes), not the request's. */
-const RUNTIME = new Set([
-  "Structure",
-  "PropertyTable",
-  "SymbolTable",
-  "FunctionCodeBlock",
-  "UnlinkedFunctionCodeBlock",
-  "FunctionExecutable",
-  "UnlinkedFunctionExecutable",
-  "StructureRareData",
-  "StructureChain",
-  "FunctionRareData",
-]);
-
 if (process.env.BUN_JSC_useGC !== "0") {
   // The collector must be off from the process's start: run again with it off.
   const proc = Bun.spawn([process.execPath, import.meta.path], {
@@ -41,8 +28,6 @@ if (process.env.BUN_JSC_useGC !== "0") {
   });
   process.exit(await proc.exited);
 }
-
-type Counts = Record<string, number>;
 
 /** Objects per call of `fn` by type (after a warm-up), their total, and the JS heap's bytes per call. */
 async function perCall(fn: () => Promise<void>): Promise<{ total: number; types: Counts; bytes: number }> {
@@ -53,22 +38,8 @@ async function perCall(fn: () => Promise<void>): Promise<{ total: number; types:
   for (let i = 0; i < requests; i++) await fn();
   await Bun.sleep(100); // the answer's last callbacks (settlement, receipt) run
   const heapAfter = process.memoryUsage().heapUsed;
-  const after: Counts = { ...heapStats().objectTypeCounts };
-  const types: Counts = {};
-  for (const [type, n] of Object.entries(after)) {
-    const d = (n - (before[type] ?? 0)) / requests;
-    if (!RUNTIME.has(type) && d > 0) types[type] = d;
-  }
-  return { total: Object.values(types).reduce((a, b) => a + b, 0), types, bytes: (heapAfter - heapBefore) / requests };
-}
-
-function minus(a: Counts, b: Counts): Counts {
-  const out: Counts = {};
-  for (const type of new Set([...Object.keys(a), ...Object.keys(b)])) {
-    const d = (a[type] ?? 0) - (b[type] ?? 0);
-    if (Math.abs(d) >= 0.05) out[type] = Number(d.toFixed(2));
-  }
-  return Object.fromEntries(Object.entries(out).sort((x, y) => y[1] - x[1]));
+  const grown = grownPer(before, { ...heapStats().objectTypeCounts }, requests);
+  return { ...grown, bytes: (heapAfter - heapBefore) / requests };
 }
 
 await using ctx = await chatEnv({
