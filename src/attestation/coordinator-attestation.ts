@@ -26,6 +26,9 @@
  * answered); development evidence is never produced in production mode (config refuses it, and so does
  * createCoordinatorAttestation).
  */
+// reflect-metadata in this module's static graph: in place before the @peculiar/x509 graph it imports
+// lazily, whatever the entry point (STACK.md item 1; a script running the app in-process has no preload).
+import "../../attestation/provider/preload.ts";
 import { sha256 } from "@noble/hashes/sha2.js";
 // Leaf modules, not attestation/cvm/index.ts: the development source (dev-source.ts) and chain checks need
 // @peculiar/x509, a large share of start-up (bench/HISTORY.md); it is loaded only when the dev source is opened.

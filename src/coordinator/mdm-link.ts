@@ -8,6 +8,9 @@
  * epoch nonces. Development without a seed runs on a random one made for this process, with a warning:
  * chains stored under it fail after a restart (production refuses MDM mode without a seed: config/).
  */
+// reflect-metadata in this module's static graph: in place before the @peculiar/x509 graph it imports
+// lazily, whatever the entry point (STACK.md item 1; a script running the app in-process has no preload).
+import "../../attestation/provider/preload.ts";
 import { randomBytes } from "node:crypto";
 import { type ProviderAttestation, vouchedAttestation } from "../../attestation/provider/levels.ts";
 import { mdaEpoch, mdaNonce } from "../../attestation/provider/mda-nonce.ts";

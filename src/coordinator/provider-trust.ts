@@ -4,6 +4,9 @@
  * stored chain: mdm-link.ts `assessWithStoredChain`) and the challenge schedule. The certificate-parsing
  * checks (@peculiar/x509) load when the first provider presents evidence, not at start (bench/HISTORY.md).
  */
+// reflect-metadata in this module's static graph: in place before the @peculiar/x509 graph it imports
+// lazily, whatever the entry point (STACK.md item 1; a script running the app in-process has no preload).
+import "../../attestation/provider/preload.ts";
 import type { DevelopmentRoot, TrustPolicy } from "../../attestation/provider/index.ts";
 import type { ProviderAttestation } from "../../attestation/provider/levels.ts";
 import type { Config } from "../config/config.ts";

@@ -9,6 +9,9 @@
  * comes from the answer itself, so anyone can make it.
  * Exit status: 0 provisioned; 1 refused (the failed check or the coordinator's answer is named); 2 usage.
  */
+// reflect-metadata in this module's static graph: in place before the @peculiar/x509 graph it imports
+// lazily, whatever the entry point (STACK.md item 1; a script running the app in-process has no preload).
+import "../../attestation/provider/preload.ts";
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import type { ExpectedImage } from "../../attestation/cvm/measurements.ts";

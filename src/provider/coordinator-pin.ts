@@ -9,6 +9,9 @@
  * connection verifies the new attestation. Development evidence (a coordinator's self-made root) is
  * refused unless `development` (tests only).
  */
+// reflect-metadata in this module's static graph: in place before the @peculiar/x509 graph it imports
+// lazily, whatever the entry point (STACK.md item 1; a script running the app in-process has no preload).
+import "../../attestation/provider/preload.ts";
 import { createHash, X509Certificate } from "node:crypto";
 import { checkServerIdentity, type PeerCertificate } from "node:tls";
 import type { ExpectedImage } from "../../attestation/cvm/measurements.ts";

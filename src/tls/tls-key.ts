@@ -9,6 +9,9 @@
  *
  * Invariants: one key per process; the SPKI never changes while the process runs.
  */
+// reflect-metadata in this module's static graph: in place before the @peculiar/x509 graph it imports
+// lazily, whatever the entry point (STACK.md item 1; a script running the app in-process has no preload).
+import "../../attestation/provider/preload.ts";
 import { createHash, randomBytes } from "node:crypto";
 import { isIP } from "node:net";
 
