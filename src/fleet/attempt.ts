@@ -1,7 +1,7 @@
 /**
  * One attempt: a chat request dispatched to one provider session. The session relays its frames as
  * events (attempt-frames.ts checks them first); the consumer (dispatcher, then the response writer)
- * pulls them with `next()`. State changes only through the methods; others read the getters.
+ * takes them with `next()`, or `poll()` and a listener (`wait`). State changes only through the methods.
  *
  * Invariants: after a terminal event (complete, error, lost, invalid) nothing more is pushed; `cancel()`
  * is idempotent, tells the provider once, frees the session slot once, and ends a pending `next()` with
