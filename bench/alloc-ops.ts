@@ -60,7 +60,10 @@ function ops(): Record<string, Op> {
   const hash = new Uint8Array(32).fill(1);
   const body = JSON.stringify({ model: "bench/echo", ...BODY });
   const attempt = new Attempt(REQUEST_ID, 0, "prov_1", "acct_1", 0, { release: () => {} });
-  const TIMEOUT = Symbol("timeout");
+  const ACCEPTED = { type: "accepted" } as const;
+  const listener = { attemptEvent: () => {} };
+  // Awaited after each push: the hand-off's microtask, queued first, runs before the await resumes.
+  const handedOver = Promise.resolve();
   return {
     "request key info": { what: "the HKDF info of a session request (canonical bytes)", run: () => requestKeyInfo(1, BINDING) },
     "receipt bytes": {
@@ -116,11 +119,11 @@ function ops(): Record<string, Op> {
         ),
     },
     "attempt wait": {
-      what: "Attempt.nextWithin with the event pushed right after the wait starts",
+      what: "Attempt.wait with a listener, the event pushed right after and handed over (the microtask awaited)",
       run: () => {
-        const waiting = attempt.nextWithin(30_000, TIMEOUT);
-        attempt.push({ type: "accepted" });
-        return waiting;
+        attempt.wait(listener);
+        attempt.push(ACCEPTED);
+        return handedOver;
       },
     },
   };

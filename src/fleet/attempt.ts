@@ -321,23 +321,9 @@ export class Attempt {
     this.listener = listener;
   }
 
-  /**
-   * The next event, or `timedOut` when none arrives within `ms`: one timer, cleared when the event comes
-   * (no race of promises). A timed-out wait leaves nothing behind: a later event is queued for next().
-   */
-  nextWithin<T>(ms: number, timedOut: T): Promise<AttemptEvent | T> {
-    if (this.head < this.queue.length || this.ended) return this.next();
-    return new Promise((resolve) => {
-      const settle = (e: AttemptEvent) => {
-        clearTimeout(timer);
-        resolve(e);
-      };
-      const timer = setTimeout(() => {
-        if (this.waiter === settle) this.waiter = undefined;
-        resolve(timedOut);
-      }, ms);
-      this.waiter = settle;
-    });
+  /** Withdraws a wait() of `listener` that has not been answered (its own timer ran out). */
+  unwait(listener: AttemptListener): void {
+    if (this.listener === listener) this.listener = undefined;
   }
 
   /** Stops the attempt: the provider is told, the slot freed, a pending next() ends with `lost`. */

@@ -11,7 +11,7 @@
  */
 import type { UsageLimits } from "../billing/usage-bounds.ts";
 import { Errors } from "../errors/api-error.ts";
-import type { Attempt, AttemptEvent } from "../fleet/attempt.ts";
+import type { Attempt, AttemptEvent, AttemptListener } from "../fleet/attempt.ts";
 import type { Fleet } from "../fleet/fleet.ts";
 import type { ProviderSession } from "../fleet/session.ts";
 import type { EngineRequestBody, Inference } from "../protocol/frames.ts";
@@ -69,16 +69,9 @@ export class ClientGone extends Error {
   override readonly name = "ClientGone";
 }
 
-const TIMEOUT = Symbol("timeout");
 /** Provider errors after which another provider may well succeed. */
 const RETRYABLE = new Set(["busy", "draining", "model_not_loaded", "engine_error", "engine_unavailable", "timeout", "cancelled"]);
 const BUSY = new Set(["busy", "draining"]);
-
-/** The attempt's next event, or TIMEOUT after `ms` (one timer per wait; a queued event answers at once). */
-function waitFor(attempt: Attempt, ms: number): Promise<AttemptEvent | typeof TIMEOUT> {
-  if (ms <= 0) return Promise.resolve(TIMEOUT);
-  return attempt.nextWithin(ms, TIMEOUT);
-}
 
 /**
  * Returns the committed attempt, or throws:
@@ -194,28 +187,87 @@ type Outcome =
   | { kind: "silent" }
   | { kind: "deadline" };
 
-async function untilFirstContent(attempt: Attempt, settings: DispatchSettings, deadline: number, now: () => number): Promise<Outcome> {
-  for (;;) {
-    const remaining = deadline - now();
-    const limit = attempt.acceptedAt === undefined ? Math.min(settings.acceptTimeoutMs, remaining) : remaining;
-    const event = await waitFor(attempt, limit);
-    if (event === TIMEOUT)
-      return attempt.acceptedAt === undefined && remaining > settings.acceptTimeoutMs ? { kind: "silent" } : { kind: "deadline" };
-    switch (event.type) {
-      case "accepted":
-        continue;
-      case "chunk":
-        if (!event.delta.content && !event.delta.reasoning_content) continue;
-        return { kind: "committed", first: event };
-      case "tool_call":
-      case "complete":
-        return { kind: "committed", first: event };
-      case "error":
-        return RETRYABLE.has(event.code) ? { kind: "failed", code: event.code } : { kind: "refused", code: event.code };
-      case "lost":
-        return { kind: "lost" };
-      case "invalid":
-        return { kind: "invalid" };
+/** How the wait for an attempt's first content ended. */
+function untilFirstContent(attempt: Attempt, settings: DispatchSettings, deadline: number, now: () => number): Promise<Outcome> {
+  const outcome = Promise.withResolvers<Outcome>();
+  new FirstContentWait(attempt, settings.acceptTimeoutMs, deadline, now, outcome.resolve).take();
+  return outcome.promise;
+}
+
+/**
+ * The wait for first content: the events already queued at once, then the attempt's listener with one
+ * timer at a time (the accept timeout until `accepted`, then the deadline): no promise or closure per wait.
+ * A wait that timed out leaves nothing behind: later events stay queued on the attempt.
+ */
+class FirstContentWait implements AttemptListener {
+  private timer: ReturnType<typeof setTimeout> | undefined;
+
+  constructor(
+    private readonly attempt: Attempt,
+    private readonly acceptTimeoutMs: number,
+    private readonly deadline: number,
+    private readonly now: () => number,
+    private readonly resolve: (outcome: Outcome) => void,
+  ) {}
+
+  /** Takes `event` and the queued events until one decides; with none left, waits for the next or the timer. */
+  take(event?: AttemptEvent): void {
+    let next = event;
+    for (;;) {
+      if (next !== undefined) {
+        const outcome = outcomeOf(next);
+        if (outcome !== undefined) {
+          this.resolve(outcome);
+          return;
+        }
+      }
+      const remaining = this.deadline - this.now();
+      const limit = this.attempt.acceptedAt === undefined ? Math.min(this.acceptTimeoutMs, remaining) : remaining;
+      if (limit <= 0) {
+        this.resolve(this.timedOut(remaining));
+        return;
+      }
+      next = this.attempt.poll();
+      if (next === undefined) {
+        this.attempt.wait(this);
+        this.timer = setTimeout(FirstContentWait.expire, limit, this, remaining);
+        return;
+      }
     }
+  }
+
+  attemptEvent(event: AttemptEvent): void {
+    clearTimeout(this.timer);
+    this.take(event);
+  }
+
+  private static expire(self: FirstContentWait, remaining: number): void {
+    self.attempt.unwait(self);
+    self.resolve(self.timedOut(remaining));
+  }
+
+  /** Silent before accepting with time left (failover), else the deadline. */
+  private timedOut(remaining: number): Outcome {
+    return this.attempt.acceptedAt === undefined && remaining > this.acceptTimeoutMs ? { kind: "silent" } : { kind: "deadline" };
+  }
+}
+
+/** What an event before first content means for the attempt; undefined: keep waiting. */
+function outcomeOf(event: AttemptEvent): Outcome | undefined {
+  switch (event.type) {
+    case "accepted":
+      return undefined;
+    case "chunk":
+      if (!event.delta.content && !event.delta.reasoning_content) return undefined;
+      return { kind: "committed", first: event };
+    case "tool_call":
+    case "complete":
+      return { kind: "committed", first: event };
+    case "error":
+      return RETRYABLE.has(event.code) ? { kind: "failed", code: event.code } : { kind: "refused", code: event.code };
+    case "lost":
+      return { kind: "lost" };
+    case "invalid":
+      return { kind: "invalid" };
   }
 }
