@@ -3,7 +3,7 @@
  * asked for, the row stored for the build an alias points to, or the configured fallback. A missing
  * cache-read rate is the input rate less the configured discount.
  */
-import type { PriceStore } from "../store/types.ts";
+import type { PriceRow, PriceStore } from "../store/types.ts";
 import { discountedCacheRead, usdPerMillion, usdPerToken } from "./money.ts";
 
 export interface Rates {
@@ -64,27 +64,24 @@ export class PricingService {
   }
 
   /** Rates for a requested id; `buildId` is the build an alias resolves to (same as id for a build). */
-  async ratesFor(id: string, buildId: string): Promise<Rates> {
-    const own = await this.prices.get(id);
-    if (own)
-      return {
-        input: own.inputPrice,
-        output: own.outputPrice,
-        cacheRead: this.cacheRead(own.inputPrice, own.cacheReadPrice),
-        source: "model",
-      };
-    if (buildId !== id) {
-      const build = await this.prices.get(buildId);
-      if (build) {
-        return {
-          input: build.inputPrice,
-          output: build.outputPrice,
-          cacheRead: this.cacheRead(build.inputPrice, build.cacheReadPrice),
-          source: "build",
-        };
-      }
-    }
-    return this.fallback;
+  // Synchronous when the price store answers from memory (every chat request asks: no promise then).
+  ratesFor(id: string, buildId: string): Rates | Promise<Rates> {
+    const own = this.prices.get(id);
+    if (own instanceof Promise) return own.then((row) => this.ratesOf(row, id, buildId));
+    return this.ratesOf(own, id, buildId);
+  }
+
+  /** The model's own row's rates, else the build's (its row read here), else the fallback. */
+  private ratesOf(own: PriceRow | undefined, id: string, buildId: string): Rates | Promise<Rates> {
+    if (own) return this.rates(own, "model");
+    if (buildId === id) return this.fallback;
+    const build = this.prices.get(buildId);
+    if (build instanceof Promise) return build.then((row) => (row ? this.rates(row, "build") : this.fallback));
+    return build ? this.rates(build, "build") : this.fallback;
+  }
+
+  private rates(row: PriceRow, source: "model" | "build"): Rates {
+    return { input: row.inputPrice, output: row.outputPrice, cacheRead: this.cacheRead(row.inputPrice, row.cacheReadPrice), source };
   }
 
   async publicPrices(): Promise<PricingResponse> {

@@ -11,7 +11,7 @@
 import { type ModelPricing, modelPricing, type PricingService } from "../billing/pricing.ts";
 import type { FleetView } from "../fleet/fleet-view.ts";
 import type { ModelWarning } from "../protocol/frames.ts";
-import type { CatalogStore, ModelBuild } from "../store/types.ts";
+import type { CatalogStore, ModelAlias, ModelBuild } from "../store/types.ts";
 
 export interface ModelAttestation {
   secure_enclave: boolean;
@@ -71,15 +71,19 @@ export class CatalogService {
     private readonly pricing: PricingService,
   ) {}
 
-  /** Resolves an alias or build id; undefined when unknown. */
-  async resolve(id: string): Promise<ResolvedModel | undefined> {
-    const alias = await this.store.getAlias(id);
-    if (alias) {
-      const build = await this.store.getBuild(alias.buildId);
-      return build && { id, build, isAlias: true };
-    }
-    const build = await this.store.getBuild(id);
-    return build && { id, build, isAlias: false };
+  /**
+   * Resolves an alias or build id; undefined when unknown. Synchronous when the store answers from memory
+   * (every chat request asks: no promise then).
+   */
+  resolve(id: string): ResolvedModel | undefined | Promise<ResolvedModel | undefined> {
+    const alias = this.store.getAlias(id);
+    if (alias instanceof Promise) return this.resolveLater(id, alias);
+    return resolvedAs(id, alias, this.store.getBuild(alias ? alias.buildId : id));
+  }
+
+  private async resolveLater(id: string, pending: Promise<ModelAlias | undefined>): Promise<ResolvedModel | undefined> {
+    const alias = await pending;
+    return resolvedAs(id, alias, await this.store.getBuild(alias ? alias.buildId : id));
   }
 
   /**
@@ -172,4 +176,14 @@ export class CatalogService {
     model.pricing = modelPricing(await this.pricing.ratesFor(id, build.id));
     return model;
   }
+}
+
+/** The model `id` resolves to: `build` (an alias's, when `alias` is one), or undefined without a build. */
+function resolvedAs(
+  id: string,
+  alias: ModelAlias | undefined,
+  build: ModelBuild | undefined | Promise<ModelBuild | undefined>,
+): ResolvedModel | undefined | Promise<ResolvedModel | undefined> {
+  if (build instanceof Promise) return build.then((b) => resolvedAs(id, alias, b));
+  return build && { id, build, isAlias: alias !== undefined };
 }

@@ -140,7 +140,9 @@ export class ChatService {
   private async admit(body: unknown, principal: Principal): Promise<Admitted> {
     const { catalog, schemas, settings } = this.deps;
     const request = parseChatRequest(body);
-    const resolved = await catalog.resolve(request.model);
+    // No await for the store's synchronous answer (SQLite's cache): an await is a promise and a turn.
+    const resolving = catalog.resolve(request.model);
+    const resolved = resolving instanceof Promise ? await resolving : resolving;
     // Never echo the requested id: a client can put anything there (docs/security.md).
     if (!resolved) throw Errors.modelNotFound("the model does not exist", "model");
     const filter = modelFilter(principal);
@@ -199,7 +201,8 @@ export class ChatService {
     const { request, resolved, selfRoute, maxTokens } = admitted;
     const forwarded = engineBody(request, maxTokens);
     const limits = usageLimits(forwarded);
-    const rates = await pricing.ratesFor(resolved.id, resolved.build.id);
+    const pricingRates = pricing.ratesFor(resolved.id, resolved.build.id);
+    const rates = pricingRates instanceof Promise ? await pricingRates : pricingRates;
     // Time first, then randomness: rows keyed by request id are appended near the end of their
     // indexes instead of scattered over them, which keeps settlement writes cheap.
     const requestId = `req_${life.startedAt.toString(36).padStart(9, "0")}${randomBytes(9).toString("base64url")}`;

@@ -133,12 +133,14 @@ export interface ModelAlias {
 export interface CatalogStore {
   /** Inserts or replaces every field of the build. */
   upsertBuild(build: ModelBuild, at: number): Promise<ModelBuild>;
-  getBuild(id: string): Promise<ModelBuild | undefined>;
+  /** Synchronous where the store answers from memory (SQLite's cache): no promise on the chat path. */
+  getBuild(id: string): ModelBuild | undefined | Promise<ModelBuild | undefined>;
   /** Ordered by id. */
   listBuilds(): Promise<ModelBuild[]>;
   /** Returns undefined when the build does not exist. */
   setAlias(alias: string, buildId: string, at: number): Promise<ModelAlias | undefined>;
-  getAlias(alias: string): Promise<ModelAlias | undefined>;
+  /** Synchronous where the store answers from memory, as getBuild. */
+  getAlias(alias: string): ModelAlias | undefined | Promise<ModelAlias | undefined>;
   /** Ordered by alias. */
   listAliases(): Promise<ModelAlias[]>;
   deleteAlias(alias: string): Promise<boolean>;
@@ -155,7 +157,8 @@ export interface PriceStore {
   set(row: PriceRow, at: number): Promise<PriceRow>;
   /** True when a row was removed. */
   clear(model: string): Promise<boolean>;
-  get(model: string): Promise<PriceRow | undefined>;
+  /** Synchronous where the store answers from memory, as CatalogStore.getBuild. */
+  get(model: string): PriceRow | undefined | Promise<PriceRow | undefined>;
   /** Ordered by model. */
   list(): Promise<PriceRow[]>;
 }

@@ -47,7 +47,7 @@ export function sqliteCatalog(db: Db, freshness: Freshness): CatalogStore {
       freshness.touch();
       return getBuild(build.id) as ModelBuild;
     },
-    getBuild: async (id) => getBuild(id),
+    getBuild: (id) => getBuild(id),
     listBuilds: async () => [
       ...(lists.get("builds", () => db.select().from(modelBuilds).orderBy(modelBuilds.id).all().map(toBuild)) as readonly ModelBuild[]),
     ],
@@ -60,7 +60,7 @@ export function sqliteCatalog(db: Db, freshness: Freshness): CatalogStore {
       freshness.touch();
       return getAlias(alias);
     },
-    getAlias: async (alias) => getAlias(alias),
+    getAlias: (alias) => getAlias(alias),
     listAliases: async () => [
       ...(lists.get("aliases", () =>
         db.select({ alias: modelAliases.alias, buildId: modelAliases.buildId }).from(modelAliases).orderBy(modelAliases.alias).all(),
@@ -104,7 +104,7 @@ export function sqlitePrices(db: Db, freshness: Freshness): PriceStore {
       freshness.touch();
       return cleared;
     },
-    get: async (model) => get(model),
+    get: (model) => get(model),
     list: async () => db.select(priceColumns).from(modelPrices).orderBy(modelPrices.model).all(),
   };
 }
