@@ -228,7 +228,9 @@ export function createHttpApp(deps: HttpDeps): HttpApp {
         // The hot path without the router: the same auth, handler and error boundary as its route.
         let response: Response;
         try {
-          response = await chat(request, await deps.authenticate(request.headers.get("authorization")));
+          // No await for an API key the store answers from memory: an await is a promise and a turn.
+          const authenticating = deps.authenticate(request.headers.get("authorization"));
+          response = await chat(request, authenticating instanceof Promise ? await authenticating : authenticating);
         } catch (error) {
           response = errorResponse(toLoggedApiError(deps.logger, error, CHAT_PATH));
         } finally {

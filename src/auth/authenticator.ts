@@ -9,7 +9,7 @@
  * an API key created with `link_machines`. Any other key (a CI job's) is refused with 403 `forbidden`.
  */
 import { Errors } from "../errors/api-error.ts";
-import type { ProviderTokenRecord, Store } from "../store/types.ts";
+import type { ApiKeyRecord, ProviderTokenRecord, Store } from "../store/types.ts";
 import type { JwtVerifier } from "./jwt.ts";
 import { API_KEY_PREFIX, PROVIDER_TOKEN_PREFIX, sha256Hex } from "./secrets.ts";
 
@@ -28,7 +28,11 @@ export interface Principal {
   readonly linkMachines: boolean;
 }
 
-export type Authenticator = (authorization: string | null | undefined) => Promise<Principal>;
+/**
+ * The principal of an Authorization header, or an ApiError thrown or rejected (callers await it). An API
+ * key the store knows from memory is answered synchronously: no promise on every request.
+ */
+export type Authenticator = (authorization: string | null | undefined) => Principal | Promise<Principal>;
 
 const JWT_SHAPE = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$/;
 
@@ -75,52 +79,60 @@ export function requireLinkMachines(principal: Principal): void {
 }
 
 export function createAuthenticator(store: Store, jwt: JwtVerifier | undefined): Authenticator {
-  return async (authorization) => {
+  return (authorization) => {
     const credential = bearer(authorization);
     if (credential === undefined) {
       throw Errors.invalidApiKey("missing bearer credential: send 'Authorization: Bearer <API key>'");
     }
     if (credential.startsWith(API_KEY_PREFIX)) {
-      const key = await store.keys.findByHash(sha256Hex(credential));
-      if (!key) throw Errors.invalidApiKey("invalid API key");
-      if (key.revokedAt !== null) throw Errors.invalidApiKey("this API key has been revoked");
-      return {
-        kind: "api_key",
-        accountId: key.accountId,
-        keyId: key.id,
-        allowedModels: key.allowedModels,
-        spendCap: key.spendCap,
-        rpm: key.rpm,
-        tpm: key.tpm,
-        selfRouteOnly: key.selfRouteOnly,
-        linkMachines: key.linkMachines,
-      };
+      const key = store.keys.findByHash(sha256Hex(credential));
+      return key instanceof Promise ? key.then(keyPrincipal) : keyPrincipal(key);
     }
     if (credential.startsWith(PROVIDER_TOKEN_PREFIX)) {
       throw Errors.invalidApiKey("a provider device token is not a consumer API key");
     }
-    if (jwt && JWT_SHAPE.test(credential)) {
-      let subject: string;
-      try {
-        subject = await jwt(credential);
-      } catch {
-        throw Errors.invalidToken("invalid or expired token");
-      }
-      const account = await store.accounts.findBySubject(subject);
-      if (!account) throw Errors.invalidToken("no account is linked to this identity");
-      return {
-        kind: "jwt",
-        accountId: account.id,
-        keyId: null,
-        allowedModels: null,
-        spendCap: null,
-        rpm: null,
-        tpm: null,
-        selfRouteOnly: false,
-        linkMachines: true,
-      };
-    }
-    throw Errors.invalidApiKey("invalid API key");
+    return jwtPrincipal(store, jwt, credential);
+  };
+}
+
+/** The principal of an API key's record; throws when there is none or it is revoked. */
+function keyPrincipal(key: ApiKeyRecord | undefined): Principal {
+  if (!key) throw Errors.invalidApiKey("invalid API key");
+  if (key.revokedAt !== null) throw Errors.invalidApiKey("this API key has been revoked");
+  return {
+    kind: "api_key",
+    accountId: key.accountId,
+    keyId: key.id,
+    allowedModels: key.allowedModels,
+    spendCap: key.spendCap,
+    rpm: key.rpm,
+    tpm: key.tpm,
+    selfRouteOnly: key.selfRouteOnly,
+    linkMachines: key.linkMachines,
+  };
+}
+
+/** The principal of a JWT (an account linked to its subject); any other credential is refused. */
+async function jwtPrincipal(store: Store, jwt: JwtVerifier | undefined, credential: string): Promise<Principal> {
+  if (!jwt || !JWT_SHAPE.test(credential)) throw Errors.invalidApiKey("invalid API key");
+  let subject: string;
+  try {
+    subject = await jwt(credential);
+  } catch {
+    throw Errors.invalidToken("invalid or expired token");
+  }
+  const account = await store.accounts.findBySubject(subject);
+  if (!account) throw Errors.invalidToken("no account is linked to this identity");
+  return {
+    kind: "jwt",
+    accountId: account.id,
+    keyId: null,
+    allowedModels: null,
+    spendCap: null,
+    rpm: null,
+    tpm: null,
+    selfRouteOnly: false,
+    linkMachines: true,
   };
 }
 

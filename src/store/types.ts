@@ -71,7 +71,8 @@ export interface ApiKeyStore {
   create(key: NewApiKey): Promise<ApiKeyRecord | undefined>;
   get(id: string): Promise<ApiKeyRecord | undefined>;
   /** Finds a key by hash, revoked or not; callers check `revokedAt`. */
-  findByHash(keyHash: string): Promise<ApiKeyRecord | undefined>;
+  /** Synchronous where the store answers from memory (SQLite's cache): no promise on every request. */
+  findByHash(keyHash: string): ApiKeyRecord | undefined | Promise<ApiKeyRecord | undefined>;
   /** Ordered by creation time, then id. */
   list(accountId?: string): Promise<ApiKeyRecord[]>;
   /** Marks the key revoked (idempotent: the first revocation time stays). */

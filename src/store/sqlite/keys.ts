@@ -44,7 +44,7 @@ export function sqliteApiKeys(
       return get(key.id);
     },
     get: async (id) => get(id),
-    findByHash: async (hash) =>
+    findByHash: (hash) =>
       byHash.get(hash, (h) => {
         const record = findByHash.get({ hash: h });
         if (record) {
