@@ -63,8 +63,10 @@ export class PricingService {
     return { input, output, cacheRead: this.cacheRead(input, null), source: "fallback" };
   }
 
-  /** Rates for a requested id; `buildId` is the build an alias resolves to (same as id for a build). */
-  // Synchronous when the price store answers from memory (every chat request asks: no promise then).
+  /**
+   * Rates for a requested id; `buildId` is the build an alias resolves to (same as id for a build).
+   * Synchronous when the price store answers from memory (every chat request asks: no promise then).
+   */
   ratesFor(id: string, buildId: string): Rates | Promise<Rates> {
     const own = this.prices.get(id);
     if (own instanceof Promise) return own.then((row) => this.ratesOf(row, id, buildId));

@@ -185,5 +185,5 @@ function resolvedAs(
   build: ModelBuild | undefined | Promise<ModelBuild | undefined>,
 ): ResolvedModel | undefined | Promise<ResolvedModel | undefined> {
   if (build instanceof Promise) return build.then((b) => resolvedAs(id, alias, b));
-  return build && { id, build, isAlias: alias !== undefined };
+  return build && { id, build, isAlias: Boolean(alias) };
 }
