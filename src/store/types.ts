@@ -70,8 +70,7 @@ export interface ApiKeyStore {
   /** Returns undefined when the account does not exist. */
   create(key: NewApiKey): Promise<ApiKeyRecord | undefined>;
   get(id: string): Promise<ApiKeyRecord | undefined>;
-  /** Finds a key by hash, revoked or not; callers check `revokedAt`. */
-  /** Synchronous where the store answers from memory (SQLite's cache): no promise on every request. */
+  /** By hash, revoked or not (callers check `revokedAt`); from memory where cached, like getBuild, getAlias, get. */
   findByHash(keyHash: string): ApiKeyRecord | undefined | Promise<ApiKeyRecord | undefined>;
   /** Ordered by creation time, then id. */
   list(accountId?: string): Promise<ApiKeyRecord[]>;
@@ -134,13 +133,11 @@ export interface ModelAlias {
 export interface CatalogStore {
   /** Inserts or replaces every field of the build. */
   upsertBuild(build: ModelBuild, at: number): Promise<ModelBuild>;
-  /** Synchronous where the store answers from memory (SQLite's cache): no promise on the chat path. */
   getBuild(id: string): ModelBuild | undefined | Promise<ModelBuild | undefined>;
   /** Ordered by id. */
   listBuilds(): Promise<ModelBuild[]>;
   /** Returns undefined when the build does not exist. */
   setAlias(alias: string, buildId: string, at: number): Promise<ModelAlias | undefined>;
-  /** Synchronous where the store answers from memory, as getBuild. */
   getAlias(alias: string): ModelAlias | undefined | Promise<ModelAlias | undefined>;
   /** Ordered by alias. */
   listAliases(): Promise<ModelAlias[]>;
@@ -158,7 +155,6 @@ export interface PriceStore {
   set(row: PriceRow, at: number): Promise<PriceRow>;
   /** True when a row was removed. */
   clear(model: string): Promise<boolean>;
-  /** Synchronous where the store answers from memory, as CatalogStore.getBuild. */
   get(model: string): PriceRow | undefined | Promise<PriceRow | undefined>;
   /** Ordered by model. */
   list(): Promise<PriceRow[]>;
