@@ -82,6 +82,8 @@ export class CoordinatorSession {
   private privateKey: Uint8Array | undefined;
   /** This connection's session keys, once the welcome set them up (pending while the setup runs). */
   private opener: Promise<SessionOpener> | undefined;
+  /** The opener once set up (SealKeys.ready). */
+  private ready: SessionOpener | undefined;
   private heartbeatTimer: ReturnType<typeof setInterval> | undefined;
 
   constructor(
@@ -222,7 +224,8 @@ export class CoordinatorSession {
     // Requests that arrive while the setup runs wait for it in order (attempts.ts).
     this.opener = opener;
     opener.then(
-      () => {
+      (ready) => {
+        if (this.opener === opener) this.ready = ready;
         // The session's chain is all this connection needs now: wipe the private key, so that this
         // process's memory cannot re-derive the keys of requests already opened (docs/security.md).
         privateKey.fill(0);
@@ -258,6 +261,6 @@ export class CoordinatorSession {
     }
     const send = (f: ProviderFrame) => this.send(f);
     if (frame.type === "inference") attempts.start(frame, send);
-    else void attempts.startSealed(frame, { privateKey: this.privateKey, session: this.opener }, send, options.identity);
+    else attempts.startSealed(frame, { privateKey: this.privateKey, session: this.opener, ready: this.ready }, send, options.identity);
   }
 }

@@ -29,6 +29,8 @@ import {
 } from "./sealed-attempt.ts";
 import { atTurnEnd } from "./turn-end.ts";
 
+const NOT_OPENED = "sealed request could not be opened";
+
 /** Largest delta text per chunk frame, in UTF-16 units: JSON escaping stays far below MAX_FRAME_BYTES. */
 export const MAX_CHUNK_CHARS = 32_768;
 
@@ -88,25 +90,34 @@ export class Attempts {
   }
 
   /**
-   * Opens a sealed request (sealed-attempt.ts; frames with `n` wait in order for a session setup still
-   * running), then runs it like `start`, sealing the answer. A request that does not open (including a
-   * replayed `n`) is refused with `invalid_request` (nothing is run).
+   * Opens a sealed request (sealed-attempt.ts: at once under session keys set up, else in arrival order once
+   * they are), runs it like `start`, sealing the answer; one that does not open is refused (invalid_request).
    */
-  async startSealed(frame: SealedInference, keys: SealKeys, send: SendFrame, signer?: ReceiptSigner): Promise<void> {
-    let opened: OpenedAttempt;
+  startSealed(frame: SealedInference, keys: SealKeys, send: SendFrame, signer?: ReceiptSigner): void {
+    let opening: OpenedAttempt | Promise<OpenedAttempt>;
     try {
-      opened = await openSealedAttempt(frame, keys, signer);
+      opening = openSealedAttempt(frame, keys, signer);
     } catch {
-      this.logger.warn("sealed request refused", { request_id: frame.request_id, attempt: frame.attempt });
-      send({
-        type: "error",
-        request_id: frame.request_id,
-        attempt: frame.attempt,
-        code: "invalid_request",
-        message: "sealed request could not be opened",
-      });
+      this.refuseSealed(frame, send);
       return;
     }
+    if (opening instanceof Promise) this.startSealedLater(frame, opening, send);
+    else this.startOpened(frame, opening, send);
+  }
+
+  private startSealedLater(frame: SealedInference, opening: Promise<OpenedAttempt>, send: SendFrame): void {
+    opening.then(
+      (opened) => this.startOpened(frame, opened, send),
+      () => this.refuseSealed(frame, send),
+    );
+  }
+
+  private refuseSealed(frame: SealedInference, send: SendFrame): void {
+    this.logger.warn("sealed request refused", { request_id: frame.request_id, attempt: frame.attempt });
+    send({ type: "error", request_id: frame.request_id, attempt: frame.attempt, code: "invalid_request", message: NOT_OPENED });
+  }
+
+  private startOpened(frame: SealedInference, opened: OpenedAttempt, send: SendFrame): void {
     const inference: Inference = {
       type: "inference",
       request_id: frame.request_id,
@@ -270,9 +281,8 @@ export class Attempts {
   }
 
   /**
-   * Flushes `run` at the end of this turn, once (turn-end.ts: the connection's batch follows in the
-   * same pass). A static function and its arguments, not an arrow function: no closure, nor the scope
-   * one would need, for each delta (per token on a real runtime).
+   * Flushes `run` at the end of this turn, once (turn-end.ts: the connection's batch follows in the same
+   * pass). A static function and its arguments: no closure, nor its scope, per delta (per token).
    */
   private flushNextTurn(run: Running): void {
     if (run.flushScheduled) return;

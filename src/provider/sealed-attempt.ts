@@ -26,6 +26,8 @@ export interface SealKeys {
   readonly privateKey: Uint8Array | undefined;
   /** The session's opener (pending while its set-up runs); undefined without session keys. */
   readonly session: Promise<SessionOpener> | undefined;
+  /** The same opener once its set-up is done: requests then open without waiting for a promise. */
+  readonly ready: SessionOpener | undefined;
 }
 
 /** What a receipt covers, gathered while the attempt runs. */
@@ -43,10 +45,29 @@ export interface OpenedAttempt {
   readonly receipt: PendingReceipt | undefined;
 }
 
-/** Opens a sealed request and parses its body; throws when it does not open (a replayed `n` included) or parse. */
-export async function openSealedAttempt(frame: SealedInference, keys: SealKeys, signer: ReceiptSigner | undefined): Promise<OpenedAttempt> {
+/**
+ * Opens a sealed request and parses its body; throws (or rejects) when it does not open (a replayed `n`
+ * included) or parse. Synchronous under session keys already set up (every request but the first few).
+ */
+export function openSealedAttempt(
+  frame: SealedInference,
+  keys: SealKeys,
+  signer: ReceiptSigner | undefined,
+): OpenedAttempt | Promise<OpenedAttempt> {
   const binding = { protocolVersion: PROTOCOL_VERSION, requestId: frame.request_id, attempt: frame.attempt };
-  const opened = await openSealed(frame, keys, binding);
+  const opened = openSealed(frame, keys, binding);
+  return opened instanceof Promise ? openedLater(frame, opened, signer) : attemptOf(frame, opened, signer);
+}
+
+async function openedLater(
+  frame: SealedInference,
+  opened: Promise<OpenedRequest>,
+  signer: ReceiptSigner | undefined,
+): Promise<OpenedAttempt> {
+  return attemptOf(frame, await opened, signer);
+}
+
+function attemptOf(frame: SealedInference, opened: OpenedRequest, signer: ReceiptSigner | undefined): OpenedAttempt {
   const request = parseEngineRequest(JSON.parse(UTF8_STRICT.decode(opened.plaintext)));
   const requestSha256 = sha256(opened.plaintext);
   const sealer = new ChunkSealer({ responseKey: opened.responseKey, requestId: frame.request_id, attempt: frame.attempt });
@@ -55,15 +76,26 @@ export async function openSealedAttempt(frame: SealedInference, keys: SealKeys, 
 }
 
 /** Opens a sealed request: under the session's keys when it carries `n`, else with its own HPKE setup (`enc`). */
-async function openSealed(frame: SealedInference, keys: SealKeys, binding: RequestBinding): Promise<OpenedRequest> {
+function openSealed(frame: SealedInference, keys: SealKeys, binding: RequestBinding): OpenedRequest | Promise<OpenedRequest> {
   const ciphertext = fromBase64url(frame.ciphertext, "ciphertext");
   if (frame.n !== undefined) {
-    const session = await keys.session;
-    if (session === undefined) throw new Error("no session keys on this connection");
-    return session.open(frame.n, ciphertext, binding);
+    if (keys.ready !== undefined) return keys.ready.open(frame.n, ciphertext, binding);
+    return openLater(keys.session, frame.n, ciphertext, binding);
   }
   if (keys.privateKey === undefined) throw new Error("no private key on this connection");
   return openRequest(keys.privateKey, fromBase64url(frame.enc ?? "", "enc"), ciphertext, binding);
+}
+
+/** A request that arrived while the session's set-up ran: opened once it is done, in arrival order. */
+async function openLater(
+  pending: Promise<SessionOpener> | undefined,
+  n: number,
+  ciphertext: Uint8Array,
+  binding: RequestBinding,
+): Promise<OpenedRequest> {
+  const session = await pending;
+  if (session === undefined) throw new Error("no session keys on this connection");
+  return session.open(n, ciphertext, binding);
 }
 
 /** The receipt of a completed sealed attempt: the identity key's signature over the receipt bytes. */
