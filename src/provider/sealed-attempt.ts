@@ -98,12 +98,13 @@ async function openLater(
   return session.open(n, ciphertext, binding);
 }
 
-/** The receipt of a completed sealed attempt: the identity key's signature over the receipt bytes. */
-export async function signReceipt(
-  receipt: PendingReceipt | undefined,
-  requestId: string,
-  usage: Usage,
-): Promise<{ receipt?: { signature: string } }> {
+type Signed = { receipt?: { signature: string } };
+
+/**
+ * The receipt of a completed sealed attempt: the identity key's signature over the receipt bytes.
+ * Synchronous when the key signs synchronously (a software identity); a helper process's is a promise.
+ */
+export function signReceipt(receipt: PendingReceipt | undefined, requestId: string, usage: Usage): Signed | Promise<Signed> {
   if (!receipt) return {};
   const bytes = receiptBytes({
     requestId,
@@ -112,5 +113,10 @@ export async function signReceipt(
     responseSha256: receipt.response.digest(),
     usage: { promptTokens: usage.prompt_tokens, cachedTokens: usage.cached_tokens ?? 0, completionTokens: usage.completion_tokens },
   });
-  return { receipt: { signature: toBase64url(await receipt.signer.sign(bytes)) } };
+  const signature = receipt.signer.sign(bytes);
+  return signature instanceof Promise ? signature.then(signedWith) : signedWith(signature);
+}
+
+function signedWith(signature: Uint8Array): Signed {
+  return { receipt: { signature: toBase64url(signature) } };
 }
