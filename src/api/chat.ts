@@ -68,7 +68,8 @@ async function answer(deps: ChatDeps, body: Uint8Array, { request, principal }: 
     throw e;
   }
   if (result.kind === "stream") {
-    if (connection?.answered) void result.ended.then(() => connection.answered?.());
+    // Bound, not a closure: the stream does not keep this request's body and state alive.
+    if (connection?.answered) void result.ended.then(connection.answered.bind(connection));
     return new Response(result.stream, { status: 200, headers: { ...SSE_HEADERS, ...result.headers } });
   }
   connection?.answered?.();

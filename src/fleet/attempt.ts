@@ -121,7 +121,7 @@ export class Attempt {
   private cancelReason: CancelReason | undefined;
   /** Text of the queued chunks not yet consumed. */
   private backlogChars = 0;
-  private dropped: (() => void) | undefined;
+  private dropped: BacklogListener | undefined;
   private readonly counts = { chunks: 0, toolCalls: 0, outputChars: 0, contentBytes: 0, reasoningBytes: 0, toolCallBytes: 0 };
   private acceptedTime: number | undefined;
   private firstContentTime: number | undefined;
@@ -198,9 +198,9 @@ export class Attempt {
     return this.digest?.digest();
   }
 
-  /** `callback` runs once if the backlog is dropped (see MAX_BACKLOG_CHARS). */
-  onBacklogDropped(callback: () => void): void {
-    this.dropped = callback;
+  /** `listener` is told once if the backlog is dropped (see MAX_BACKLOG_CHARS). */
+  onBacklogDropped(listener: BacklogListener): void {
+    this.dropped = listener;
   }
 
   /** The provider accepted the attempt. */
@@ -283,7 +283,7 @@ export class Attempt {
     this.cancelReason = "client_gone";
     this.release("client_gone");
     this.queue.push({ type: "lost", reason: SLOW_CONSUMER });
-    this.dropped?.();
+    this.dropped?.backlogDropped();
   }
 
   /** Number of events received but not yet consumed (for backpressure accounting). */
@@ -345,6 +345,11 @@ export class Attempt {
     this.released = true;
     this.owner.release(this, cancel);
   }
+}
+
+/** The answer writer told when its unread backlog is dropped (Attempt.onBacklogDropped). */
+export interface BacklogListener {
+  backlogDropped(): void;
 }
 
 /** An answer writer waiting for an attempt's next event (Attempt.wait): an object, no closure per wait. */

@@ -281,10 +281,10 @@ export class ChatService {
       model: request.model,
       maxTokens,
       created: Math.floor(life.startedAt / 1000),
-      ...(held && reserved.money.hold ? { held: () => held(requestId) } : {}),
+      ...(held && reserved.money.hold ? { held: heldCheck(held, requestId) } : {}),
     };
     const answering: Answering = { money: reserved.money, attempt, promptEstimate, maxTokens, stream: request.stream };
-    const onEnd = (o: Outcome) => life.finish(o, answering);
+    const onEnd = onEndOf(life, answering);
     // The request deadline stops the provider and, for a stream, ends the answer even if its consumer
     // stopped reading after the provider finished (its reservation is then settled, not held).
     if (request.stream) {
@@ -306,4 +306,15 @@ export class ChatService {
   private async hasLinkedMachine(accountId: string): Promise<boolean> {
     return (await this.deps.store.providerTokens.list(accountId)).some((t) => t.revokedAt === null);
   }
+}
+
+// A stream outlives this file's functions: what it keeps is made here, so that it closes over the
+// lifecycle, the answer or the request id alone, not over the request's whole state.
+
+function onEndOf(life: RequestLifecycle, answering: Answering): (o: Outcome) => Promise<void> {
+  return (o) => life.finish(o, answering);
+}
+
+function heldCheck(held: (requestId: string) => boolean, requestId: string): () => boolean {
+  return () => held(requestId);
 }

@@ -7,7 +7,7 @@
  * reader that never comes.
  */
 import { ApiError, Errors } from "../errors/api-error.ts";
-import { type Attempt, type AttemptEvent, type AttemptListener, SLOW_CONSUMER } from "../fleet/attempt.ts";
+import { type Attempt, type AttemptEvent, type AttemptListener, type BacklogListener, SLOW_CONSUMER } from "../fleet/attempt.ts";
 import type { Committed } from "./dispatch.ts";
 import {
   chunkHead,
@@ -43,16 +43,16 @@ export async function streamCompletion(
   onEnd: OnEnd,
   deadline?: AbortSignal,
 ): Promise<ReadableStream<Uint8Array>> {
-  const pump = new StreamPump(committed, ctx, onEnd);
-  committed.attempt.onBacklogDropped(() => void pump.stop("cancelled", notRead()));
-  // The abort's reason, when an ApiError, is the error to end with (a lost hold); else the timeout.
-  const ended = () => (deadline?.reason instanceof ApiError ? deadline.reason : Errors.timeout("the request timed out"));
-  deadline?.addEventListener("abort", () => void pump.stop("failed", ended()), { once: true });
-  return pump.stream(await pump.first());
+  // The pump is the attempt's listener, the deadline's and the stream's source: no closure per answer.
+  const pump = new StreamPump(committed, ctx, onEnd, deadline);
+  committed.attempt.onBacklogDropped(pump);
+  deadline?.addEventListener("abort", pump, { once: true });
+  pump.opening = await pump.first();
+  return new ReadableStream<Uint8Array>(pump);
 }
 
 /** One answer's writer state: the event held back, characters relayed, whether it has ended. */
-class StreamPump implements AttemptListener {
+class StreamPump implements AttemptListener, BacklogListener, EventListenerObject {
   private readonly attempt: Attempt;
   private readonly head: string;
   private readonly deltaPrefix: string;
@@ -70,16 +70,30 @@ class StreamPump implements AttemptListener {
   private last: Promise<Uint8Array> | undefined;
   /** The attempt will hand over its next event (Attempt.wait). */
   private waiting = false;
+  /** The first write (first()), the stream's first bytes. */
+  opening: Uint8Array | undefined;
 
   constructor(
     committed: Committed,
     private readonly ctx: ResponseContext,
     private readonly onEnd: OnEnd,
+    private readonly deadline: AbortSignal | undefined,
   ) {
     this.attempt = committed.attempt;
     this.pending = committed.first;
     this.head = chunkHead(ctx);
     this.deltaPrefix = deltaPrefix(this.head);
+  }
+
+  /** The deadline's abort: its reason, when an ApiError, is the error to end with (a lost hold); else the timeout. */
+  handleEvent(): void {
+    const reason = this.deadline?.reason;
+    void this.stop("failed", reason instanceof ApiError ? reason : Errors.timeout("the request timed out"));
+  }
+
+  /** The attempt dropped a backlog its consumer did not read. */
+  backlogDropped(): void {
+    void this.stop("cancelled", notRead());
   }
 
   /** Ends the answer from outside the writer (deadline, backlog dropped): settles, then the last bytes. */
@@ -169,7 +183,7 @@ class StreamPump implements AttemptListener {
    * (attemptEvent; no promise per token). A pull that returns having written nothing is not called again
    * until something is written; an answer ended from outside meanwhile is written and closed by `stop`.
    */
-  private pull(): void {
+  pull(): void {
     // While waiting, the event handed over is on its way (a microtask): polling now would overtake it.
     if (this.closing || this.finished || this.waiting) return;
     const out = this.gather();
@@ -210,20 +224,17 @@ class StreamPump implements AttemptListener {
     }
   }
 
-  /** The stream around the writer, `first` (the first write) already in it. */
-  stream(first: Uint8Array | undefined): ReadableStream<Uint8Array> {
-    return new ReadableStream<Uint8Array>({
-      start: (c) => {
-        this.controller = c;
-        const bytes = first ?? this.early;
-        if (bytes) this.write(bytes);
-      },
-      pull: () => this.pull(),
-      cancel: () => {
-        this.attempt.cancel("client_gone");
-        void this.end({ status: "cancelled", usage: undefined, completionChars: this.chars, finishReason: undefined });
-      },
-    });
+  /** The stream's start: the first write (or the last bytes of an answer ended from outside) in it. */
+  start(controller: ReadableStreamDefaultController<Uint8Array>): void {
+    this.controller = controller;
+    const bytes = this.opening ?? this.early;
+    if (bytes) this.write(bytes);
+  }
+
+  /** The consumer went away: the provider is told, the answer settles for what it relayed. */
+  cancel(): void {
+    this.attempt.cancel("client_gone");
+    void this.end({ status: "cancelled", usage: undefined, completionChars: this.chars, finishReason: undefined });
   }
 
   private end(o: Outcome): Promise<void> {
