@@ -1,10 +1,11 @@
 /**
- * The event stream of a committed attempt (streamCompletion): the pump writes the SSE text
- * (responses.ts's framing) of every event already received in one piece, a short answer with the
- * response's head in one write, and with nothing to write has the attempt hand it the next event (a
- * listener, Attempt.wait: no promise per token). It ends an answer whose consumer left, fell MAX_BACKLOG_CHARS behind
+ * The event stream of a committed attempt (streamCompletion): the pump writes the SSE text (responses.ts's
+ * framing) of every event already received in one piece, a short answer with the response's head in one
+ * write, and with nothing to write has the attempt hand it the next event (a listener, Attempt.wait: no
+ * promise per token). It ends an answer whose consumer left, fell MAX_BACKLOG_CHARS behind
  * (fleet/attempt.ts) or outlived the request deadline, settling it at once: no reservation waits for a
- * reader that never comes.
+ * reader that never comes. The pump is itself the stream's source and the listener of the attempt and
+ * the deadline: an open stream holds no closure.
  */
 import { ApiError, Errors } from "../errors/api-error.ts";
 import { type Attempt, type AttemptEvent, type AttemptListener, type BacklogListener, SLOW_CONSUMER } from "../fleet/attempt.ts";
