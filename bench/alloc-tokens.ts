@@ -17,6 +17,7 @@ import { ROOT, startCoordinator, startProvider } from "../test/support/processes
 import { BUILD, CREDIT, LIMITS } from "./lib/deployment.ts";
 import { benchList, benchNumber } from "./lib/env.ts";
 import { type Counts, grownPer, minus } from "./lib/heap-counts.ts";
+import { startJsonServer } from "./lib/json-server.ts";
 import { writeResult } from "./lib/results.ts";
 
 const requests = benchNumber("BENCH_REQUESTS", 100);
@@ -57,20 +58,6 @@ async function dump(pid: number): Promise<Dump> {
   throw new Error(`no heap dump from ${pid}`);
 }
 
-async function startMock(words: number): Promise<{ url: string } & AsyncDisposable> {
-  const env = { ...process.env, MOCK_WORDS: String(words), MOCK_EVENT_DELAY_MS: String(delayMs) };
-  const proc = Bun.spawn([process.execPath, join(ROOT, "bench/mock-upstream.ts")], { stdout: "pipe", stderr: "inherit", env });
-  const { value } = await proc.stdout.getReader().read();
-  const { url } = JSON.parse(new TextDecoder().decode(value)) as { url: string };
-  return {
-    url,
-    async [Symbol.asyncDispose]() {
-      proc.kill("SIGKILL");
-      await proc.exited;
-    },
-  };
-}
-
 interface Window {
   readonly total: number;
   readonly types: Counts;
@@ -101,7 +88,8 @@ const NAMES = ["coordinator", "provider"] as const;
 const perRequest: Record<string, Window[]> = {};
 let idlePerMs: number[] | undefined;
 for (const words of WORDS) {
-  await using mock = await startMock(words);
+  const pacing = { MOCK_WORDS: String(words), MOCK_EVENT_DELAY_MS: String(delayMs) };
+  await using mock = await startJsonServer("bench/mock-upstream.ts", pacing);
   await using coordinator = await startCoordinator({ UMBRA_METERING: "on", ...measured });
   const { apiKey, providerToken } = await coordinator.seed([BUILD], LIMITS, CREDIT);
   const engine = ["--engine", "openai", "--upstream", `${mock.url}/v1`, "--model", BUILD];

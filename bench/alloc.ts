@@ -14,6 +14,7 @@ import { startCoordinator, startProvider } from "../test/support/processes.ts";
 import { BUILD, CREDIT, LIMITS } from "./lib/deployment.ts";
 import { benchList, benchNumber } from "./lib/env.ts";
 import { allocatedKb } from "./lib/gc-log.ts";
+import { startJsonServer } from "./lib/json-server.ts";
 import { writeResult } from "./lib/results.ts";
 import { median } from "./lib/stats.ts";
 
@@ -50,23 +51,9 @@ interface Run {
   readonly collections: { readonly coordinator: number; readonly provider: number };
 }
 
-/** bench/mock-upstream.ts on a free port, for the openai engine. */
-async function startMock(): Promise<{ url: string } & AsyncDisposable> {
-  const proc = Bun.spawn([BUN, `${ROOT}bench/mock-upstream.ts`], { stdout: "pipe", stderr: "inherit" });
-  const { value } = await proc.stdout.getReader().read();
-  const { url } = JSON.parse(new TextDecoder().decode(value)) as { url: string };
-  return {
-    url,
-    async [Symbol.asyncDispose]() {
-      proc.kill("SIGKILL");
-      await proc.exited;
-    },
-  };
-}
-
 async function run(stream: boolean, engine: string): Promise<Run> {
   const gc = { BUN_JSC_logGC: "1" };
-  await using mock = engine === "openai" ? await startMock() : undefined;
+  await using mock = engine === "openai" ? await startJsonServer("bench/mock-upstream.ts") : undefined;
   await using coordinator = await startCoordinator({ UMBRA_METERING: "on", ...gc });
   const { apiKey, providerToken } = await coordinator.seed([BUILD], LIMITS, CREDIT);
   const engineArgs = mock ? ["--engine", "openai", "--upstream", `${mock.url}/v1`] : ["--engine", engine];

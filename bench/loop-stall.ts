@@ -14,6 +14,7 @@ import { cpus, loadavg } from "node:os";
 import { join } from "node:path";
 import { BUN, ROOT, startCoordinator, startProvider } from "../test/support/processes.ts";
 import { benchNumber } from "./lib/env.ts";
+import { startJsonServer } from "./lib/json-server.ts";
 import { writeResult } from "./lib/results.ts";
 import { LIMITS, MODEL, WORDS } from "./overhead-check.ts";
 
@@ -40,12 +41,6 @@ function summary(before: Map<string, number>, after: Map<string, number>, bounds
   const edges = [...after.keys()];
   const reached = edges.find((le, i) => i > 0 && delta(le) === total && delta(edges[i - 1] as string) < total) ?? edges[0];
   return { samples: total, ...above, max_at_most_ms: reached === "+Inf" ? "inf" : Number(reached) * 1000 };
-}
-
-async function startJsonServer(path: string) {
-  const proc = Bun.spawn([BUN, join(ROOT, path)], { stdout: "pipe", stderr: "inherit" });
-  const { value } = await proc.stdout.getReader().read();
-  return { url: (JSON.parse(new TextDecoder().decode(value)) as { url: string }).url, proc };
 }
 
 async function load(url: string, key: string, runSeconds: number): Promise<Record<string, number>> {

@@ -34,6 +34,7 @@ import { join } from "node:path";
 import type { Subprocess } from "bun";
 import { BUN, ROOT, startCoordinator, startProvider } from "../test/support/processes.ts";
 import { benchList, benchNumber, benchNumbers } from "./lib/env.ts";
+import { startJsonServer } from "./lib/json-server.ts";
 import { cpuMicros } from "./lib/proc.ts";
 import { writeResult } from "./lib/results.ts";
 import { median, percentile } from "./lib/stats.ts";
@@ -61,21 +62,6 @@ interface LoadResult {
 const r3 = (n: number) => Number(n.toFixed(3));
 const pct = percentile;
 const rotate = <T>(xs: readonly T[], by: number) => xs.map((_, i) => xs[(i + by) % xs.length] as T);
-
-/** Spawns a process that prints one JSON line when ready; returns that line and a killer. */
-async function startJsonServer(path: string): Promise<{ url: string; proc: Subprocess } & AsyncDisposable> {
-  const proc = Bun.spawn([BUN, join(ROOT, path)], { stdout: "pipe", stderr: "inherit" });
-  const { value } = await proc.stdout.getReader().read();
-  const { url } = JSON.parse(new TextDecoder().decode(value)) as { url: string };
-  return {
-    url,
-    proc,
-    async [Symbol.asyncDispose]() {
-      proc.kill("SIGKILL");
-      await proc.exited;
-    },
-  };
-}
 
 /** The Portkey gateway under Bun on a free port; resolves once `GET /` answers. */
 async function startPortkey(): Promise<{ url: string; proc: Subprocess } & AsyncDisposable> {
