@@ -99,6 +99,7 @@ bench: deps console-assets
 	$(BUN) bench/alloc-ops.ts
 	$(BUN) bench/alloc-objects.ts
 	$(BUN) bench/alloc-tokens.ts
+	$(BUN) bench/gc-pause.ts
 	$(BUN) bench/cluster.ts
 
 # Soak (issue 7): SOAK_SECONDS (default 600) of mixed traffic with faults against real processes, then the
