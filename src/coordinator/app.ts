@@ -25,11 +25,12 @@ import { ChatService } from "../inference/chat-service.ts";
 import { ToolSchemas } from "../inference/tool-schemas.ts";
 import { createLogger, type Logger } from "../observability/logger.ts";
 import { createMetrics, type Metrics } from "../observability/metrics.ts";
-import { HoldKeeper } from "../store/pg/hold-keeper.ts";
 import type { MoneyAuthority } from "../store/pg/money-authority.ts";
 import type { ProviderTokenRecord, Store } from "../store/types.ts";
-import { type AppCluster, leasesOf, linkLeases, startCluster, withRemoteCapacity } from "./cluster-link.ts";
-import { type AppMdm, type MdmTimings, mdmDeviceTrust, startMdm } from "./mdm-link.ts";
+import type { AppCluster } from "./cluster-link.ts";
+import { startHoldKeeper } from "./hold-keeper-link.ts";
+import { type Links, needLink } from "./links.ts";
+import type { AppMdm, MdmTimings } from "./mdm-link.ts";
 import { evidenceHooks, type ProviderTrust, providerTrust } from "./provider-trust.ts";
 import { createLimiter } from "./rate-limits.ts";
 
@@ -71,6 +72,8 @@ export interface AppDeps {
   readonly front?: AppFront;
   /** MDM mode: the attestation scheduler's connection jitter and backoff (tests shorten them). */
   readonly mdmTimings?: MdmTimings;
+  /** The cluster and MDM links' modules (links.ts `loadLinks`): needed when the configuration turns either on. */
+  readonly links?: Links;
 }
 
 export interface App {
@@ -110,32 +113,6 @@ export interface App {
 
 /** How often live provider sessions' device tokens are checked against the store. */
 const TOKEN_RECHECK_MS = 30_000;
-
-/** Renews this replica's holds every TTL/3 (sweeping expired ones after); every margin/2, `stop`s the overdue. */
-function startHoldKeeper(authority: MoneyAuthority, logger: Logger, stop: (requestIds: readonly string[]) => void): HoldKeeper {
-  const { ttlMs, marginMs } = authority.deadlines;
-  const keeper = new HoldKeeper(authority, {
-    renewMs: Math.max(1, Math.floor(ttlMs / 3)),
-    checkMs: Math.max(1, Math.floor(marginMs / 2)),
-    timers: {
-      now: () => performance.now(),
-      setTimeout: (callback, ms, options) => {
-        const t = setTimeout(callback, ms);
-        if (options?.unref) t.unref?.();
-        return t;
-      },
-      clearTimeout: (handle) => clearTimeout(handle as ReturnType<typeof setTimeout>),
-    },
-    onOverdue: (ids) => {
-      logger.warn("holds overdue: their answers are stopped", { count: ids.length });
-      stop(ids);
-    },
-    onError: () => logger.warn("hold renewal or sweep failed", { reason: "database" }),
-    onReleased: (count) => logger.warn("holds released: their requests ended without a settlement", { count }),
-  });
-  keeper.start();
-  return keeper;
-}
 
 /**
  * The coordinator's attestation and provisioning, which outlive an app: the serve command makes them
@@ -188,6 +165,7 @@ export function createApp(deps: AppDeps): App {
   const now = () => clock.now();
   const logger = deps.logger ?? createLogger(config.logLevel);
   const metrics = createMetrics();
+  const clusterLink = () => needLink(deps.links ?? {}, "cluster");
   const pricing = new PricingService(store.prices, config);
   // Built on first use (a development root costs a key generation, which the admin CLI never needs).
   let trustPromise: Promise<ProviderTrust> | undefined;
@@ -202,7 +180,7 @@ export function createApp(deps: AppDeps): App {
   // MDM mode (one switch: config.mdm with config.mdmEnrolment): chains checked against the provider trust anchor.
   const mdm =
     config.mdm && config.mdmEnrolment
-      ? startMdm(
+      ? needLink(deps.links ?? {}, "mdm").startMdm(
           { mdm: config.mdm, enrolment: config.mdmEnrolment, seed: config.mdaSeed, mode: config.mode },
           {
             store,
@@ -225,18 +203,24 @@ export function createApp(deps: AppDeps): App {
     modelWarnings: (ids) => catalog.servedModelWarnings(ids).catch(() => []),
     ...evidenceHooks(trust, now, mdm),
     onUsageRejected: (bound) => metrics.observeUsageRejected(bound),
-    ...(mdm ? { deviceTrust: mdmDeviceTrust(mdm, logger) } : {}),
+    ...(mdm ? { deviceTrust: needLink(deps.links ?? {}, "mdm").mdmDeviceTrust(mdm, logger) } : {}),
     logger,
     now,
   }).start();
   // Cluster mode: presence, digests and forwarded requests over NATS; it closes with the app.
-  const cluster = config.cluster ? startCluster({ cluster: config.cluster, fleet, minTrust: config.minTrust, logger, now }) : undefined;
-  const catalog = new CatalogService(store.catalog, deps.fleet ?? (cluster ? withRemoteCapacity(fleet, cluster) : fleet), pricing);
+  const cluster = config.cluster
+    ? clusterLink().startCluster({ cluster: config.cluster, fleet, minTrust: config.minTrust, logger, now })
+    : undefined;
+  const catalog = new CatalogService(
+    store.catalog,
+    deps.fleet ?? (cluster ? clusterLink().withRemoteCapacity(fleet, cluster) : fleet),
+    pricing,
+  );
   const wallets = new Wallets(store.money, logger, {
     spacedAbovePerSecond: config.settlementGroupAbove,
     observeCommit: (n, seconds) => metrics.observeSettlementCommit(n, seconds),
   });
-  if (deps.moneyAuthority && cluster) linkLeases(deps.moneyAuthority, cluster);
+  if (deps.moneyAuthority && cluster) clusterLink().linkLeases(deps.moneyAuthority, cluster);
   const billing = new Billing(deps.moneyAuthority ? new AuthorityReservations(deps.moneyAuthority, logger) : wallets, config);
   // In process, or shared through Redis in cluster mode (--redis-url); its client closes with the app.
   const liveReplicas = deps.liveReplicas ?? cluster?.liveReplicas ?? (() => 1);
@@ -246,7 +230,7 @@ export function createApp(deps: AppDeps): App {
       replicas: liveReplicas,
       remoteProviders: () => cluster.node?.remote.providerCount ?? 0,
       cachesLive: () => cachesLive?.(),
-      ...(deps.moneyAuthority ? { leases: leasesOf(deps.moneyAuthority) } : {}),
+      ...(deps.moneyAuthority ? { leases: clusterLink().leasesOf(deps.moneyAuthority) } : {}),
     });
   }
   const limits = createLimiter({ cluster: config.cluster, now, logger, metrics, liveReplicas });

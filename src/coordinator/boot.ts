@@ -16,11 +16,11 @@ import { Errors } from "../errors/api-error.ts";
 import { createLogger } from "../observability/logger.ts";
 import { StoreOpenError } from "../store/errors.ts";
 import { openStore } from "../store/open.ts";
-import { createPgStore } from "../store/pg/index.ts";
 import type { MoneyAuthority } from "../store/pg/money-authority.ts";
-import { ClusterJournal } from "../store/pg/settlement-journal.ts";
+import type { ClusterJournal } from "../store/pg/settlement-journal.ts";
 import type { Store } from "../store/types.ts";
 import { type App, type AppDeps, createApp, createFront } from "./app.ts";
+import { loadLinks } from "./links.ts";
 
 export interface Serving {
   readonly app: App;
@@ -33,7 +33,8 @@ type Extra = Pick<AppDeps, "tlsPublicKeySpki" | "front" | "logger">;
 export async function openServing(config: Config, extra: Extra = {}): Promise<Serving> {
   const password = config.dbPassword === undefined ? {} : { password: config.dbPassword };
   // Cluster mode: Postgres is the only money authority, every hold a row under this replica's id.
-  const pg = config.cluster ? await createPgStore(config.db, password) : undefined;
+  // Its modules (postgres.js, NATS) are loaded only then: a coordinator on SQLite keeps a smaller heap.
+  const pg = config.cluster ? await (await import("../store/pg/index.ts")).createPgStore(config.db, password) : undefined;
   // One process per replica id: holds are rows under it (replica-claim.ts). Refused before anything runs.
   let claimLost: (id: string) => void = () => {};
   if (pg && config.cluster) {
@@ -56,7 +57,7 @@ export async function openServing(config: Config, extra: Extra = {}): Promise<Se
       journal =
         journalPath === undefined
           ? undefined
-          : ClusterJournal.open(journalPath, {
+          : (await import("../store/pg/settlement-journal.ts")).ClusterJournal.open(journalPath, {
               holder: `umbra-coordinator, replica ${config.cluster.replicaId}`,
               onRetry: (_e, count) => logger.warn("settlement batch not written (the database did not answer): sent again", { count }),
             });
@@ -72,7 +73,7 @@ export async function openServing(config: Config, extra: Extra = {}): Promise<Se
     }
   }
   const authority = pg && moneyAuthority ? { moneyAuthority, cachesLive: () => pg.changes.epoch() !== null } : {};
-  const app = createApp({ config, store, ...authority, ...extra, logger });
+  const app = createApp({ config, store, ...authority, ...extra, logger, links: await loadLinks(config) });
   claimLost = (id) =>
     app.logger.error("replica id claimed by another process after a reconnect: give each replica its own id", { replica_id: id });
   return { app, store };
@@ -115,5 +116,6 @@ export async function standIn(config: Config, tlsPublicKeySpki: Uint8Array | und
     },
   });
   const store = await openStore(":memory:");
-  return { app: createApp({ config: { ...config, db: ":memory:", cluster: null }, store, front, logger, ...spki }), store };
+  const standInConfig = { ...config, db: ":memory:", cluster: null };
+  return { app: createApp({ config: standInConfig, store, front, logger, ...spki, links: await loadLinks(standInConfig) }), store };
 }

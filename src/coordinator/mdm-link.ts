@@ -39,6 +39,8 @@ export interface AppMdm {
   readonly enrolment: EnrolmentService;
   readonly deviceTrust: MdmDeviceTrust;
   readonly checks: MdmChecks;
+  /** A hello's assessment through the stored chain (`assessWithStoredChain`). */
+  assess(assessed: ProviderAttestation): Promise<ProviderAttestation>;
   close(): void;
 }
 
@@ -113,7 +115,17 @@ export function startMdm(settings: MdmSettings, deps: MdmDeps): AppMdm {
   const records = storeEnrolmentRecords(store.mdm, async (enrolment) => (await deviceTrust.vouchFor(enrolment))?.verifiedAt ?? null);
   const enrolment = new EnrolmentService(settings.enrolment, records, now, logger);
   const revouchMs = deps.timings?.revouchMs ?? REVOUCH_MS;
-  return { revouchMs, webhook, scheduler, enrolment, deviceTrust, checks, close: () => scheduler.stop() };
+  const app: AppMdm = {
+    revouchMs,
+    webhook,
+    scheduler,
+    enrolment,
+    deviceTrust,
+    checks,
+    assess: (assessed) => assessWithStoredChain(app, assessed),
+    close: () => scheduler.stop(),
+  };
+  return app;
 }
 
 /** The fleet's device trust in MDM mode: stored chains vouch, and connections reach the scheduler. */

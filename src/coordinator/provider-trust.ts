@@ -1,7 +1,7 @@
 /**
  * The provider trust policy and the fleet's evidence checks for createApp: the policy (the pinned Apple
  * root, or a development root generated for this process), a hello's assessment (in MDM mode through the
- * stored chain: mdm-link.ts `assessWithStoredChain`) and the challenge schedule. The certificate-parsing
+ * stored chain: AppMdm's `assess`, mdm-link.ts `assessWithStoredChain`) and the challenge schedule. The certificate-parsing
  * checks (@peculiar/x509) load when the first provider presents evidence, not at start (bench/HISTORY.md).
  */
 // reflect-metadata in this module's static graph: in place before the @peculiar/x509 graph it imports
@@ -11,7 +11,7 @@ import type { DevelopmentRoot, TrustPolicy } from "../../attestation/provider/in
 import type { ProviderAttestation } from "../../attestation/provider/levels.ts";
 import type { Config } from "../config/config.ts";
 import type { AdmissionSettings } from "../fleet/admission.ts";
-import { type AppMdm, assessWithStoredChain } from "./mdm-link.ts";
+import type { AppMdm } from "./mdm-link.ts";
 
 export interface ProviderTrust {
   readonly policy: TrustPolicy;
@@ -50,7 +50,7 @@ export function evidenceHooks(
       try {
         const [{ policy }, { assessProviderEvidence }] = await Promise.all([trust(), evidenceChecks()]);
         const assessed = await assessProviderEvidence(evidence, { policy, now, helloEncryptionKey: encryptionKey });
-        return mdm ? await assessWithStoredChain(mdm, assessed) : assessed;
+        return mdm ? await mdm.assess(assessed) : assessed;
       } catch {
         return NO_ATTESTATION;
       }

@@ -3,8 +3,7 @@
  * database (a `postgres://` or `postgresql://` URL). `databaseName` is what logs and messages may print:
  * the path, or the URL without its password.
  */
-import { createPgStore } from "./pg/index.ts";
-import { describeDatabase } from "./pg/open.ts";
+import { describeDatabase } from "./pg/database-url.ts";
 import type { CheckpointerOptions } from "./sqlite/checkpointer.ts";
 import { createSqliteStore } from "./sqlite/index.ts";
 import type { Store } from "./types.ts";
@@ -31,5 +30,7 @@ export function databaseName(db: string): string {
 /** Opens (creating where SQLite, migrating either way) the store `db` names. Throws StoreOpenError. */
 export async function openStore(db: string, options: OpenStoreOptions = {}): Promise<Store> {
   if (!isPostgres(db)) return createSqliteStore(db, options);
+  // Loaded only for Postgres: postgres.js and the Postgres store stay out of a coordinator on SQLite.
+  const { createPgStore } = await import("./pg/index.ts");
   return createPgStore(db, options.password === undefined ? {} : { password: options.password });
 }

@@ -8,6 +8,7 @@
 import { expect, test } from "bun:test";
 import type { ClusterConfig } from "../../src/config/config.ts";
 import { createApp } from "../../src/coordinator/app.ts";
+import { loadLinks } from "../../src/coordinator/links.ts";
 import { listen } from "../../src/coordinator/server.ts";
 import { createLogger } from "../../src/observability/logger.ts";
 import { chatEnv, SEEDED_BUILD } from "../support/chat-env.ts";
@@ -37,11 +38,8 @@ test.skipIf(!redis || !nats)("a request to replica A is answered by the provider
   const prefix = natsPrefix();
   try {
     await using a = await chatEnv({ cluster: cluster("replica-a", prefix) });
-    const b = createApp({
-      config: { ...a.t.config, cluster: cluster("replica-b", prefix) },
-      store: a.t.store,
-      logger: createLogger("error"),
-    });
+    const bConfig = { ...a.t.config, cluster: cluster("replica-b", prefix) };
+    const b = createApp({ config: bConfig, store: a.t.store, logger: createLogger("error"), links: await loadLinks(bConfig) });
     const server = listen(b, "127.0.0.1", 0);
     try {
       await using _provider = await connectFakeProvider({ url: server.url, token: a.token, models: [SEEDED_BUILD] });

@@ -10,6 +10,7 @@ import { afterAll, expect, test } from "bun:test";
 import postgres from "postgres";
 import { loadConfig } from "../../src/config/config.ts";
 import { createApp } from "../../src/coordinator/app.ts";
+import { loadLinks } from "../../src/coordinator/links.ts";
 import { listen } from "../../src/coordinator/server.ts";
 import { createLogger } from "../../src/observability/logger.ts";
 import type { MoneyAuthority } from "../../src/store/pg/money-authority.ts";
@@ -41,7 +42,8 @@ async function replica(id: string) {
   const store = await (db as NonNullable<typeof db>).store();
   // Hot after two requests; never idle within the test.
   const authority: MoneyAuthority = store.moneyAuthority({ replica: id, leases: { hotCount: 2, idleMs: 600_000 } });
-  const app = createApp({ config: loadConfig({}, env, "development"), store, moneyAuthority: authority, logger: createLogger("error") });
+  const config = loadConfig({}, env, "development");
+  const app = createApp({ config, store, moneyAuthority: authority, logger: createLogger("error"), links: await loadLinks(config) });
   const server = listen(app, "127.0.0.1", 0);
   return {
     app,

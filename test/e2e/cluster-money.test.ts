@@ -10,6 +10,7 @@ import { afterAll, expect, test } from "bun:test";
 import postgres from "postgres";
 import { loadConfig } from "../../src/config/config.ts";
 import { createApp } from "../../src/coordinator/app.ts";
+import { loadLinks } from "../../src/coordinator/links.ts";
 import { listen } from "../../src/coordinator/server.ts";
 import { createLogger } from "../../src/observability/logger.ts";
 import type { CoordinatorFrame } from "../../src/protocol/frames.ts";
@@ -126,7 +127,8 @@ test.skipIf(db === undefined)(
     const logs: string[] = [];
     // A 3 s lease: renewals every second, deadlines checked every 250 ms.
     const moneyAuthority = store.moneyAuthority({ replica: "short", ttlMs: 3000, marginMs: 500 });
-    const app = createApp({ config, store, moneyAuthority, logger: createLogger("info", (line) => logs.push(line)) });
+    const logger = createLogger("info", (line) => logs.push(line));
+    const app = createApp({ config, store, moneyAuthority, logger, links: await loadLinks(config) });
     const server = listen(app, "127.0.0.1", 0);
     const sql = postgres(url, { max: 2, onnotice: () => {} });
     try {

@@ -11,6 +11,7 @@
 import { afterAll, expect, test } from "bun:test";
 import { loadConfig } from "../../src/config/config.ts";
 import { type App, createApp } from "../../src/coordinator/app.ts";
+import { loadLinks } from "../../src/coordinator/links.ts";
 import { listen } from "../../src/coordinator/server.ts";
 import { createLogger } from "../../src/observability/logger.ts";
 import type { PgStore } from "../../src/store/pg/index.ts";
@@ -59,6 +60,7 @@ async function replica(id: string, prefix: string): Promise<Replica> {
     store,
     moneyAuthority: store.moneyAuthority({ replica: id }),
     logger: createLogger("debug", (line) => logs.push(line)),
+    links: await loadLinks(config),
   });
   const server = listen(app, "127.0.0.1", 0);
   let closed: Promise<void> | undefined;

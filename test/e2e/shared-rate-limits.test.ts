@@ -8,6 +8,7 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import type { ClusterConfig } from "../../src/config/config.ts";
 import { createApp } from "../../src/coordinator/app.ts";
+import { loadLinks } from "../../src/coordinator/links.ts";
 import { listen } from "../../src/coordinator/server.ts";
 import { createLogger } from "../../src/observability/logger.ts";
 import { chatEnv } from "../support/chat-env.ts";
@@ -43,11 +44,8 @@ describe.each(["bun", "ioredis"] as const)("shared rate limits, %s client", (cli
     prefixes.push(prefix);
     await using a = await chatEnv({ cluster: cluster(client, "replica-a", prefix), key: { rpm: RPM } });
     // Replica B: its own app and socket over A's store (one key record), the same Redis and prefix.
-    const b = createApp({
-      config: { ...a.t.config, cluster: cluster(client, "replica-b", prefix) },
-      store: a.t.store,
-      logger: createLogger("error"),
-    });
+    const bConfig = { ...a.t.config, cluster: cluster(client, "replica-b", prefix) };
+    const b = createApp({ config: bConfig, store: a.t.store, logger: createLogger("error"), links: await loadLinks(bConfig) });
     const server = listen(b, "127.0.0.1", 0);
     await using _provider = await connectFakeProvider({ url: server.url, token: a.token, models: ["org/base-build-4bit"] });
     await a.provider();

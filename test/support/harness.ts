@@ -7,6 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type ClusterConfig, type Config, loadConfig } from "../../src/config/config.ts";
 import { type App, type AppDeps, type Clock, createApp } from "../../src/coordinator/app.ts";
+import { loadLinks } from "../../src/coordinator/links.ts";
 import type { FleetView } from "../../src/fleet/fleet-view.ts";
 import { createLogger, type Logger } from "../../src/observability/logger.ts";
 import { createSqliteStore } from "../../src/store/sqlite/index.ts";
@@ -111,6 +112,7 @@ export async function testApp(options: TestAppOptions = {}): Promise<TestApp> {
     ...(options.devHostData ? { devHostData: options.devHostData } : {}),
     ...(options.tlsPublicKeySpki ? { tlsPublicKeySpki: options.tlsPublicKeySpki } : {}),
     ...(options.mdmTimings ? { mdmTimings: options.mdmTimings } : {}),
+    links: await loadLinks(config),
   });
   return {
     app,

@@ -14,8 +14,11 @@ import postgres, { type Sql } from "postgres";
 import { StoreOpenError } from "../errors.ts";
 import type { EmbeddedMigration } from "../migrations/index.ts";
 import type { OpenListener } from "./change-feed.ts";
+import { describeDatabase, withoutSecret } from "./database-url.ts";
 import { PG_MIGRATIONS } from "./migrations/index.ts";
 import * as schema from "./schema.ts";
+
+export { describeDatabase, withoutSecret } from "./database-url.ts";
 
 export type PgDb = PostgresJsDatabase<typeof schema>;
 
@@ -32,30 +35,6 @@ export interface PgOpenOptions {
   readonly max?: number;
   /** The password, when it is not in the URL (--db-password). */
   readonly password?: string;
-}
-
-/** The URL without its password, for logs and messages. */
-export function describeDatabase(url: string): string {
-  try {
-    const u = new URL(url);
-    u.password = "";
-    return u.toString();
-  } catch {
-    return "postgres database (unparsable URL)";
-  }
-}
-
-/** `message` with the URL's password (raw and decoded) replaced. */
-export function withoutSecret(url: string, message: string): string {
-  let password = "";
-  try {
-    password = new URL(url).password;
-  } catch {
-    return message.replaceAll(url, "<database URL>");
-  }
-  let out = message.replaceAll(url, describeDatabase(url));
-  for (const p of new Set([password, safeDecode(password)])) if (p.length > 0) out = out.replaceAll(p, "***");
-  return out;
 }
 
 /**
@@ -142,14 +121,6 @@ export async function applyPgMigrations(client: Sql, list: readonly EmbeddedMigr
     }
   } finally {
     conn.release();
-  }
-}
-
-function safeDecode(s: string): string {
-  try {
-    return decodeURIComponent(s);
-  } catch {
-    return s;
   }
 }
 
