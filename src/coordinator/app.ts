@@ -165,7 +165,6 @@ export function createApp(deps: AppDeps): App {
   const now = () => clock.now();
   const logger = deps.logger ?? createLogger(config.logLevel);
   const metrics = createMetrics();
-  const clusterLink = () => needLink(deps.links ?? {}, "cluster");
   const pricing = new PricingService(store.prices, config);
   // Built on first use (a development root costs a key generation, which the admin CLI never needs).
   let trustPromise: Promise<ProviderTrust> | undefined;
@@ -180,7 +179,7 @@ export function createApp(deps: AppDeps): App {
   // MDM mode (one switch: config.mdm with config.mdmEnrolment): chains checked against the provider trust anchor.
   const mdm =
     config.mdm && config.mdmEnrolment
-      ? needLink(deps.links ?? {}, "mdm").startMdm(
+      ? needLink(deps.links, "mdm").startMdm(
           { mdm: config.mdm, enrolment: config.mdmEnrolment, seed: config.mdaSeed, mode: config.mode },
           {
             store,
@@ -203,24 +202,24 @@ export function createApp(deps: AppDeps): App {
     modelWarnings: (ids) => catalog.servedModelWarnings(ids).catch(() => []),
     ...evidenceHooks(trust, now, mdm),
     onUsageRejected: (bound) => metrics.observeUsageRejected(bound),
-    ...(mdm ? { deviceTrust: needLink(deps.links ?? {}, "mdm").mdmDeviceTrust(mdm, logger) } : {}),
+    ...(mdm ? { deviceTrust: needLink(deps.links, "mdm").mdmDeviceTrust(mdm, logger) } : {}),
     logger,
     now,
   }).start();
   // Cluster mode: presence, digests and forwarded requests over NATS; it closes with the app.
   const cluster = config.cluster
-    ? clusterLink().startCluster({ cluster: config.cluster, fleet, minTrust: config.minTrust, logger, now })
+    ? needLink(deps.links, "cluster").startCluster({ cluster: config.cluster, fleet, minTrust: config.minTrust, logger, now })
     : undefined;
   const catalog = new CatalogService(
     store.catalog,
-    deps.fleet ?? (cluster ? clusterLink().withRemoteCapacity(fleet, cluster) : fleet),
+    deps.fleet ?? (cluster ? needLink(deps.links, "cluster").withRemoteCapacity(fleet, cluster) : fleet),
     pricing,
   );
   const wallets = new Wallets(store.money, logger, {
     spacedAbovePerSecond: config.settlementGroupAbove,
     observeCommit: (n, seconds) => metrics.observeSettlementCommit(n, seconds),
   });
-  if (deps.moneyAuthority && cluster) clusterLink().linkLeases(deps.moneyAuthority, cluster);
+  if (deps.moneyAuthority && cluster) needLink(deps.links, "cluster").linkLeases(deps.moneyAuthority, cluster);
   const billing = new Billing(deps.moneyAuthority ? new AuthorityReservations(deps.moneyAuthority, logger) : wallets, config);
   // In process, or shared through Redis in cluster mode (--redis-url); its client closes with the app.
   const liveReplicas = deps.liveReplicas ?? cluster?.liveReplicas ?? (() => 1);
@@ -230,7 +229,7 @@ export function createApp(deps: AppDeps): App {
       replicas: liveReplicas,
       remoteProviders: () => cluster.node?.remote.providerCount ?? 0,
       cachesLive: () => cachesLive?.(),
-      ...(deps.moneyAuthority ? { leases: clusterLink().leasesOf(deps.moneyAuthority) } : {}),
+      ...(deps.moneyAuthority ? { leases: needLink(deps.links, "cluster").leasesOf(deps.moneyAuthority) } : {}),
     });
   }
   const limits = createLimiter({ cluster: config.cluster, now, logger, metrics, liveReplicas });

@@ -21,8 +21,8 @@ export async function loadLinks(config: Pick<Config, "cluster" | "mdm" | "mdmEnr
 }
 
 /** The loaded module `name`; throws when the configuration needs it and `loadLinks` did not run. */
-export function needLink<K extends keyof Links>(links: Links, name: K): NonNullable<Links[K]> {
-  const link = links[name];
+export function needLink<K extends keyof Links>(links: Links | undefined, name: K): NonNullable<Links[K]> {
+  const link = links?.[name];
   if (!link) throw new Error(`the ${name} link is not loaded: await loadLinks(config) and give createApp its links`);
   return link as NonNullable<Links[K]>;
 }
