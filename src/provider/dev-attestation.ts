@@ -4,7 +4,11 @@
  * earns `hardware` there through the same verification as a Mac. A production coordinator answers 404 and
  * the start fails. With --coordinator-image the token goes only to a coordinator whose attestation passed.
  */
-import { FULL_SECURITY, parseChallenge, postureJson, SoftwareIdentity } from "../../attestation/provider/index.ts";
+// The modules themselves, not attestation/provider/index.ts: its verification side brings @peculiar/x509,
+// which a provider never needs (test/unit/provider/modules.test.ts).
+import { parseChallenge } from "../../attestation/provider/challenge.ts";
+import { FULL_SECURITY, postureJson } from "../../attestation/provider/posture.ts";
+import { SoftwareIdentity } from "../../attestation/provider/software-identity.ts";
 import { ConfigError } from "../config/settings.ts";
 import type { Logger } from "../observability/logger.ts";
 import { coordinatorBaseOf, type ProviderConfig } from "./config.ts";

@@ -9,16 +9,15 @@
  *   the chip (its README documents build and use).
  */
 import { type Subprocess, spawn } from "bun";
+import type { Challenge } from "../../attestation/provider/challenge.ts";
+import { parseIdentityKey, verifyIdentitySignature } from "../../attestation/provider/identity-key.ts";
+import type { Posture } from "../../attestation/provider/posture.ts";
 import {
-  type Challenge,
   challengeResponsePayload,
   evidencePayload,
   evidenceWire,
-  type Posture,
-  parseIdentityKey,
   type SoftwareIdentity,
-  verifyIdentitySignature,
-} from "../../attestation/provider/index.ts";
+} from "../../attestation/provider/software-identity.ts";
 
 export interface ProviderIdentity {
   readonly kind: "software" | "helper";

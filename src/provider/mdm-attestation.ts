@@ -7,7 +7,8 @@
  * `self_signed` until there is one. A coordinator without MDM enrolment (its enrolment status is 404)
  * refuses the combination at start: there a device chain comes only from `--dev-attestation on`.
  */
-import { FULL_SECURITY, type Posture, parseChallenge, type SecureBootLevel } from "../../attestation/provider/index.ts";
+import { parseChallenge } from "../../attestation/provider/challenge.ts";
+import { FULL_SECURITY, type Posture, type SecureBootLevel } from "../../attestation/provider/posture.ts";
 import { ConfigError } from "../config/settings.ts";
 import type { Logger } from "../observability/logger.ts";
 import { coordinatorBaseOf, type ProviderConfig } from "./config.ts";
