@@ -10,7 +10,7 @@
  * windows of 1 and 3 s with nothing to do). BENCH_REQUESTS requests per case after 30 of warm-up.
  * Not a speed benchmark: the counts say what a lever on the per-token path removes (bench/HISTORY.md).
  */
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ROOT, startCoordinator, startProvider } from "../test/support/processes.ts";
@@ -19,6 +19,7 @@ import { benchList, benchNumber } from "./lib/env.ts";
 import { type Counts, grownPer, minus } from "./lib/heap-counts.ts";
 import { startJsonServer } from "./lib/json-server.ts";
 import { writeResult } from "./lib/results.ts";
+import { signalledFiles } from "./lib/signalled.ts";
 
 const requests = benchNumber("BENCH_REQUESTS", 100);
 const delayMs = benchNumber("BENCH_EVENT_DELAY_MS", 2);
@@ -38,25 +39,7 @@ interface Dump {
 }
 
 /** The process's next dump (its n-th), once written. */
-const dumped = new Map<number, number>();
-async function dump(pid: number): Promise<Dump> {
-  const n = dumped.get(pid) ?? 0;
-  dumped.set(pid, n + 1);
-  process.kill(pid, "SIGUSR2");
-  const file = join(dumps, `${pid}-${n}.json`);
-  // A heap walk with the collector off takes a while; the file is complete once it parses.
-  for (let i = 0; i < 1200; i++) {
-    if (existsSync(file)) {
-      try {
-        return JSON.parse(readFileSync(file, "utf8")) as Dump;
-      } catch {
-        // still being written
-      }
-    }
-    await Bun.sleep(25);
-  }
-  throw new Error(`no heap dump from ${pid}`);
-}
+const dump = signalledFiles<Dump>(dumps);
 
 interface Window {
   readonly total: number;

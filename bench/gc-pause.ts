@@ -9,7 +9,7 @@
  * next collection: fixed = the median at k = 0, per request = (median at k = BENCH_REQUESTS - fixed) / k.
  * A pause under load is about fixed + per request x the requests since the previous collection.
  */
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { ROOT, startCoordinator, startProvider } from "../test/support/processes.ts";
@@ -17,6 +17,7 @@ import { BUILD, CREDIT, LIMITS } from "./lib/deployment.ts";
 import { benchList, benchNumber } from "./lib/env.ts";
 import { startJsonServer } from "./lib/json-server.ts";
 import { writeResult } from "./lib/results.ts";
+import { signalledFiles } from "./lib/signalled.ts";
 import { median } from "./lib/stats.ts";
 
 const k = benchNumber("BENCH_REQUESTS", 200);
@@ -31,25 +32,8 @@ interface Eden {
   readonly heapSize: number;
 }
 
-const signalled = new Map<number, number>();
 /** Times one eden collection in process `pid` and returns it once written. */
-async function eden(pid: number): Promise<Eden> {
-  const n = signalled.get(pid) ?? 0;
-  signalled.set(pid, n + 1);
-  process.kill(pid, "SIGUSR2");
-  const file = join(dir, `${pid}-${n}.json`);
-  for (let i = 0; i < 400; i++) {
-    if (existsSync(file)) {
-      try {
-        return JSON.parse(readFileSync(file, "utf8")) as Eden;
-      } catch {
-        // still being written
-      }
-    }
-    await Bun.sleep(5);
-  }
-  throw new Error(`no eden collection timed in ${pid}`);
-}
+const eden = signalledFiles<Eden>(dir);
 
 /** The median pause in each process after `n` requests since the previous collection. */
 async function pauses(pids: readonly number[], n: number, request: () => Promise<void>): Promise<{ ms: number[]; heapMb: number[] }> {
